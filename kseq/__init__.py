@@ -1,0 +1,41 @@
+"""kseq: sequence models for Keras 3 on TensorFlow.
+
+RNN encoders and decoders (vanilla RNN, LSTM, GRU), Luong and Bahdanau
+attention, the Transformer, decoding and SavedModel export.
+"""
+
+import os
+
+# kseq builds on tf.data, tf.function and SavedModel: it needs the TensorFlow
+# backend, so choose it unless the user already picked one.
+os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+
+import keras  # noqa: E402
+
+if keras.backend.backend() != "tensorflow":
+    raise ImportError(
+        "kseq needs the Keras TensorFlow backend; KERAS_BACKEND is "
+        f"{keras.backend.backend()!r}. Set KERAS_BACKEND=tensorflow."
+    )
+
+from kseq.special_ids import BOS_ID, EOS_ID, PAD_ID, UNK_ID  # noqa: E402
+from kseq import callbacks, data, decoding, export, layers, losses, metrics, models, schedules  # noqa: E402,I001
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "PAD_ID",
+    "BOS_ID",
+    "EOS_ID",
+    "UNK_ID",
+    "callbacks",
+    "data",
+    "decoding",
+    "export",
+    "layers",
+    "losses",
+    "metrics",
+    "models",
+    "schedules",
+    "__version__",
+]

@@ -1,0 +1,37 @@
+"""tf.data pipelines from text pairs to model inputs."""
+
+import tensorflow as tf
+
+from kseq.special_ids import BOS_ID, EOS_ID, PAD_ID
+
+
+def add_specials(target_ids):
+    """Ragged (B, T) target ids -> (BOS + ids, ids + EOS), still ragged."""
+    batch = target_ids.nrows()
+    bos = tf.fill([batch, 1], tf.constant(BOS_ID, target_ids.dtype))
+    eos = tf.fill([batch, 1], tf.constant(EOS_ID, target_ids.dtype))
+    return tf.concat([bos, target_ids], axis=1), tf.concat([target_ids, eos], axis=1)
+
+
+def text_pair_dataset(
+    sources, targets, source_tokenizer, target_tokenizer, batch_size, shuffle=False, seed=None
+):
+    """Batches of ({"source_ids", "target_ids"}, labels) from parallel strings.
+
+    Tokenizes in the graph, adds BOS to the decoder inputs and EOS to the
+    labels, pads each batch to its own longest row with PAD.
+    """
+    dataset = tf.data.Dataset.from_tensor_slices((list(sources), list(targets)))
+    if shuffle:
+        dataset = dataset.shuffle(len(sources), seed=seed, reshuffle_each_iteration=True)
+    dataset = dataset.batch(batch_size)
+
+    def to_model_inputs(source, target):
+        source_ids = source_tokenizer.tokenize(source)
+        target_ids, labels = add_specials(target_tokenizer.tokenize(target))
+        pad = lambda ragged: tf.cast(ragged.to_tensor(default_value=PAD_ID), tf.int32)  # noqa: E731
+        return {"source_ids": pad(source_ids), "target_ids": pad(target_ids)}, pad(labels)
+
+    return dataset.map(to_model_inputs, num_parallel_calls=tf.data.AUTOTUNE).prefetch(
+        tf.data.AUTOTUNE
+    )

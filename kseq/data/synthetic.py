@@ -1,0 +1,57 @@
+"""Generated tasks for tests, demos and smoke runs."""
+
+import numpy as np
+
+from kseq.special_ids import BOS_ID, EOS_ID, NUM_SPECIAL_IDS, PAD_ID
+
+
+def pad_sequences(sequences, length=None):
+    """Right-pads int sequences with PAD into an int32 (N, length) array."""
+    length = length or max(len(s) for s in sequences)
+    out = np.full((len(sequences), length), PAD_ID, np.int32)
+    for row, sequence in enumerate(sequences):
+        out[row, : len(sequence)] = sequence
+    return out
+
+
+def teacher_forcing(sources, targets):
+    """Model inputs and labels from id sequences (without specials).
+
+    Returns:
+        ({"source_ids": (N, S), "target_ids": (N, T+1)}, labels (N, T+1)):
+        target_ids = BOS + target, labels = target + EOS, PAD elsewhere.
+    """
+    length = max(len(t) for t in targets) + 1
+    inputs = {
+        "source_ids": pad_sequences(sources),
+        "target_ids": pad_sequences([[BOS_ID, *t] for t in targets], length),
+    }
+    return inputs, pad_sequences([[*t, EOS_ID] for t in targets], length)
+
+
+def random_sequences(count, vocab_size=30, min_length=4, max_length=12, seed=0):
+    """`count` random id sequences over the non-special ids of `vocab_size`."""
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(min_length, max_length + 1, count)
+    return [rng.integers(NUM_SPECIAL_IDS, vocab_size, n).tolist() for n in lengths]
+
+
+def reversal_task(count, vocab_size=30, min_length=4, max_length=12, seed=0):
+    """Source: a random sequence; target: the same sequence reversed.
+
+    Returns the `teacher_forcing` arrays plus the raw target sequences.
+    """
+    sources = random_sequences(count, vocab_size, min_length, max_length, seed)
+    targets = [s[::-1] for s in sources]
+    inputs, labels = teacher_forcing(sources, targets)
+    return inputs, labels, targets
+
+
+def exact_match(generated, targets):
+    """Fraction of rows of `generated` (B, T') equal to target + EOS."""
+    generated = np.asarray(generated)
+    hits = 0
+    for row, target in zip(generated, targets):
+        expected = [*target, EOS_ID]
+        hits += row[: len(expected)].tolist() == expected
+    return hits / len(targets)

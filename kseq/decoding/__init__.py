@@ -1,0 +1,5 @@
+"""Search strategies over a decoder step function."""
+
+from kseq.decoding.greedy import greedy_search
+
+__all__ = ["greedy_search"]

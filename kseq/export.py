@@ -1,0 +1,87 @@
+"""SavedModel export: strings in, strings out, search in the graph.
+
+The exported signature needs only TensorFlow at serving time (no kseq, no
+keras, no Python functions), so TF Serving can load it.
+"""
+
+import os
+import shutil
+
+import keras
+import tensorflow as tf
+
+from kseq.special_ids import PAD_ID
+
+SOURCE_SPEC = tf.TensorSpec([None], tf.string, name="source")
+
+
+def translate_function(model, source_tokenizer, target_tokenizer, max_length=64, max_source_length=256):
+    """strings (B,) -> {"translation": strings (B,), "token_ids": (B, T')}.
+
+    Tokenizer, search and detokenizer, all in TensorFlow ops: the function
+    the exported signature serves, usable in-process too.
+    """
+
+    def translate(source):
+        ids = source_tokenizer.tokenize(source)[:, :max_source_length]
+        ids = ids.to_tensor(default_value=PAD_ID)
+        # Keep at least one column so an all-empty batch still has a shape.
+        ids = tf.pad(ids, [[0, 0], [0, tf.maximum(0, 1 - tf.shape(ids)[1])]])
+        generated = model.search(tf.cast(ids, tf.int32), max_length)
+        return {"translation": target_tokenizer.detokenize(generated), "token_ids": generated}
+
+    return translate
+
+
+def next_version(export_dir):
+    """1 + the highest numeric version under `export_dir` (TF Serving layout)."""
+    if not os.path.isdir(export_dir):
+        return 1
+    versions = [int(name) for name in os.listdir(export_dir) if name.isdigit()]
+    return max(versions, default=0) + 1
+
+
+def export_translator(
+    model, source_tokenizer, target_tokenizer, export_dir, version=None, max_length=64, max_source_length=256
+):
+    """Writes `export_dir/<version>/`, a SavedModel with `serving_default`:
+    {"source": tf.string (None,)} -> {"translation": tf.string (None,),
+    "token_ids": int32 (None, None)}.
+
+    The model is written to a temporary folder beside the target and renamed
+    when complete, so a crash never leaves a half-written version behind.
+
+    Returns:
+        The path of the new version.
+    """
+    if os.path.exists(export_dir) and not os.path.isdir(export_dir):
+        raise ValueError(f"`export_dir` {export_dir!r} exists and is not a directory.")
+    version = next_version(export_dir) if version is None else int(version)
+    final = os.path.join(export_dir, str(version))
+    if os.path.exists(final) and os.listdir(final):
+        raise ValueError(
+            f"Export version {final!r} already exists and is not empty; pick another "
+            "version or leave `version=None` for the next free one."
+        )
+    model._ensure_built()
+    # ExportArchive saves the variables and lookup tables the function uses,
+    # not the Keras objects, so nothing but TensorFlow is needed to serve.
+    archive = keras.export.ExportArchive()
+    for resource in (model, source_tokenizer, target_tokenizer):
+        archive.track(resource)
+    archive.add_endpoint(
+        "serving_default",
+        translate_function(model, source_tokenizer, target_tokenizer, max_length, max_source_length),
+        input_signature=[SOURCE_SPEC],
+    )
+    os.makedirs(export_dir, exist_ok=True)
+    temporary = os.path.join(export_dir, f".tmp-{version}-{os.getpid()}")
+    shutil.rmtree(temporary, ignore_errors=True)
+    try:
+        archive.write_out(temporary, verbose=False)
+        if os.path.isdir(final):  # an empty leftover folder
+            os.rmdir(final)
+        os.rename(temporary, final)
+    finally:
+        shutil.rmtree(temporary, ignore_errors=True)
+    return final

@@ -1,0 +1,68 @@
+"""Padding and causal masks, merged in one place.
+
+All masks are boolean with True meaning "may attend / is a real token".
+Shapes: B batch, T queries, S keys.
+"""
+
+import keras
+from keras import ops
+
+from kseq.special_ids import PAD_ID
+
+
+def padding_mask(token_ids):
+    """(B, S) True at real tokens, False at PAD."""
+    return ops.not_equal(token_ids, PAD_ID)
+
+
+def causal_mask(query_length, key_length, offset=0):
+    """(T, S) True where key s <= query t + offset (offset: first query's position)."""
+    queries = ops.expand_dims(ops.arange(query_length) + offset, 1)
+    keys = ops.expand_dims(ops.arange(key_length), 0)
+    return ops.less_equal(keys, queries)
+
+
+def attention_mask(key_padding_mask, query_length, causal=False, offset=0):
+    """Merges a key padding mask (B, S) with causality into one (B, T, S) mask.
+
+    Args:
+        key_padding_mask: (B, S) bool, True at real keys.
+        query_length: T, the number of queries.
+        causal: whether query t may only see keys s <= t + offset.
+        offset: position of the first query (cached decoding).
+    """
+    key_padding_mask = ops.cast(key_padding_mask, "bool")
+    mask = ops.expand_dims(key_padding_mask, 1)  # (B, 1, S)
+    shape = ops.shape(key_padding_mask)
+    mask = ops.broadcast_to(mask, (shape[0], query_length, shape[1]))
+    if causal:
+        mask = ops.logical_and(mask, causal_mask(query_length, shape[1], offset))
+    return mask
+
+
+def masked_softmax(scores, mask=None):
+    """Softmax over the last axis giving exactly zero weight where mask is False.
+
+    A row with no allowed key (an all-PAD source) gets uniform weights instead
+    of NaN; such rows are padding themselves and never reach a loss.
+    """
+    if mask is not None:
+        half = keras.backend.standardize_dtype(scores.dtype) in ("float16", "bfloat16")
+        floor = ops.cast(-3e4 if half else -1e9, scores.dtype)
+        scores = ops.where(mask, scores, floor)
+    return ops.softmax(scores, axis=-1)
+
+
+def reverse_real_steps(x, mask):
+    """Reverses each row's real steps in place, leaving right padding as is.
+
+    x: (B, S) or (B, S, ...); mask: (B, S) bool, True at real steps.
+    [[5, 6, 7, 0, 0]] -> [[7, 6, 5, 0, 0]]. Applying it twice is the identity.
+    """
+    length = ops.sum(ops.cast(mask, "int32"), axis=1, keepdims=True)  # (B, 1)
+    positions = ops.expand_dims(ops.arange(ops.shape(x)[1]), 0)
+    source = ops.where(positions < length, length - 1 - positions, positions)
+    for _ in range(len(x.shape) - 2):
+        source = ops.expand_dims(source, -1)
+    source = ops.broadcast_to(source, ops.shape(x))
+    return ops.take_along_axis(x, source, axis=1)

@@ -1,0 +1,157 @@
+"""One Transformer decoder layer, with a cached step for decoding."""
+
+import keras
+from keras import ops
+
+from kseq.layers.masking import attention_mask
+from kseq.layers.transformer_block import TransformerBlock
+
+
+@keras.saving.register_keras_serializable("kseq")
+class TransformerDecoderBlock(TransformerBlock):
+    """Causal self-attention, encoder-decoder attention over the source (with
+    the source padding mask), then a position-wise feed-forward network; each
+    sublayer with residual, dropout and LayerNorm.
+
+    Args: see `TransformerBlock` (num_heads, ff_dim, dropout=0.1,
+        norm_first=False, activation="relu", layer_norm_epsilon=1e-5).
+
+    Call arguments:
+        inputs: (B, T, D) target-side inputs.
+        encoder_outputs: (B, S, D).
+        padding_mask: optional (B, T) bool, True at real target tokens.
+        encoder_padding_mask: optional (B, S) bool, True at real source tokens.
+        training: whether dropout is active.
+
+    Returns:
+        (B, T, D).
+
+    Decoding: `init_cache`, `precompute_memory` and `step` run the block one
+    token at a time with a preallocated key/value cache; `step` on the
+    teacher-forced tokens gives the same outputs as `call`.
+
+    Example:
+    >>> block = TransformerDecoderBlock(num_heads=2, ff_dim=32)
+    >>> tuple(block(keras.ops.ones((2, 4, 8)), keras.ops.ones((2, 6, 8))).shape)
+    (2, 4, 8)
+
+    References:
+        Vaswani et al., 2017, "Attention Is All You Need", section 3.1.
+    """
+
+    def build(self, inputs_shape, encoder_outputs_shape):
+        self.self_attention = self._make_attention("self_attention", inputs_shape, inputs_shape)
+        self.cross_attention = self._make_attention(
+            "cross_attention", inputs_shape, encoder_outputs_shape
+        )
+        self.self_attention_norm, self.self_attention_dropout = self._make_residual(
+            "self_attention", inputs_shape
+        )
+        self.cross_attention_norm, self.cross_attention_dropout = self._make_residual(
+            "cross_attention", inputs_shape
+        )
+        self._build_feed_forward(inputs_shape)
+        self.built = True
+
+    def _forward(self, x, self_attend, cross_attend, training):
+        x = self._residual(
+            x, self_attend, self.self_attention_norm, self.self_attention_dropout, training
+        )
+        x = self._residual(
+            x, cross_attend, self.cross_attention_norm, self.cross_attention_dropout, training
+        )
+        return self._feed_forward_residual(x, training)
+
+    def _masks(self, inputs, encoder_outputs, padding_mask, encoder_padding_mask):
+        length = ops.shape(inputs)[1]
+        padding_mask = self._default_padding_mask(inputs, padding_mask)
+        encoder_padding_mask = self._default_padding_mask(
+            encoder_outputs, encoder_padding_mask
+        )
+        return (
+            attention_mask(padding_mask, length, causal=True),
+            attention_mask(encoder_padding_mask, length),
+        )
+
+    def call(
+        self,
+        inputs,
+        encoder_outputs,
+        padding_mask=None,
+        encoder_padding_mask=None,
+        training=None,
+    ):
+        outputs, _ = self._call_impl(
+            inputs, encoder_outputs, padding_mask, encoder_padding_mask, training, False
+        )
+        return outputs
+
+    def call_with_attention_scores(
+        self, inputs, encoder_outputs, padding_mask=None, encoder_padding_mask=None
+    ):
+        """Inference pass that also returns the (B, H, T, S) cross-attention weights."""
+        return self._call_impl(
+            inputs, encoder_outputs, padding_mask, encoder_padding_mask, False, True
+        )
+
+    def _call_impl(
+        self, inputs, encoder_outputs, padding_mask, encoder_padding_mask, training, scores
+    ):
+        self_mask, cross_mask = self._masks(
+            inputs, encoder_outputs, padding_mask, encoder_padding_mask
+        )
+        found = []
+
+        def self_attend(x):
+            return self.self_attention(x, x, attention_mask=self_mask, training=training)
+
+        def cross_attend(x):
+            if not scores:
+                return self.cross_attention(
+                    x, encoder_outputs, attention_mask=cross_mask, training=training
+                )
+            output, weights = self.cross_attention(
+                x, encoder_outputs, attention_mask=cross_mask, return_attention_scores=True
+            )
+            found.append(weights)
+            return output
+
+        outputs = self._forward(inputs, self_attend, cross_attend, training)
+        return outputs, (found[0] if scores else None)
+
+    def init_cache(self, batch_size, max_length):
+        """Zeroed self-attention key/value cache for `max_length` positions."""
+        return self.self_attention.init_cache(batch_size, max_length)
+
+    def precompute_memory(self, encoder_outputs):
+        """Cross-attention keys/values of the source, computed once per source."""
+        return self.cross_attention.project_memory(encoder_outputs)
+
+    def step(self, inputs, cache, memory, index, encoder_padding_mask, training=False):
+        """Runs the (B, T, D) inputs at positions index..index+T-1.
+
+        Args:
+            inputs: (B, T, D), usually T = 1.
+            cache: self-attention cache from `init_cache` (or a previous step).
+            memory: cross-attention keys/values from `precompute_memory`.
+            index: position of the first input (scalar int or tensor).
+            encoder_padding_mask: (B, S) bool.
+
+        Returns:
+            (outputs (B, T, D), updated cache).
+        """
+        cross_mask = attention_mask(encoder_padding_mask, ops.shape(inputs)[1])
+        updated = {}
+
+        def self_attend(x):
+            output, new_cache = self.self_attention.cached_self_attention(
+                x, cache, index, training=training
+            )
+            updated.update(new_cache)
+            return output
+
+        def cross_attend(x):
+            return self.cross_attention.attend(x, memory, cross_mask, training=training)
+
+        outputs = self._forward(inputs, self_attend, cross_attend, training)
+        return outputs, updated

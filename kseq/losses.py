@@ -1,0 +1,97 @@
+"""Token-level losses that ignore padding."""
+
+import keras
+import tensorflow as tf
+from keras import ops
+
+from kseq.special_ids import PAD_ID
+from kseq.validation import check_rate
+
+
+def token_log_probs(y_true, logits):
+    """(B, T) int labels, (B, T, V) logits -> (log p(label) (B, T), log p (B, T, V)).
+
+    Computed in float32 whatever the logits' dtype (mixed precision).
+    """
+    log_probs = ops.log_softmax(ops.cast(logits, "float32"), axis=-1)
+    labels = ops.expand_dims(ops.cast(y_true, "int32"), -1)
+    return ops.take_along_axis(log_probs, labels, axis=-1)[..., 0], log_probs
+
+
+def token_weights(y_true, sample_weight=None, pad_id=PAD_ID):
+    """(B, T) float32 weights: 0 at PAD labels, times (B,) or (B, T) sample weights."""
+    weights = ops.cast(ops.not_equal(ops.cast(y_true, "int32"), pad_id), "float32")
+    if sample_weight is not None:
+        sample_weight = ops.cast(sample_weight, "float32")
+        if len(sample_weight.shape) == 1:
+            sample_weight = ops.expand_dims(sample_weight, -1)
+        weights = weights * sample_weight
+    return weights
+
+
+@keras.saving.register_keras_serializable("kseq")
+class MaskedSparseCategoricalCrossentropy(keras.losses.Loss):
+    """Cross-entropy from logits over integer labels, ignoring PAD labels,
+    with optional label smoothing; the mean is over real (non-PAD) tokens.
+
+    With smoothing e the target distribution is (1 - e) one-hot + e / V
+    (Szegedy et al., 2016; 0.1 in "Attention Is All You Need"). Keras 3.15's
+    sparse cross-entropy has `ignore_class` but no label smoothing.
+
+    Args:
+        label_smoothing: e in [0, 1). Defaults to 0.
+        pad_id: label id to ignore. Defaults to kseq.PAD_ID (0).
+
+    Call arguments:
+        y_true: (B, T) int labels.
+        y_pred: (B, T, V) logits.
+        sample_weight: optional (B,) or (B, T) weights.
+
+    Returns:
+        Scalar loss: the sum over real tokens divided by the number of real
+        tokens (zero when there are none). Under a tf.distribute strategy the
+        divisor is the count over all replicas, so the replicas' losses add
+        up to the global mean and the summed gradients equal one device's.
+
+    Example:
+    >>> loss = MaskedSparseCategoricalCrossentropy(label_smoothing=0.1)
+    >>> float(loss([[5, 2, 0]], keras.ops.zeros((1, 3, 8))))  # uniform logits: log(8)
+    2.079...
+    """
+
+    def __init__(
+        self,
+        label_smoothing=0.0,
+        pad_id=PAD_ID,
+        name="masked_sparse_categorical_crossentropy",
+        dtype=None,
+    ):
+        super().__init__(name=name, reduction="none", dtype=dtype)
+        self.label_smoothing = check_rate("label_smoothing", label_smoothing)
+        self.pad_id = pad_id
+
+    def call(self, y_true, y_pred):
+        """Per-token losses (B, T), PAD positions included."""
+        label_log_probs, log_probs = token_log_probs(y_true, y_pred)
+        losses = -label_log_probs
+        if self.label_smoothing:
+            smooth = -ops.mean(log_probs, axis=-1)
+            losses = (1.0 - self.label_smoothing) * losses + self.label_smoothing * smooth
+        return losses
+
+    def __call__(self, y_true, y_pred, sample_weight=None):
+        with keras.name_scope(self.name):
+            weights = token_weights(y_true, sample_weight, self.pad_id)
+            total = ops.sum(self.call(y_true, y_pred) * weights)
+            return ops.divide_no_nan(total, _global_sum(ops.sum(weights)))
+
+    def get_config(self):
+        return {"name": self.name, "label_smoothing": self.label_smoothing, "pad_id": self.pad_id}
+
+
+def _global_sum(value):
+    """Sums `value` over the replicas of the current tf.distribute replica context."""
+    context = tf.distribute.get_replica_context()
+    if context is None or context.num_replicas_in_sync == 1:
+        return value
+    return context.all_reduce(tf.distribute.ReduceOp.SUM, value)

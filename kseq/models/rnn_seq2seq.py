@@ -1,0 +1,189 @@
+"""Recurrent encoder-decoder, with or without attention."""
+
+import keras
+from keras import ops
+
+from kseq.layers.masking import padding_mask, reverse_real_steps
+from kseq.layers.rnn_cells import num_states
+from kseq.layers.rnn_decoder import RNNDecoder
+from kseq.layers.rnn_encoder import RNNEncoder
+from kseq.models.seq2seq import Seq2Seq
+from kseq.validation import check_positive_int
+
+
+@keras.saving.register_keras_serializable("kseq")
+class RNNSeq2Seq(Seq2Seq):
+    """Sequence to sequence with recurrent networks.
+
+    The encoder's final states initialise the decoder (through a linear
+    bridge when the encoder is bidirectional). Training is teacher-forced:
+    `target_ids` starts with BOS and the labels are the targets shifted left.
+
+    Args:
+        source_vocab_size, target_vocab_size: id counts (ids 0-3 are special).
+        embed_dim: E, token embedding width. Defaults to 256.
+        units: U, hidden size of every recurrent layer. Defaults to 256.
+        cell: "rnn", "lstm" or "gru". Defaults to "lstm".
+        num_layers: layers of encoder and decoder. Defaults to 1.
+        bidirectional: bidirectional encoder. Defaults to False.
+        attention: None (context vector only), "dot", "general", "concat"
+            (Luong) or "bahdanau".
+        peeky: feed the encoder's context vector (its top final state) to
+            every decoder step and to the output layer.
+        reverse_source: reverse each source's real tokens (not its padding)
+            before encoding, as in Sutskever et al. Attention weights are
+            still reported against the original source order.
+        dropout: rate on embeddings and between stacked layers.
+
+    Call arguments:
+        inputs: {"source_ids": (B, S) int, "target_ids": (B, T) int}.
+        training: whether dropout is active.
+
+    Returns:
+        (B, T, target_vocab_size) logits.
+
+    Example:
+    >>> model = RNNSeq2Seq(30, 30, embed_dim=16, units=32, attention="general")
+    >>> model.compile("adam", kseq.losses.MaskedSparseCategoricalCrossentropy())
+    >>> ids = {"source_ids": keras.ops.ones((2, 5), "int32"),
+    ...        "target_ids": keras.ops.ones((2, 6), "int32")}
+    >>> tuple(model(ids).shape)
+    (2, 6, 30)
+
+    References:
+        Sutskever, Vinyals and Le, 2014; Cho et al., 2014; Bahdanau, Cho and
+        Bengio, 2015; Luong, Pham and Manning, 2015.
+    """
+
+    def __init__(
+        self,
+        source_vocab_size,
+        target_vocab_size,
+        embed_dim=256,
+        units=256,
+        cell="lstm",
+        num_layers=1,
+        bidirectional=False,
+        attention=None,
+        peeky=False,
+        reverse_source=False,
+        dropout=0.0,
+        **kwargs,
+    ):
+        super().__init__(source_vocab_size, target_vocab_size, **kwargs)
+        self.embed_dim = check_positive_int("embed_dim", embed_dim)
+        self.encoder = RNNEncoder(
+            cell, units, num_layers, bidirectional, dropout, dtype=self.dtype_policy, name="encoder"
+        )
+        self.decoder = RNNDecoder(
+            cell, units, num_layers, attention, peeky, dropout, dtype=self.dtype_policy, name="decoder"
+        )
+        self.units, self.cell, self.num_layers = units, cell, num_layers
+        self.bidirectional, self.attention, self.peeky = bool(bidirectional), attention, bool(peeky)
+        self.reverse_source = bool(reverse_source)
+        self.dropout = dropout
+        self.source_embedding = keras.layers.Embedding(
+            source_vocab_size, embed_dim, dtype=self.dtype_policy, name="source_embedding"
+        )
+        self.target_embedding = keras.layers.Embedding(
+            target_vocab_size, embed_dim, dtype=self.dtype_policy, name="target_embedding"
+        )
+        self.embedding_dropout = keras.layers.Dropout(dropout, dtype=self.dtype_policy)
+        self.output_projection = keras.layers.Dense(
+            target_vocab_size, dtype=self.dtype_policy, name="output_projection"
+        )
+        # Bidirectional encoder states are 2U wide; the decoder's are U.
+        self.bridges = [
+            [
+                keras.layers.Dense(units, dtype=self.dtype_policy, name=f"bridge_{i}_{j}")
+                for j in range(num_states(cell))
+            ]
+            for i in range(num_layers if self.bidirectional else 0)
+        ]
+
+    def build(self, inputs_shape=None):
+        batch = None
+        self.source_embedding.build((batch, None))
+        self.target_embedding.build((batch, None))
+        self.encoder.build((batch, None, self.embed_dim))
+        memory_shape = (batch, None, self.encoder.output_dim)
+        for layer_bridges in self.bridges:
+            for bridge in layer_bridges:
+                bridge.build((batch, self.encoder.output_dim))
+        self.decoder.build(
+            (batch, None, self.embed_dim),
+            memory_shape=memory_shape if self.attention is not None else None,
+            context_shape=(batch, self.encoder.output_dim) if self.peeky else None,
+        )
+        self.output_projection.build((batch, None, self.decoder.output_dim))
+        self.built = True
+
+    def encode(self, source_ids, training=False):
+        """(B, S) ids -> {"memory": (B, S, U'), "states": per layer [h(, c)]}."""
+        self._ensure_built()
+        mask = padding_mask(source_ids)
+        if self.reverse_source:
+            source_ids = reverse_real_steps(source_ids, mask)
+        x = self.embedding_dropout(self.source_embedding(source_ids), training=training)
+        memory, states = self.encoder(x, padding_mask=mask, training=training)
+        if self.reverse_source:  # memory[s] belongs to source token s again
+            memory = reverse_real_steps(memory, mask)
+        return {"memory": memory, "states": states}
+
+    def _decoder_args(self, encoder_outputs, source_padding_mask):
+        """Encoder outputs -> the decoder's initial_state/memory/context."""
+        states = encoder_outputs["states"]
+        if self.bidirectional:
+            states = [
+                [bridge(state) for bridge, state in zip(layer_bridges, layer_states)]
+                for layer_bridges, layer_states in zip(self.bridges, states)
+            ]
+        return {
+            "initial_state": states,
+            "memory": encoder_outputs["memory"] if self.attention else None,
+            "memory_mask": source_padding_mask,
+            "context": encoder_outputs["states"][-1][0] if self.peeky else None,
+        }
+
+    def initial_state(self, encoder_outputs, source_padding_mask, max_length=None):
+        """Decoder state: bridged encoder states, plus the source for attention."""
+        return self.decoder.initial_decoding_state(
+            **self._decoder_args(encoder_outputs, source_padding_mask)
+        )
+
+    def step(self, token_ids, state, index):
+        """(B,) previous tokens -> (logits (B, V), state). `index` is unused:
+        the recurrent state already knows the position."""
+        features, state, _ = self.decoder.step(self.target_embedding(token_ids), state)
+        return self.output_projection(features), state
+
+    def _decoder_inputs(self, source_ids, target_ids, training):
+        encoded = self.encode(source_ids, training)
+        embedded = self.embedding_dropout(self.target_embedding(target_ids), training=training)
+        return embedded, self._decoder_args(encoded, padding_mask(source_ids))
+
+    def call(self, inputs, training=None):
+        source_ids, target_ids = self._split_inputs(inputs)
+        embedded, decoder_args = self._decoder_inputs(source_ids, target_ids, training)
+        features = self.decoder(embedded, training=training, **decoder_args)
+        return self.output_projection(features)
+
+    def _cross_attention(self, source_ids, target_ids):
+        if self.attention is None:
+            raise ValueError("attention_weights needs a model with attention; attention=None.")
+        embedded, decoder_args = self._decoder_inputs(source_ids, target_ids, False)
+        return self.decoder.call_with_attention(embedded, **decoder_args)[1]
+
+    def get_config(self):
+        return {
+            **super().get_config(),
+            "embed_dim": self.embed_dim,
+            "units": self.units,
+            "cell": self.cell,
+            "num_layers": self.num_layers,
+            "bidirectional": self.bidirectional,
+            "attention": self.attention,
+            "peeky": self.peeky,
+            "reverse_source": self.reverse_source,
+            "dropout": self.dropout,
+        }

@@ -1,0 +1,168 @@
+"""What RNNSeq2Seq and TransformerSeq2Seq share: inputs, decoding, plots."""
+
+import keras
+import tensorflow as tf
+
+from kseq.decoding.greedy import greedy_search
+from kseq.layers.masking import padding_mask
+from kseq.special_ids import NUM_SPECIAL_IDS
+from kseq.validation import as_id_array, check_choice, check_positive_int, check_token_ids
+
+SEARCH_METHODS = ("greedy",)
+
+
+class Seq2Seq(keras.Model):
+    """Base of the encoder-decoder models.
+
+    Subclasses implement the decoder protocol:
+    - `encode(source_ids, training=False)` -> encoder outputs (a dict);
+    - `initial_state(encoder_outputs, source_padding_mask, max_length=None)`
+      -> decoder state (a nest of batch-major tensors, source included);
+    - `step(token_ids, state, index)` -> (logits (B, V), state);
+    and `_cross_attention(source_ids, target_ids)` for plotting.
+    """
+
+    def __init__(self, source_vocab_size, target_vocab_size, **kwargs):
+        super().__init__(**kwargs)
+        self.source_vocab_size = _check_vocab_size("source_vocab_size", source_vocab_size)
+        self.target_vocab_size = _check_vocab_size("target_vocab_size", target_vocab_size)
+        self._generate_cache = _FunctionCache()
+
+    # Longest sequence the model accepts (None: no limit).
+    length_limit = None
+
+    @property
+    def _default_save_signature(self):
+        # Keras would trace `call` with float32 inputs for a default SavedModel
+        # signature (and TensorFlow evaluates this property whenever it walks
+        # the model); ids are ints, and kseq.export writes the real signature.
+        return None
+
+    def __call__(self, inputs, *args, **kwargs):
+        # Keras would reject nested Python lists before `call` could explain.
+        if isinstance(inputs, dict):
+            inputs = {name: as_id_array(value, name) for name, value in inputs.items()}
+        return super().__call__(inputs, *args, **kwargs)
+
+    def _check_source(self, source_ids):
+        return check_token_ids(
+            source_ids, "source_ids", self.source_vocab_size, self.length_limit
+        )
+
+    def _split_inputs(self, inputs):
+        """Checks `{"source_ids", "target_ids"}` and returns the two id tensors."""
+        if not isinstance(inputs, dict) or not {"source_ids", "target_ids"} <= set(inputs):
+            got = sorted(inputs) if isinstance(inputs, dict) else type(inputs).__name__
+            raise ValueError(
+                "Model inputs must be a dict with keys 'source_ids' (B, S) and "
+                f"'target_ids' (B, T); got {got}."
+            )
+        source_ids = self._check_source(inputs["source_ids"])
+        target_ids = check_token_ids(
+            inputs["target_ids"], "target_ids", self.target_vocab_size, self.length_limit
+        )
+        source_batch, target_batch = source_ids.shape[0], target_ids.shape[0]
+        if None not in (source_batch, target_batch) and source_batch != target_batch:
+            raise ValueError(
+                f"`source_ids` and `target_ids` must have the same batch size; "
+                f"got {source_batch} and {target_batch}."
+            )
+        return source_ids, target_ids
+
+    def generate(
+        self,
+        source_ids,
+        max_length=64,
+        method="greedy",
+        beam_size=4,
+        length_penalty=0.6,
+        temperature=1.0,
+        top_k=None,
+        top_p=None,
+        seed=None,
+    ):
+        """Translates a batch of sources.
+
+        Args:
+            source_ids: (B, S) int ids, right-padded with PAD (0).
+            max_length: the most tokens to generate.
+            method: "greedy".
+            beam_size, length_penalty, temperature, top_k, top_p, seed:
+                options of the beam and sampling searches (kseq.decoding).
+
+        Returns:
+            (B, T') int32 ids, T' <= max_length: no BOS, EOS kept, PAD (0)
+            after EOS.
+        """
+        check_choice("method", method, SEARCH_METHODS)
+        max_length = check_positive_int("max_length", max_length)
+        if self.length_limit is not None and max_length > self.length_limit:
+            raise ValueError(
+                f"`max_length`={max_length} is over the model's max_length "
+                f"{self.length_limit}."
+            )
+        source_ids = self._check_source(source_ids)
+        self._ensure_built()  # variables must exist before tracing
+        return self._generate_function(max_length)(source_ids)
+
+    def _ensure_built(self):
+        """Builds the model for entry points that do not go through __call__."""
+        if not self.built:
+            self.build()
+
+    def _generate_function(self, max_length):
+        """One traced function per `max_length`: later calls do not retrace."""
+        functions = self._generate_cache.functions
+        if max_length not in functions:
+
+            @tf.function(
+                input_signature=[tf.TensorSpec((None, None), tf.int32)], autograph=False
+            )
+            def generate(source_ids):
+                return self.search(source_ids, max_length)
+
+            functions[max_length] = generate
+        return functions[max_length]
+
+    def search(self, source_ids, max_length):
+        """Greedy decoding in TensorFlow ops (callable inside any tf.function)."""
+        mask = padding_mask(source_ids)
+        encoded = self.encode(source_ids, training=False)
+        state = self.initial_state(encoded, mask, max_length=max_length)
+        return greedy_search(self.step, state, tf.shape(source_ids)[0], max_length)
+
+    def get_config(self):
+        return {
+            "name": self.name,
+            "trainable": self.trainable,
+            "source_vocab_size": self.source_vocab_size,
+            "target_vocab_size": self.target_vocab_size,
+        }
+
+    def attention_weights(self, inputs):
+        """Decoder-to-source attention (B, T, S) of a teacher-forced pass.
+
+        Rows sum to 1 over the source and are 0 on source padding. For the
+        Transformer: the last decoder layer, averaged over heads.
+        """
+        source_ids, target_ids = self._split_inputs(inputs)
+        self._ensure_built()
+        return self._cross_attention(source_ids, target_ids)
+
+
+class _FunctionCache:
+    """Traced functions kept off the model's checkpoint and SavedModel graph
+    (a plain object: TensorFlow's tracking does not look inside it)."""
+
+    def __init__(self):
+        self.functions = {}
+
+
+def _check_vocab_size(name, value):
+    value = check_positive_int(name, value)
+    if value <= NUM_SPECIAL_IDS:
+        raise ValueError(
+            f"`{name}` must be > {NUM_SPECIAL_IDS}: ids 0-3 are PAD, BOS, EOS "
+            f"and UNK; got {value}."
+        )
+    return value

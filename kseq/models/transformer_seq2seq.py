@@ -1,0 +1,233 @@
+"""The Transformer encoder-decoder."""
+
+import keras
+from keras import ops
+
+from kseq.layers.masking import padding_mask
+from kseq.layers.token_and_position_embedding import TokenAndPositionEmbedding
+from kseq.layers.transformer_decoder_block import TransformerDecoderBlock
+from kseq.layers.transformer_encoder_block import TransformerEncoderBlock
+from kseq.models.seq2seq import Seq2Seq
+from kseq.validation import check_positive_int
+
+
+@keras.saving.register_keras_serializable("kseq")
+class TransformerSeq2Seq(Seq2Seq):
+    """Encoder and decoder stacks of Transformer blocks.
+
+    Args:
+        source_vocab_size, target_vocab_size: id counts (ids 0-3 are special).
+        num_layers: blocks in each stack. Defaults to 6.
+        d_model: D, the model width. Defaults to 512.
+        num_heads: H; must divide D. Defaults to 8.
+        ff_dim: feed-forward inner width. Defaults to 2048.
+        dropout: rate on embeddings and sublayer outputs. Defaults to 0.1.
+        norm_first: False for post-norm (the paper), True for pre-norm (each
+            stack then ends with a LayerNorm).
+        max_length: the longest source, target or generation. Defaults to 512.
+        position: "sinusoidal" or "learned" position encodings.
+        share_embeddings: one embedding (tokens and positions) for source and
+            target, with the output projection tied to it (needs equal
+            vocabulary sizes).
+
+    Call arguments:
+        inputs: {"source_ids": (B, S) int, "target_ids": (B, T) int}.
+        training: whether dropout is active.
+
+    Returns:
+        (B, T, target_vocab_size) logits.
+
+    Decoding keeps, per decoder layer, a preallocated self-attention
+    key/value cache and the source's cross-attention keys/values, so one
+    step costs one token's work.
+
+    Example:
+    >>> model = TransformerSeq2Seq(100, 100, num_layers=2, d_model=32,
+    ...                            num_heads=4, ff_dim=64)
+    >>> ids = {"source_ids": keras.ops.ones((2, 5), "int32"),
+    ...        "target_ids": keras.ops.ones((2, 6), "int32")}
+    >>> tuple(model(ids).shape)
+    (2, 6, 100)
+
+    References:
+        Vaswani et al., 2017, "Attention Is All You Need"; Press and Wolf,
+        2017 (tied output embeddings); Xiong et al., 2020 (pre-norm).
+    """
+
+    def __init__(
+        self,
+        source_vocab_size,
+        target_vocab_size,
+        num_layers=6,
+        d_model=512,
+        num_heads=8,
+        ff_dim=2048,
+        dropout=0.1,
+        norm_first=False,
+        max_length=512,
+        position="sinusoidal",
+        share_embeddings=False,
+        **kwargs,
+    ):
+        super().__init__(source_vocab_size, target_vocab_size, **kwargs)
+        self.num_layers = check_positive_int("num_layers", num_layers)
+        self.d_model = check_positive_int("d_model", d_model)
+        self.num_heads = check_positive_int("num_heads", num_heads)
+        if d_model % num_heads:
+            raise ValueError(
+                f"`d_model` ({d_model}) must be divisible by `num_heads` ({num_heads})."
+            )
+        if share_embeddings and source_vocab_size != target_vocab_size:
+            raise ValueError(
+                "`share_embeddings=True` needs one vocabulary: got "
+                f"source_vocab_size={source_vocab_size} and "
+                f"target_vocab_size={target_vocab_size}."
+            )
+        self.ff_dim, self.dropout, self.norm_first = ff_dim, dropout, bool(norm_first)
+        self.max_length = check_positive_int("max_length", max_length)
+        self.position, self.share_embeddings = position, bool(share_embeddings)
+        block_args = dict(
+            num_heads=num_heads, ff_dim=ff_dim, dropout=dropout, norm_first=norm_first,
+            dtype=self.dtype_policy,
+        )
+        self.encoder_blocks = [
+            TransformerEncoderBlock(name=f"encoder_{i}", **block_args) for i in range(num_layers)
+        ]
+        self.decoder_blocks = [
+            TransformerDecoderBlock(name=f"decoder_{i}", **block_args) for i in range(num_layers)
+        ]
+        self.source_embedding = self._make_embedding(source_vocab_size, "source_embedding")
+        self.target_embedding = (
+            self.source_embedding
+            if share_embeddings
+            else self._make_embedding(target_vocab_size, "target_embedding")
+        )
+        self.embedding_dropout = keras.layers.Dropout(dropout, dtype=self.dtype_policy)
+        # Pre-norm stacks end with a LayerNorm; post-norm blocks already do.
+        self.encoder_norm = self._make_final_norm("encoder_norm")
+        self.decoder_norm = self._make_final_norm("decoder_norm")
+        self.output_projection = None
+        if not share_embeddings:
+            self.output_projection = keras.layers.Dense(
+                target_vocab_size, dtype=self.dtype_policy, name="output_projection"
+            )
+
+    @property
+    def length_limit(self):
+        return self.max_length
+
+    def _make_embedding(self, vocab_size, name):
+        return TokenAndPositionEmbedding(
+            vocab_size, self.d_model, self.max_length, self.position,
+            mask_zero=False,  # masks are passed explicitly
+            dtype=self.dtype_policy, name=name,
+        )
+
+    def _make_final_norm(self, name):
+        if not self.norm_first:
+            return None
+        return keras.layers.LayerNormalization(epsilon=1e-5, dtype=self.dtype_policy, name=name)
+
+    def build(self, inputs_shape=None):
+        batch, shape = None, (None, None, self.d_model)
+        self.source_embedding.build((batch, None))
+        if not self.share_embeddings:
+            self.target_embedding.build((batch, None))
+        for block in self.encoder_blocks:
+            block.build(shape)
+        for block in self.decoder_blocks:
+            block.build(shape, shape)
+        for norm in (self.encoder_norm, self.decoder_norm):
+            if norm is not None:
+                norm.build(shape)
+        if self.output_projection is not None:
+            self.output_projection.build(shape)
+        else:
+            self.output_bias = self.add_weight(
+                name="output_bias", shape=(self.target_vocab_size,), initializer="zeros"
+            )
+        self.built = True
+
+    def _project(self, x):
+        """(B, T, D) -> (B, T, V) logits, tied to the embedding when shared."""
+        if self.output_projection is not None:
+            return self.output_projection(x)
+        table = ops.cast(self.target_embedding.embeddings, x.dtype)
+        return ops.matmul(x, ops.transpose(table)) + ops.cast(self.output_bias, x.dtype)
+
+    def encode(self, source_ids, training=False):
+        """(B, S) ids -> {"memory": (B, S, D)}."""
+        self._ensure_built()
+        mask = padding_mask(source_ids)
+        x = self.embedding_dropout(self.source_embedding(source_ids), training=training)
+        for block in self.encoder_blocks:
+            x = block(x, padding_mask=mask, training=training)
+        if self.encoder_norm is not None:
+            x = self.encoder_norm(x)
+        return {"memory": x}
+
+    def _decode(self, target_ids, memory, source_mask, training, last_scores=False):
+        target_mask = padding_mask(target_ids)
+        x = self.embedding_dropout(self.target_embedding(target_ids), training=training)
+        scores = None
+        for i, block in enumerate(self.decoder_blocks):
+            if last_scores and i == self.num_layers - 1:
+                x, scores = block.call_with_attention_scores(x, memory, target_mask, source_mask)
+            else:
+                x = block(x, memory, target_mask, source_mask, training=training)
+        if self.decoder_norm is not None:
+            x = self.decoder_norm(x)
+        return x, scores
+
+    def call(self, inputs, training=None):
+        source_ids, target_ids = self._split_inputs(inputs)
+        memory = self.encode(source_ids, training)["memory"]
+        x, _ = self._decode(target_ids, memory, padding_mask(source_ids), training)
+        return self._project(x)
+
+    def initial_state(self, encoder_outputs, source_padding_mask, max_length=None):
+        """Per decoder layer: an empty (B, L, H, D/H) self-attention cache for
+        L = max_length positions and the source's cross-attention keys/values."""
+        memory = encoder_outputs["memory"]
+        length = max_length or self.max_length
+        batch = ops.shape(memory)[0]
+        return {
+            "source_mask": ops.cast(source_padding_mask, "bool"),
+            "layers": [
+                {"cache": block.init_cache(batch, length), "memory": block.precompute_memory(memory)}
+                for block in self.decoder_blocks
+            ],
+        }
+
+    def step(self, token_ids, state, index):
+        """(B,) tokens at position `index` -> (next-token logits (B, V), state)."""
+        x = self.target_embedding(ops.expand_dims(token_ids, 1), start_index=index)
+        layers = []
+        for block, layer_state in zip(self.decoder_blocks, state["layers"]):
+            x, cache = block.step(
+                x, layer_state["cache"], layer_state["memory"], index, state["source_mask"]
+            )
+            layers.append({"cache": cache, "memory": layer_state["memory"]})
+        if self.decoder_norm is not None:
+            x = self.decoder_norm(x)
+        return self._project(x)[:, 0], dict(state, layers=layers)
+
+    def _cross_attention(self, source_ids, target_ids):
+        source_mask = padding_mask(source_ids)
+        memory = self.encode(source_ids)["memory"]
+        _, scores = self._decode(target_ids, memory, source_mask, False, last_scores=True)
+        return ops.mean(scores, axis=1)  # (B, H, T, S) -> (B, T, S)
+
+    def get_config(self):
+        return {
+            **super().get_config(),
+            "num_layers": self.num_layers,
+            "d_model": self.d_model,
+            "num_heads": self.num_heads,
+            "ff_dim": self.ff_dim,
+            "dropout": self.dropout,
+            "norm_first": self.norm_first,
+            "max_length": self.max_length,
+            "position": self.position,
+            "share_embeddings": self.share_embeddings,
+        }

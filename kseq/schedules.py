@@ -1,0 +1,45 @@
+"""Learning-rate schedules."""
+
+import keras
+from keras import ops
+
+
+@keras.saving.register_keras_serializable("kseq")
+class TransformerSchedule(keras.optimizers.schedules.LearningRateSchedule):
+    """lr = scale * d_model^-0.5 * min(step^-0.5, step * warmup_steps^-1.5).
+
+    Linear warm-up for `warmup_steps`, then decay with the inverse square
+    root of the step. `step` counts from 1 (the optimizer's iteration + 1),
+    so the first update does not get a zero rate.
+
+    Args:
+        d_model: the model width D.
+        warmup_steps: warm-up length. Defaults to 4000 (the paper).
+        scale: a constant multiplier. Defaults to 1.
+
+    Example:
+    >>> schedule = TransformerSchedule(d_model=512, warmup_steps=4000)
+    >>> round(float(schedule(3999)), 6)  # the peak, at step 4000
+    0.000699
+
+    References:
+        Vaswani et al., 2017, "Attention Is All You Need", section 5.3.
+    """
+
+    def __init__(self, d_model, warmup_steps=4000, scale=1.0):
+        if d_model <= 0 or warmup_steps <= 0:
+            raise ValueError(
+                "`d_model` and `warmup_steps` must be positive; got "
+                f"d_model={d_model}, warmup_steps={warmup_steps}."
+            )
+        self.d_model = d_model
+        self.warmup_steps = warmup_steps
+        self.scale = scale
+
+    def __call__(self, step):
+        step = ops.cast(step, "float32") + 1.0
+        decay = ops.minimum(ops.power(step, -0.5), step * self.warmup_steps**-1.5)
+        return self.scale * self.d_model**-0.5 * decay
+
+    def get_config(self):
+        return {"d_model": self.d_model, "warmup_steps": self.warmup_steps, "scale": self.scale}

@@ -1,0 +1,105 @@
+"""Argument checks that fail early with a message naming the argument.
+
+Every public entry point runs its inputs through these so that a user sees
+"`source_ids` must ..." instead of a TensorFlow trace from deep inside a graph.
+"""
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+
+def check_choice(name, value, choices):
+    """Raises ValueError unless `value` is one of `choices`."""
+    if value not in choices:
+        raise ValueError(
+            f"`{name}` must be one of {list(choices)}; got {value!r}."
+        )
+    return value
+
+
+def check_positive_int(name, value, allow_zero=False):
+    """Raises ValueError unless `value` is an int > 0 (or >= 0)."""
+    low = 0 if allow_zero else 1
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise ValueError(f"`{name}` must be an integer; got {value!r}.")
+    if value < low:
+        raise ValueError(f"`{name}` must be >= {low}; got {value}.")
+    return int(value)
+
+
+def check_rate(name, value):
+    """Raises ValueError unless 0 <= value < 1."""
+    if not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
+        raise ValueError(f"`{name}` must be a float in [0, 1); got {value!r}.")
+    return float(value)
+
+
+def as_id_array(ids, name):
+    """Python lists of ids -> a numpy array; anything else is returned as is."""
+    if not isinstance(ids, (list, tuple)):
+        return ids
+    try:
+        array = np.asarray(ids)
+    except ValueError:
+        array = np.asarray(ids, dtype=object)
+    if array.dtype == object:
+        raise ValueError(
+            f"`{name}` must be a rectangular (batch, length) array; pad "
+            "sequences of different lengths with kseq.PAD_ID (0)."
+        )
+    return array
+
+
+def check_token_ids(ids, name, vocab_size=None, max_length=None):
+    """Checks a (B, L) batch of token ids and returns it as an int32 tensor.
+
+    Static properties (dtype, rank, empty or over-long length) raise
+    ValueError at once. Id ranges raise ValueError when called eagerly; inside
+    a traced function they become runtime assertions with the same message.
+    """
+    symbolic = isinstance(ids, keras.KerasTensor)
+    ids = as_id_array(ids, name)
+    if not hasattr(ids, "dtype"):
+        raise ValueError(
+            f"`{name}` must be an integer array or tensor of shape "
+            f"(batch, length); got {type(ids).__name__}."
+        )
+    dtype = keras.backend.standardize_dtype(ids.dtype)
+    if "int" not in dtype:
+        raise ValueError(
+            f"`{name}` must hold integer token ids (int32 or int64); got "
+            f"dtype {dtype}."
+        )
+    shape = tuple(ids.shape)
+    if len(shape) != 2:
+        raise ValueError(
+            f"`{name}` must have rank 2, shape (batch, length); got shape "
+            f"{shape}."
+        )
+    if shape[1] == 0:
+        raise ValueError(f"`{name}` is empty: its length axis has size 0.")
+    if max_length is not None and shape[1] is not None and shape[1] > max_length:
+        raise ValueError(
+            f"`{name}` has length {shape[1]}, over the model's max_length "
+            f"{max_length}; truncate the inputs or build the model with a "
+            "larger max_length."
+        )
+    if symbolic:
+        return ids
+    ids = tf.cast(ids, "int32")
+    if vocab_size is None:
+        return ids
+    message = f"`{name}` must hold ids in [0, {vocab_size})"
+    if tf.executing_eagerly():
+        if tf.size(ids) > 0:
+            low, high = int(tf.reduce_min(ids)), int(tf.reduce_max(ids))
+            if low < 0 or high >= vocab_size:
+                raise ValueError(f"{message}; got ids from {low} to {high}.")
+        return ids
+    checks = [
+        tf.debugging.assert_non_negative(ids, message=message),
+        tf.debugging.assert_less(ids, tf.constant(vocab_size, "int32"), message=message),
+    ]
+    with tf.control_dependencies(checks):
+        return tf.identity(ids)

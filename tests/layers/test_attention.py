@@ -1,0 +1,117 @@
+import keras
+import numpy as np
+import pytest
+
+from kseq.layers import BahdanauAttention, CachedMultiHeadAttention, LuongAttention
+from kseq.layers.masking import causal_mask
+from support import assert_close
+
+
+def softmax(x):
+    e = np.exp(x - x.max(-1, keepdims=True))
+    return e / e.sum(-1, keepdims=True)
+
+
+@pytest.fixture
+def inputs():
+    rng = np.random.default_rng(0)
+    query = rng.normal(size=(2, 3, 4)).astype("float32")
+    values = rng.normal(size=(2, 5, 4)).astype("float32")
+    mask = np.array([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]], bool)
+    return query, values, mask
+
+
+ATTENTIONS = [
+    lambda: LuongAttention("dot"),
+    lambda: LuongAttention("general"),
+    lambda: LuongAttention("concat", units=6),
+    lambda: BahdanauAttention(units=6),
+]
+
+
+@pytest.mark.parametrize("make", ATTENTIONS)
+def test_weights_sum_to_one_and_skip_padding(make, inputs):
+    query, values, mask = inputs
+    context, weights = make()(query, values, padding_mask=mask)
+    weights = np.asarray(weights)
+    assert weights.shape == (2, 3, 5)
+    assert_close(weights.sum(-1), np.ones((2, 3)))
+    assert np.all(weights[0, :, 3:] == 0.0)
+    assert np.all(weights[1] > 0.0)
+    assert_close(context, weights @ values)
+
+
+def test_luong_dot_golden(inputs):
+    query, values, mask = inputs
+    _, weights = LuongAttention("dot")(query, values, padding_mask=mask)
+    scores = query @ values.transpose(0, 2, 1)
+    scores[0, :, 3:] = -np.inf
+    assert_close(weights, softmax(scores))
+
+
+def test_luong_general_golden(inputs):
+    query, values, _ = inputs
+    layer = LuongAttention("general")
+    layer(query, values)
+    layer.memory_dense.kernel.assign(2.0 * np.eye(4))
+    _, weights = layer(query, values)
+    assert_close(weights, softmax(2.0 * query @ values.transpose(0, 2, 1)))
+
+
+@pytest.mark.parametrize("make", [lambda: LuongAttention("concat", units=3), lambda: BahdanauAttention(3)])
+def test_additive_score_golden(make, inputs):
+    query, values, _ = inputs
+    layer = make()
+    layer(query, values)
+    w_q = np.arange(12, dtype="float32").reshape(4, 3) / 10
+    w_k = -np.arange(12, dtype="float32").reshape(4, 3) / 20
+    v = np.array([[1.0], [-2.0], [0.5]], "float32")
+    layer.query_dense.kernel.assign(w_q)
+    layer.memory_dense.kernel.assign(w_k)
+    layer.score_dense.kernel.assign(v)
+    _, weights = layer(query, values)
+    hidden = np.tanh((query @ w_q)[:, :, None] + (values @ w_k)[:, None])
+    assert_close(weights, softmax((hidden @ v)[..., 0]))
+
+
+def test_attention_argument_errors(inputs):
+    query, values, _ = inputs
+    with pytest.raises(ValueError, match="`score` must be one of"):
+        LuongAttention("cosine")
+    with pytest.raises(ValueError, match="same width"):
+        LuongAttention("dot")(query, values[..., :3])
+    with pytest.raises(ValueError, match="`units`"):
+        BahdanauAttention(0)
+
+
+def test_multi_head_attention_matches_keras_causal_reference():
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(2, 6, 8)).astype("float32")
+    ours = CachedMultiHeadAttention(num_heads=2, key_dim=4)
+    reference = keras.layers.MultiHeadAttention(num_heads=2, key_dim=4)
+    ours(x, x)
+    reference(x, x)
+    reference.set_weights(ours.get_weights())
+    mask = np.asarray(causal_mask(6, 6))[None]
+    expected = reference(x, x, use_causal_mask=True)
+    assert_close(ours(x, x, attention_mask=mask), expected)
+    # Token by token through the preallocated cache: the same outputs.
+    cache = ours.init_cache(2, 10)
+    steps = []
+    for t in range(6):
+        out, cache = ours.cached_self_attention(x[:, t : t + 1], cache, t)
+        steps.append(out)
+    assert_close(np.concatenate(steps, 1), expected)
+    assert cache["key"].shape == (2, 10, 2, 4)
+    assert np.all(np.asarray(cache["key"])[:, 6:] == 0)
+
+
+def test_multi_head_memory_projection_reuse():
+    rng = np.random.default_rng(2)
+    query = rng.normal(size=(2, 3, 8)).astype("float32")
+    memory = rng.normal(size=(2, 5, 8)).astype("float32")
+    mask = np.ones((2, 3, 5), bool)
+    mask[0, :, 4] = False
+    layer = CachedMultiHeadAttention(num_heads=2, key_dim=4)
+    expected = layer(query, memory, attention_mask=mask)
+    assert_close(layer.attend(query, layer.project_memory(memory), mask), expected)

@@ -1,0 +1,88 @@
+import json
+import os
+import string
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from kseq.data import CharacterTokenizer
+from kseq.export import export_translator, next_version
+from support import small_model
+
+# Runs in a fresh interpreter where keras, keras_hub and kseq cannot be
+# imported (as if not installed): TensorFlow alone, as TF Serving has.
+SERVE = """
+import json, sys
+for name in ("keras", "keras_hub", "kseq", "tf_keras"):
+    sys.modules[name] = None  # import fails, find_spec says "not installed"
+import tensorflow as tf
+serve = tf.saved_model.load(sys.argv[1]).signatures["serving_default"]
+out = serve(source=tf.constant(json.loads(sys.argv[2])))
+print(json.dumps({
+    "translation": [t.decode("utf-8") for t in out["translation"].numpy()],
+    "token_ids": out["token_ids"].numpy().tolist(),
+    "modules": sorted(m for m, v in sys.modules.items() if v is not None and m.split(".")[0] in ("kseq", "keras", "keras_hub")),
+    "inputs": list(serve.structured_input_signature[1]),
+}))
+"""
+
+
+def serve_in_subprocess(path, sources):
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    result = subprocess.run(
+        [sys.executable, "-c", SERVE, path, json.dumps(sources)],
+        capture_output=True, text=True, env=env, check=True,
+    )
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("kind,config", [("transformer", {}), ("rnn", {"attention": "bahdanau"})])
+def test_export_serves_without_kseq_and_agrees_with_python(kind, config, tmp_path):
+    tokenizer = CharacterTokenizer(string.ascii_lowercase)
+    model = small_model(kind, config)
+    path = export_translator(model, tokenizer, tokenizer, str(tmp_path / "reverse"), max_length=10)
+    assert path.endswith(os.path.join("reverse", "1"))
+    sources = ["keras", "sequence", "", "abc!"]  # empty and unknown characters too
+    served = serve_in_subprocess(path, sources)
+    assert served["modules"] == []
+    assert served["inputs"] == ["source"]
+    ids = tokenizer.tokenize(sources).to_tensor()
+    ids = tf.pad(ids, [[0, 0], [0, max(0, 1 - ids.shape[1])]])
+    expected = np.asarray(model.generate(ids, max_length=10))
+    assert served["token_ids"] == expected.tolist()
+    expected_text = [t.decode() for t in tokenizer.detokenize(expected).numpy()]
+    assert served["translation"] == expected_text
+
+
+def test_export_versions_and_refuses_to_overwrite(tmp_path):
+    tokenizer = CharacterTokenizer("abc")
+    model = small_model("rnn", {})
+    root = str(tmp_path / "m")
+    assert next_version(root) == 1
+    first = export_translator(model, tokenizer, tokenizer, root, max_length=4)
+    second = export_translator(model, tokenizer, tokenizer, root, max_length=4)
+    assert [os.path.basename(first), os.path.basename(second)] == ["1", "2"]
+    assert sorted(os.listdir(root)) == ["1", "2"], "no temporary folders left behind"
+    with pytest.raises(ValueError, match="already exists and is not empty"):
+        export_translator(model, tokenizer, tokenizer, root, version=2)
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    with pytest.raises(ValueError, match="exists and is not a directory"):
+        export_translator(model, tokenizer, tokenizer, str(blocker))
+
+
+def test_character_tokenizer_round_trip(tmp_path):
+    tokenizer = CharacterTokenizer.fit(["hello", "world"])
+    assert tokenizer.vocab_size == 4 + 7
+    ids = tokenizer.tokenize(["hello", "wxrld"]).to_list()
+    assert 3 in ids[1], "x is unknown"
+    text = tokenizer.detokenize(tf.ragged.constant(ids).to_tensor()).numpy().tolist()
+    assert text == ["hello".encode(), "w\u2047rld".encode()]
+    path = str(tmp_path / "vocab.json")
+    tokenizer.save(path)
+    assert CharacterTokenizer.load(path).characters == tokenizer.characters
+    with pytest.raises(ValueError, match="distinct"):
+        CharacterTokenizer("aa")

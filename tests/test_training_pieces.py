@@ -1,0 +1,114 @@
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from kseq.losses import MaskedSparseCategoricalCrossentropy
+from kseq.metrics import MaskedAccuracy, Perplexity
+from kseq.schedules import TransformerSchedule
+from support import assert_close
+
+
+def log_softmax(x):
+    x = x - x.max(-1, keepdims=True)
+    return x - np.log(np.exp(x).sum(-1, keepdims=True))
+
+
+@pytest.fixture
+def batch():
+    rng = np.random.default_rng(0)
+    labels = np.array([[5, 6, 2, 0], [7, 2, 0, 0]], "int32")
+    logits = rng.normal(size=(2, 4, 9)).astype("float32")
+    return labels, logits
+
+
+@pytest.mark.parametrize("smoothing", [0.0, 0.1])
+def test_loss_is_the_mean_over_real_tokens(batch, smoothing):
+    labels, logits = batch
+    logp = log_softmax(logits)
+    target = np.eye(9)[labels] * (1 - smoothing) + smoothing / 9
+    per_token = -(target * logp).sum(-1)
+    real = labels != 0
+    expected = per_token[real].mean()
+    loss = MaskedSparseCategoricalCrossentropy(label_smoothing=smoothing)
+    assert_close(loss(labels, logits), expected)
+    # PAD logits can be anything: the loss does not change.
+    noisy = logits.copy()
+    noisy[~real] = 1e4
+    assert_close(loss(labels, noisy), expected)
+
+
+def test_loss_matches_keras_without_smoothing(batch):
+    labels, logits = batch
+    reference = keras.losses.SparseCategoricalCrossentropy(from_logits=True, ignore_class=0)
+    assert_close(MaskedSparseCategoricalCrossentropy()(labels, logits), reference(labels, logits))
+
+
+def test_loss_sample_weights_and_empty_batch(batch):
+    labels, logits = batch
+    loss = MaskedSparseCategoricalCrossentropy()
+    weighted = loss(labels, logits, sample_weight=np.array([1.0, 0.0]))
+    assert_close(weighted, loss(labels[:1], logits[:1]))
+    assert float(loss(np.zeros((2, 4), "int32"), logits)) == 0.0
+
+
+def test_loss_round_trip_and_bad_smoothing():
+    loss = MaskedSparseCategoricalCrossentropy(label_smoothing=0.1)
+    clone = keras.losses.deserialize(keras.losses.serialize(loss))
+    assert clone.get_config() == loss.get_config()
+    with pytest.raises(ValueError, match="`label_smoothing`"):
+        MaskedSparseCategoricalCrossentropy(label_smoothing=1.0)
+
+
+def test_masked_accuracy_and_perplexity(batch):
+    labels, logits = batch
+    real = labels != 0
+    accuracy = MaskedAccuracy()
+    accuracy.update_state(labels, logits)
+    assert_close(accuracy.result(), (logits.argmax(-1) == labels)[real].mean())
+    perplexity = Perplexity()
+    perplexity.update_state(labels, logits)
+    nll = -np.take_along_axis(log_softmax(logits), labels[..., None], -1)[..., 0]
+    assert_close(perplexity.result(), np.exp(nll[real].mean()), atol=1e-4)
+    perplexity.reset_state()
+    perplexity.update_state(labels, np.zeros_like(logits))
+    assert_close(perplexity.result(), 9.0, atol=1e-4)
+    for metric in (accuracy, perplexity):
+        clone = metric.__class__.from_config(metric.get_config())
+        assert clone.name == metric.name
+
+
+def test_transformer_schedule_formula():
+    schedule = TransformerSchedule(d_model=512, warmup_steps=4000)
+    for step in [1, 100, 4000, 10000]:
+        expected = 512**-0.5 * min(step**-0.5, step * 4000**-1.5)
+        assert_close(schedule(step - 1), expected, atol=1e-9)
+    clone = TransformerSchedule.from_config(schedule.get_config())
+    assert_close(clone(10), schedule(10))
+    optimizer = keras.optimizers.Adam(schedule)
+    restored = keras.optimizers.deserialize(keras.optimizers.serialize(optimizer))
+    assert isinstance(restored.learning_rate, TransformerSchedule) or isinstance(
+        restored._learning_rate, TransformerSchedule
+    )
+    with pytest.raises(ValueError, match="`d_model` and `warmup_steps` must be positive"):
+        TransformerSchedule(0)
+
+
+def test_loss_normalises_by_tokens_across_replicas():
+    """Two replicas with different token counts: the replicas' losses add
+    up to the global mean over real tokens, not the mean of two means."""
+    cpus = tf.config.list_logical_devices("CPU")
+    assert len(cpus) == 2, "conftest configures two logical CPUs"
+    strategy = tf.distribute.MirroredStrategy([d.name for d in cpus[:2]])
+    labels = np.array([[5, 2, 0, 0], [5, 6, 7, 2]], "int32")
+    logits = np.random.default_rng(0).normal(size=(2, 4, 9)).astype("float32")
+    loss = MaskedSparseCategoricalCrossentropy()
+
+    def replica_fn(y, p):
+        return loss(y, p)
+
+    dataset = tf.data.Dataset.from_tensor_slices((labels, logits)).batch(2)
+    y, p = next(iter(strategy.experimental_distribute_dataset(dataset)))
+    per_replica = strategy.run(replica_fn, args=(y, p))
+    total = strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
+    assert_close(total, loss(labels, logits))
