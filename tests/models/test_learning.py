@@ -5,9 +5,10 @@ Tasks (30-id vocabulary, ids 4-29 as symbols):
 - reverse 4-8 tokens: context-vector models (no attention), whose single
   vector makes long sequences slow to learn (Bahdanau et al.'s point); the
   4-12 version runs in the `slow` suite;
-- copy 4-8 tokens with `reverse_source=True` (Sutskever et al.'s trick).
+- copy 4-8 tokens with `reverse_source=True` (Sutskever et al.'s trick),
+  with the peeky decoder.
 Each run trains for a fixed budget on a warm-up + cosine schedule, stops
-early once 500 held-out sequences are >= 99.8% right, and is judged on
+early once 500 held-out sequences are >= 99.6% right, and is judged on
 1000 fresh sequences; trained attention models must also attend to the
 source token they are emitting.
 """
@@ -28,8 +29,8 @@ TRANSFORMER_SIZE = dict(num_layers=2, d_model=64, num_heads=4, ff_dim=128, dropo
 # (name, model class, arguments, task, max task length, steps, peak learning rate)
 RUNS = {
     "lstm-context-vector": (RNNSeq2Seq, dict(cell="lstm"), "reverse", 8, 2400, 1e-2),
-    "lstm-peeky": (RNNSeq2Seq, dict(cell="lstm", peeky=True), "reverse", 8, 2000, 1e-2),
-    "lstm-reverse-source": (RNNSeq2Seq, dict(cell="lstm", reverse_source=True), "copy", 8, 1600, 1e-2),
+    "lstm-peeky-reverse-source": (
+        RNNSeq2Seq, dict(cell="lstm", peeky=True, reverse_source=True), "copy", 8, 1600, 1e-2),
     "rnn-general": (RNNSeq2Seq, dict(cell="rnn", attention="general"), "reverse", 12, 1600, 3e-3),
     "lstm-dot": (RNNSeq2Seq, dict(cell="lstm", attention="dot"), "reverse", 12, 1600, 1e-2),
     "gru-concat": (RNNSeq2Seq, dict(cell="gru", attention="concat"), "reverse", 12, 1600, 1e-2),
@@ -55,7 +56,7 @@ def make_task(task, count, max_length, seed):
 
 
 class StopWhenLearned(keras.callbacks.Callback):
-    def __init__(self, inputs, targets, max_length, every=200, threshold=0.998):
+    def __init__(self, inputs, targets, max_length, every=200, threshold=0.996):
         super().__init__()
         self.inputs, self.targets, self.max_length = inputs, targets, max_length
         self.every, self.threshold = every, threshold
@@ -109,9 +110,11 @@ def mirrored_attention(model, inputs):
 @pytest.mark.parametrize("name", list(RUNS))
 def test_configuration_learns(name):
     model, score, inputs = train(name, RUNS)
+    print(f"LEARNED {name}: exact match {score:.4f} on 1000 held-out sequences")
     assert score >= 0.99, f"{name}: exact match {score:.3f} on 1000 held-out sequences"
     if getattr(model, "attention", None) and RUNS[name][2] == "reverse":
         aligned = mirrored_attention(model, inputs)
+        print(f"ALIGNED {name}: {aligned:.4f} of steps attend to the mirrored token")
         assert aligned >= 0.9, f"{name}: {aligned:.3f} of steps attend to the mirrored token"
 
 
@@ -119,4 +122,5 @@ def test_configuration_learns(name):
 @pytest.mark.parametrize("name", list(SLOW_RUNS))
 def test_context_vector_learns_full_length_reversal(name):
     _, score, _ = train(name, SLOW_RUNS)
+    print(f"LEARNED {name}: exact match {score:.4f} on 1000 held-out sequences")
     assert score >= 0.99, f"{name}: exact match {score:.3f} on 1000 held-out sequences"
