@@ -10,24 +10,32 @@ import shutil
 import keras
 import tensorflow as tf
 
+from kseq.decoding import GreedySearch, trim_padding
 from kseq.special_ids import PAD_ID
 
 SOURCE_SPEC = tf.TensorSpec([None], tf.string, name="source")
 
 
-def translate_function(model, source_tokenizer, target_tokenizer, max_length=64, max_source_length=256):
+def translate_function(model, source_tokenizer, target_tokenizer, max_length=64,
+                       max_source_length=256, search=None):
     """strings (B,) -> {"translation": strings (B,), "token_ids": (B, T')}.
 
     Tokenizer, search and detokenizer, all in TensorFlow ops: the function
-    the exported signature serves, usable in-process too.
+    the exported signature serves, usable in-process too. `search` is a
+    kseq.decoding search (default: greedy up to `max_length` tokens); beam
+    search serves its best hypothesis.
     """
+    search = search or GreedySearch(max_length)
 
     def translate(source):
         ids = source_tokenizer.tokenize(source)[:, :max_source_length]
         ids = ids.to_tensor(default_value=PAD_ID)
         # Keep at least one column so an all-empty batch still has a shape.
         ids = tf.pad(ids, [[0, 0], [0, tf.maximum(0, 1 - tf.shape(ids)[1])]])
-        generated = model.search(tf.cast(ids, tf.int32), max_length)
+        generated, _ = model.search(tf.cast(ids, tf.int32), search)
+        if generated.shape.rank == 3:  # beam search: (B, N, L)
+            generated = generated[:, 0]
+        generated = trim_padding(generated)
         return {"translation": target_tokenizer.detokenize(generated), "token_ids": generated}
 
     return translate
@@ -42,11 +50,13 @@ def next_version(export_dir):
 
 
 def export_translator(
-    model, source_tokenizer, target_tokenizer, export_dir, version=None, max_length=64, max_source_length=256
+    model, source_tokenizer, target_tokenizer, export_dir, version=None, max_length=64,
+    max_source_length=256, search=None,
 ):
     """Writes `export_dir/<version>/`, a SavedModel with `serving_default`:
     {"source": tf.string (None,)} -> {"translation": tf.string (None,),
-    "token_ids": int32 (None, None)}.
+    "token_ids": int32 (None, None)}, decoding with `search` (see
+    `translate_function`).
 
     The model is written to a temporary folder beside the target and renamed
     when complete, so a crash never leaves a half-written version behind.
@@ -71,7 +81,9 @@ def export_translator(
         archive.track(resource)
     archive.add_endpoint(
         "serving_default",
-        translate_function(model, source_tokenizer, target_tokenizer, max_length, max_source_length),
+        translate_function(
+            model, source_tokenizer, target_tokenizer, max_length, max_source_length, search
+        ),
         input_signature=[SOURCE_SPEC],
     )
     os.makedirs(export_dir, exist_ok=True)

@@ -103,3 +103,18 @@ def check_token_ids(ids, name, vocab_size=None, max_length=None):
     ]
     with tf.control_dependencies(checks):
         return tf.identity(ids)
+
+
+def check_float(name, value, low=None, high=None, low_open=False):
+    """Raises ValueError unless `value` is a finite real in [low, high]
+    (or (low, high] with `low_open`)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.floating)):
+        raise ValueError(f"`{name}` must be a number; got {value!r}.")
+    value = float(value)
+    too_low = low is not None and (value <= low if low_open else value < low)
+    too_high = high is not None and value > high
+    if not np.isfinite(value) or too_low or too_high:
+        left = "(" if low_open else "["
+        bounds = f"{left}{'-inf' if low is None else low}, {'inf' if high is None else high}]"
+        raise ValueError(f"`{name}` must be a finite number in {bounds}; got {value!r}.")
+    return value

@@ -1,5 +1,16 @@
-"""Search strategies over a decoder step function."""
+"""Search strategies over a decoder step function.
 
-from kseq.decoding.greedy import greedy_search
+Every search is a small object called as `search(step_fn, state,
+batch_size, reorder_state=None)` with `step_fn(token_ids, state, index) ->
+(logits, state)`; it returns fixed-shape ids (B, max_length) — (B, N,
+max_length) for beam search — and scores, all in TensorFlow ops so it traces
+once, compiles under XLA and exports. `trim_padding` cuts the PAD columns
+afterwards, outside any compiled function.
+"""
 
-__all__ = ["greedy_search"]
+from kseq.decoding.beam_search import BeamSearch, length_penalty
+from kseq.decoding.factory import make_search, trim_padding
+from kseq.decoding.greedy import GreedySearch
+from kseq.decoding.sampling import Sampler
+
+__all__ = ["BeamSearch", "GreedySearch", "Sampler", "length_penalty", "make_search", "trim_padding"]

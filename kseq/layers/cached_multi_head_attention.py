@@ -16,7 +16,7 @@ class CachedMultiHeadAttention(keras.layers.MultiHeadAttention):
     - `project_memory`: keys/values of a fixed memory (the encoder outputs),
       projected once per source and reused at every step;
     - `cached_self_attention`: self-attention over a preallocated
-      (B, L, H, D/H) key/value cache updated in place at `index`, so shapes
+      (B, H, L, D/H) key/value cache updated in place at `index`, so shapes
       stay fixed across steps (one trace, XLA-friendly).
 
     Arguments are those of `keras.layers.MultiHeadAttention`.
@@ -29,48 +29,54 @@ class CachedMultiHeadAttention(keras.layers.MultiHeadAttention):
     """
 
     def project_memory(self, value, key=None):
-        """(B, S, D) memory -> {"key": (B, S, H, D/H), "value": (B, S, H, D/H)}."""
+        """(B, S, D) memory -> {"key", "value"}: (B, H, S, D/H) each."""
         key = value if key is None else key
-        return {"key": self._key_dense(key), "value": self._value_dense(value)}
+        return {
+            "key": _heads_first(self._key_dense(key)),
+            "value": _heads_first(self._value_dense(value)),
+        }
 
     def attend(self, query, memory, attention_mask=None, training=None):
         """Attention of (B, T, D) queries over projected `memory`.
 
         `attention_mask` broadcasts to (B, T, S); True means "may attend".
+        The parent's masked softmax and dropout, on head-major keys/values.
         """
-        query = self._query_dense(query)  # (B, T, H, D/H)
+        query = self._query_dense(query) * ops.cast(self._inverse_sqrt_key_dim, query.dtype)
+        scores = ops.einsum("bthd,bhsd->bhts", query, memory["key"])
         if attention_mask is not None:
             attention_mask = ops.cast(attention_mask, "bool")
-        output, _ = self._compute_attention(
-            query, memory["key"], memory["value"], attention_mask, training
-        )
+        weights = self._masked_softmax(scores, attention_mask)
+        weights = self._dropout_layer(weights, training=training)
+        output = ops.einsum("bhts,bhsd->bthd", weights, memory["value"])
         return self._output_dense(output)
 
     def init_cache(self, batch_size, max_length):
-        """Zeroed self-attention cache: {"key", "value"} of (B, L, H, D/H)."""
+        """Zeroed self-attention cache: {"key", "value"} of (B, H, L, D/H)."""
+        value_dim = self.value_dim or self.key_dim
         return {
-            "key": ops.zeros(
-                (batch_size, max_length, self.num_heads, self.key_dim),
-                self.compute_dtype,
-            ),
-            "value": ops.zeros(
-                (batch_size, max_length, self.num_heads, self.value_dim or self.key_dim),
-                self.compute_dtype,
-            ),
+            "key": ops.zeros((batch_size, self.num_heads, max_length, self.key_dim), self.compute_dtype),
+            "value": ops.zeros((batch_size, self.num_heads, max_length, value_dim), self.compute_dtype),
         }
 
     def cached_self_attention(self, query, cache, index, training=None):
         """Causal self-attention of the (B, T, D) steps at positions index.. .
 
-        Writes their keys/values into `cache` at `index` and attends over
-        cache positions <= each step's own. Returns (output, updated cache).
+        Writes their keys/values into `cache` at `index` (an in-place
+        dynamic-update-slice under XLA) and attends over cache positions <=
+        each step's own. Returns (output, updated cache).
         """
         new = self.project_memory(query)
         cache = {
             name: ops.slice_update(
-                cache[name], (0, index, 0, 0), ops.cast(new[name], cache[name].dtype)
+                cache[name], (0, 0, index, 0), ops.cast(new[name], cache[name].dtype)
             )
             for name in ("key", "value")
         }
-        mask = causal_mask(ops.shape(query)[1], ops.shape(cache["key"])[1], index)
+        mask = causal_mask(ops.shape(query)[1], ops.shape(cache["key"])[2], index)
         return self.attend(query, cache, mask, training), cache
+
+
+def _heads_first(x):
+    """(B, S, H, D/H) -> (B, H, S, D/H)."""
+    return ops.transpose(x, (0, 2, 1, 3))

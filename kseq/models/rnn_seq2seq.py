@@ -3,6 +3,7 @@
 import keras
 from keras import ops
 
+from kseq.decoding.beam_search import gather_beams
 from kseq.layers.masking import padding_mask, reverse_real_steps
 from kseq.layers.rnn_cells import num_states
 from kseq.layers.rnn_decoder import RNNDecoder
@@ -156,6 +157,11 @@ class RNNSeq2Seq(Seq2Seq):
         the recurrent state already knows the position."""
         features, state, _ = self.decoder.step(self.target_embedding(token_ids), state)
         return self.output_projection(features), state
+
+    def reorder_state(self, state, indices):
+        """Reorders the recurrent states only: the source memory and context
+        are the same for every beam of a row."""
+        return dict(state, rnn=gather_beams(state["rnn"], indices))
 
     def _decoder_inputs(self, source_ids, target_ids, training):
         encoded = self.encode(source_ids, training)

@@ -3,6 +3,7 @@
 import keras
 from keras import ops
 
+from kseq.decoding.beam_search import gather_beams
 from kseq.layers.masking import padding_mask
 from kseq.layers.token_and_position_embedding import TokenAndPositionEmbedding
 from kseq.layers.transformer_decoder_block import TransformerDecoderBlock
@@ -186,7 +187,7 @@ class TransformerSeq2Seq(Seq2Seq):
         return self._project(x)
 
     def initial_state(self, encoder_outputs, source_padding_mask, max_length=None):
-        """Per decoder layer: an empty (B, L, H, D/H) self-attention cache for
+        """Per decoder layer: an empty (B, H, L, D/H) self-attention cache for
         L = max_length positions and the source's cross-attention keys/values."""
         memory = encoder_outputs["memory"]
         length = max_length or self.max_length
@@ -211,6 +212,14 @@ class TransformerSeq2Seq(Seq2Seq):
         if self.decoder_norm is not None:
             x = self.decoder_norm(x)
         return self._project(x)[:, 0], dict(state, layers=layers)
+
+    def reorder_state(self, state, indices):
+        """Reorders the self-attention caches only: the source mask and its
+        keys/values are the same for every beam of a row."""
+        layers = [
+            dict(layer, cache=gather_beams(layer["cache"], indices)) for layer in state["layers"]
+        ]
+        return dict(state, layers=layers)
 
     def _cross_attention(self, source_ids, target_ids):
         source_mask = padding_mask(source_ids)

@@ -102,8 +102,9 @@ def test_multi_head_attention_matches_keras_causal_reference():
         out, cache = ours.cached_self_attention(x[:, t : t + 1], cache, t)
         steps.append(out)
     assert_close(np.concatenate(steps, 1), expected)
-    assert cache["key"].shape == (2, 10, 2, 4)
-    assert np.all(np.asarray(cache["key"])[:, 6:] == 0)
+    assert cache["key"].shape == (2, 2, 10, 4)  # (B, H, L, D/H)
+    assert np.all(np.asarray(cache["key"])[:, :, 6:] == 0)
+    assert np.all(np.asarray(cache["key"])[:, :, :6] != 0)
 
 
 def test_multi_head_memory_projection_reuse():

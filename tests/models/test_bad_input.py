@@ -53,6 +53,19 @@ def test_bad_input_structure_and_generate_arguments(make):
         model.generate(SOURCE, max_length=5, method="viterbi")
     with pytest.raises(ValueError, match="`max_length` must be >= 1"):
         model.generate(SOURCE, max_length=0)
+    bad_options = [
+        (dict(method="beam", beam_size=0), "`beam_size` must be >= 1"),
+        (dict(method="beam", beam_size=2, num_return=3), "`num_return` \\(3\\) must be <="),
+        (dict(num_return=2), "`num_return` > 1 needs method='beam'"),
+        (dict(method="beam", length_penalty="0.6"), "`length_penalty` must be a number"),
+        (dict(method="sample", temperature=0.0), "`temperature` must be a finite number"),
+        (dict(method="sample", top_p=0.0), "`top_p` must be a finite number in \\(0"),
+        (dict(method="sample", top_k=31), "`top_k` \\(31\\) must be <= target_vocab_size \\(30\\)"),
+        (dict(method="sample", seed=1.5), "`seed` must be an integer"),
+    ]
+    for options, message in bad_options:
+        with pytest.raises(ValueError, match=message):
+            model.generate(SOURCE, max_length=5, **options)
 
 
 def test_over_long_inputs_for_the_transformer():

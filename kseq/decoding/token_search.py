@@ -1,0 +1,76 @@
+"""The loop shared by searches that pick one token per row per step."""
+
+import tensorflow as tf
+
+from kseq.decoding.constraints import suppress_special_tokens
+from kseq.special_ids import BOS_ID, EOS_ID, PAD_ID
+from kseq.validation import check_positive_int
+
+
+class TokenSearch:
+    """Base of GreedySearch and Sampler: one hypothesis per row.
+
+    Subclasses choose the next token from the step's logits. The loop is a
+    single `tf.while_loop` with fixed-shape variables, so it traces once,
+    compiles under XLA and exports; it stops when every row has emitted EOS
+    or after `max_length` tokens.
+
+    Args:
+        max_length: the most tokens to generate (a Python int).
+        eos_id: the id that ends a row; -1 never ends one (benchmarks use it
+            to force full-length generation).
+    """
+
+    def __init__(self, max_length, eos_id=EOS_ID, bos_id=BOS_ID, pad_id=PAD_ID):
+        self.max_length = check_positive_int("max_length", max_length)
+        self.eos_id, self.bos_id, self.pad_id = int(eos_id), int(bos_id), int(pad_id)
+
+    def chooser(self):
+        """Returns `choose(logits (B, V) float32, index) -> (B,) int32 tokens`,
+        called once per search (a sampler draws its seed there)."""
+        raise NotImplementedError
+
+    def __call__(self, step_fn, state, batch_size, reorder_state=None):
+        """Decodes a batch.
+
+        Args:
+            step_fn: `(token_ids (B,), state, index) -> (logits (B, V), state)`;
+                `index` is the position of `token_ids` (0 for BOS).
+            state: the decoder state from the model's `initial_state`.
+            batch_size: B (int or scalar tensor).
+            reorder_state: unused (one hypothesis per row); accepted so that
+                every search has the same call.
+
+        Returns:
+            (ids, scores): ids (B, max_length) int32 with no BOS, EOS kept and
+            PAD after EOS; scores (B,) float32, the sum of the model's token
+            log-probabilities over each row's tokens.
+        """
+        del reorder_state
+        length = self.max_length
+        tokens = tf.fill([batch_size], tf.constant(self.bos_id, tf.int32))
+        finished = tf.zeros([batch_size], tf.bool)
+        output = tf.fill([batch_size, length], tf.constant(self.pad_id, tf.int32))
+        scores = tf.zeros([batch_size], tf.float32)
+        positions = tf.range(length)
+        choose = self.chooser()
+
+        def keep_going(index, tokens, finished, output, scores, state):
+            return tf.logical_and(index < length, tf.logical_not(tf.reduce_all(finished)))
+
+        def body(index, tokens, finished, output, scores, state):
+            logits, state = step_fn(tokens, state, index)
+            logits = suppress_special_tokens(tf.cast(logits, tf.float32))
+            chosen = choose(logits, index)
+            log_probs = tf.gather(logits, chosen, batch_dims=1) - tf.reduce_logsumexp(logits, -1)
+            scores += tf.where(finished, 0.0, log_probs)
+            chosen = tf.where(finished, self.pad_id, chosen)
+            # A masked write rather than a scatter: fixed shapes for XLA.
+            output = tf.where(positions[None, :] == index, chosen[:, None], output)
+            finished = tf.logical_or(finished, tf.equal(chosen, self.eos_id))
+            return index + 1, chosen, finished, output, scores, state
+
+        _, _, _, output, scores, _ = tf.while_loop(
+            keep_going, body, (tf.constant(0), tokens, finished, output, scores, state)
+        )
+        return output, scores
