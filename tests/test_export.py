@@ -9,6 +9,7 @@ import pytest
 import tensorflow as tf
 
 from kseq.data import CharacterTokenizer
+from kseq.decoding import BeamSearch
 from kseq.export import export_translator, next_version
 from support import small_model
 
@@ -55,6 +56,18 @@ def test_export_serves_without_kseq_and_agrees_with_python(kind, config, tmp_pat
     assert served["token_ids"] == expected.tolist()
     expected_text = [t.decode() for t in tokenizer.detokenize(expected).numpy()]
     assert served["translation"] == expected_text
+
+
+def test_export_with_beam_search_serves_the_best_hypothesis(tmp_path):
+    tokenizer = CharacterTokenizer(string.ascii_lowercase)
+    model = small_model("transformer", {})
+    search = BeamSearch(10, beam_size=3, length_penalty=0.6)
+    path = export_translator(model, tokenizer, tokenizer, str(tmp_path / "beam"), search=search)
+    sources = ["keras", "attention", "abc"]
+    served = serve_in_subprocess(path, sources)
+    ids = tokenizer.tokenize(sources).to_tensor()
+    expected = model.generate(ids, max_length=10, method="beam", beam_size=3, length_penalty=0.6)
+    assert served["token_ids"] == np.asarray(expected).tolist()
 
 
 def test_export_versions_and_refuses_to_overwrite(tmp_path):
