@@ -1,5 +1,7 @@
 """Keras callbacks for sequence models."""
 
+import time
+
 import keras
 import numpy as np
 import tensorflow as tf
@@ -51,3 +53,68 @@ class GenerationMonitor(keras.callbacks.Callback):
                     tf.summary.scalar(name, value)
                 tf.summary.text("samples", table)
             self.writer.flush()
+
+
+class TimeLimit(keras.callbacks.Callback):
+    """Stops training once `minutes` of wall-clock time have passed.
+
+    Checked after every batch, so a run stops within one step of its
+    budget; the epoch in progress still ends with its validation.
+
+    Args:
+        minutes: the training budget (None or 0: no limit).
+    """
+
+    def __init__(self, minutes):
+        super().__init__()
+        self.minutes = minutes
+        self.stopped_at_step = None
+
+    def on_train_begin(self, logs=None):
+        self.start = time.monotonic()
+
+    def on_train_batch_end(self, batch, logs=None):
+        if self.minutes and time.monotonic() - self.start > 60.0 * self.minutes:
+            if not self.model.stop_training:
+                self.stopped_at_step = int(self.model.optimizer.iterations.numpy())
+                print(f"\ntime limit of {self.minutes} min reached at step {self.stopped_at_step}")
+            self.model.stop_training = True
+
+
+class AttentionMaps(keras.callbacks.Callback):
+    """Logs decoder-to-source attention heatmaps of fixed sentences after
+    every epoch, as images under `<logdir>/attention` (labelled with tokens).
+
+    Args:
+        source_ids: (N, S) int ids of the sentences to plot.
+        output_ids: `source_ids -> (N, T) output ids` (e.g. greedy decoding).
+        labels: `ids (1-D) -> list of token strings`.
+        logdir: TensorBoard log directory.
+    """
+
+    def __init__(self, source_ids, output_ids, labels, logdir):
+        super().__init__()
+        self.source_ids, self.output_ids, self.labels = source_ids, output_ids, labels
+        self.writer = tf.summary.create_file_writer(f"{logdir}/attention")
+
+    def on_epoch_end(self, epoch, logs=None):
+        from kseq.plotting import attention_image
+        from kseq.special_ids import BOS_ID
+
+        outputs = np.asarray(self.output_ids(self.source_ids))
+        decoder_input = np.concatenate([np.full((len(outputs), 1), BOS_ID, outputs.dtype), outputs[:, :-1]], 1)
+        weights = np.asarray(
+            self.model.attention_weights({"source_ids": self.source_ids, "target_ids": decoder_input})
+        )
+        images = []
+        for row, source in enumerate(np.asarray(self.source_ids)):
+            source = source[source != 0]
+            output = outputs[row][outputs[row] != 0]
+            image = attention_image(
+                weights[row, : len(output), : len(source)], self.labels(source), self.labels(output)
+            )
+            images.append(image)
+        with self.writer.as_default(step=epoch + 1):
+            for row, image in enumerate(images):
+                tf.summary.image(f"sentence_{row}", image[None, :, :, :3])
+        self.writer.flush()

@@ -51,12 +51,13 @@ def next_version(export_dir):
 
 def export_translator(
     model, source_tokenizer, target_tokenizer, export_dir, version=None, max_length=64,
-    max_source_length=256, search=None,
+    max_source_length=256, search=None, assets=None,
 ):
     """Writes `export_dir/<version>/`, a SavedModel with `serving_default`:
     {"source": tf.string (None,)} -> {"translation": tf.string (None,),
     "token_ids": int32 (None, None)}, decoding with `search` (see
-    `translate_function`).
+    `translate_function`). `assets` ({file name: bytes}, e.g. the
+    vocabulary) are written to the version's `assets/` folder.
 
     The model is written to a temporary folder beside the target and renamed
     when complete, so a crash never leaves a half-written version behind.
@@ -91,6 +92,10 @@ def export_translator(
     shutil.rmtree(temporary, ignore_errors=True)
     try:
         archive.write_out(temporary, verbose=False)
+        for name, content in (assets or {}).items():
+            os.makedirs(os.path.join(temporary, "assets"), exist_ok=True)
+            with open(os.path.join(temporary, "assets", name), "wb") as f:
+                f.write(content)
         if os.path.isdir(final):  # an empty leftover folder
             os.rmdir(final)
         os.rename(temporary, final)

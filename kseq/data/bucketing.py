@@ -1,0 +1,159 @@
+"""Length-bucketed batches under a token budget, for training on real text."""
+
+import dataclasses
+
+import numpy as np
+import tensorflow as tf
+
+from kseq.data.pipeline import add_specials
+from kseq.special_ids import PAD_ID
+from kseq.validation import check_choice, check_positive_int
+
+
+@dataclasses.dataclass
+class PipelineReport:
+    """What the pipeline kept and why it left pairs out."""
+
+    pairs: int
+    kept: int
+    empty: int  # a side with no tokens
+    over_long: int  # dropped or truncated, see `over_long_action`
+    over_long_action: str
+    max_length: int
+
+    def __str__(self):
+        return (
+            f"{self.kept} of {self.pairs} pairs kept; {self.empty} with an empty side "
+            f"dropped; {self.over_long} over {self.max_length} tokens {self.over_long_action}"
+        )
+
+
+def default_boundaries(max_length):
+    """Bucket edges growing by about 1.3x from 8, the last one max_length + 1
+    (so every kept sequence fits the last bucket's padded length)."""
+    edges, edge = [], 8
+    while edge <= max_length:
+        edges.append(edge)
+        edge = max(edge + 4, int(edge * 1.3) // 4 * 4)
+    return edges + [max_length + 1]
+
+
+def tokenize_pairs(sources, targets, source_tokenizer, target_tokenizer, chunk=4096):
+    """Tokenizes parallel strings in chunks -> two (N, None) ragged tensors."""
+    if len(sources) != len(targets):
+        raise ValueError(
+            f"`sources` and `targets` must have the same length; got {len(sources)} "
+            f"and {len(targets)}."
+        )
+    if not sources:
+        raise ValueError("`sources` must not be empty.")
+
+    def run(tokenizer, texts):
+        parts = [tokenizer.tokenize(list(texts[i : i + chunk])) for i in range(0, len(texts), chunk)]
+        return tf.concat(parts, axis=0)
+
+    return run(source_tokenizer, sources), run(target_tokenizer, targets)
+
+
+def bucketed_pair_dataset(
+    sources, targets, source_tokenizer, target_tokenizer, token_budget=4096, max_length=128,
+    boundaries=None, shuffle=True, seed=None, over_long="drop", drop_remainder=False,
+):
+    """Batches of ({"source_ids", "target_ids"}, labels) with little padding.
+
+    Pairs are tokenized once, then grouped by length into buckets; each
+    bucket's batches hold about `token_budget` padded tokens (so short
+    sentences come in big batches and long ones in small), padded to the
+    bucket's edge, which bounds the number of distinct shapes (one trace
+    each) and keeps padding small (both sides of a batch share its width). Targets get BOS (decoder input) and EOS
+    (labels).
+
+    Args:
+        sources, targets: parallel lists of strings.
+        source_tokenizer, target_tokenizer: kseq tokenizers.
+        token_budget: padded tokens per batch (per side).
+        max_length: the longest source, or target with BOS/EOS, kept.
+        boundaries: bucket edges (default: `default_boundaries`).
+        shuffle: reshuffle pairs every epoch (the batches differ each epoch).
+        seed: shuffle seed.
+        over_long: "drop" pairs over `max_length`, or "truncate" them.
+        drop_remainder: drop each bucket's last, smaller batch of an epoch
+            (training under XLA then sees one shape per bucket).
+
+    Returns:
+        (dataset, PipelineReport).
+    """
+    check_positive_int("token_budget", token_budget)
+    check_positive_int("max_length", max_length)
+    check_choice("over_long", over_long, ("drop", "truncate"))
+    if token_budget < max_length:
+        raise ValueError(
+            f"`token_budget` ({token_budget}) must be >= `max_length` ({max_length}) so "
+            "that the longest pair fits in a batch."
+        )
+    source_ids, target_ids = tokenize_pairs(sources, targets, source_tokenizer, target_tokenizer)
+    source_lengths = source_ids.row_lengths().numpy()
+    target_lengths = target_ids.row_lengths().numpy() + 1  # with BOS or EOS
+    empty = (source_lengths == 0) | (target_lengths == 1)
+    too_long = ~empty & ((source_lengths > max_length) | (target_lengths > max_length))
+    keep = ~empty & (~too_long if over_long == "drop" else True)
+    report = PipelineReport(
+        len(sources), int(keep.sum()), int(empty.sum()), int(too_long.sum()),
+        "dropped" if over_long == "drop" else "truncated", max_length,
+    )
+    if not keep.any():
+        raise ValueError(f"No pair is left to train on: {report}.")
+    indices = np.flatnonzero(keep)
+    source_ids = tf.gather(source_ids, indices)[:, :max_length]
+    target_ids = tf.gather(target_ids, indices)[:, : max_length - 1]
+
+    dataset = tf.data.Dataset.from_tensor_slices((source_ids, target_ids))
+    if shuffle:
+        dataset = dataset.shuffle(len(indices), seed=seed, reshuffle_each_iteration=True)
+
+    def with_specials(source, target):
+        decoder_input, labels = add_specials(tf.RaggedTensor.from_tensor(target[None]))
+        return source, decoder_input[0], labels[0]
+
+    dataset = dataset.map(with_specials, num_parallel_calls=tf.data.AUTOTUNE)
+    boundaries = list(boundaries or default_boundaries(max_length))
+    if boundaries[-1] <= max_length:
+        raise ValueError(
+            f"The last bucket boundary ({boundaries[-1]}) must be > `max_length` ({max_length})."
+        )
+    # Bucket i holds lengths in [edge[i-1], edge[i]) and is padded to
+    # edge[i] - 1; tf.data adds a bucket past the last edge, empty here.
+    batch_sizes = [max(1, token_budget // max(edge - 1, 1)) for edge in boundaries]
+    dataset = dataset.bucket_by_sequence_length(
+        element_length_func=lambda s, d, l: tf.maximum(tf.shape(s)[0], tf.shape(d)[0]),
+        bucket_boundaries=boundaries,
+        bucket_batch_sizes=batch_sizes + [1],
+        padded_shapes=([None], [None], [None]),
+        padding_values=(PAD_ID, PAD_ID, PAD_ID),
+        pad_to_bucket_boundary=True,
+        drop_remainder=drop_remainder,
+    )
+
+    def to_model_inputs(source, decoder_input, labels):
+        return {"source_ids": source, "target_ids": decoder_input}, labels
+
+    dataset = dataset.map(to_model_inputs, num_parallel_calls=tf.data.AUTOTUNE)
+    # Bucket membership depends on lengths only, so the batch count is fixed
+    # whatever the shuffle; telling tf.data lets Keras show progress.
+    lengths = np.maximum(np.minimum(source_lengths[indices], max_length),
+                         np.minimum(target_lengths[indices], max_length))
+    buckets = np.searchsorted(boundaries, lengths, side="right")
+    counts = np.bincount(buckets, minlength=len(boundaries))
+    sizes = np.asarray(batch_sizes)
+    batches = (counts // sizes if drop_remainder else -(-counts // sizes)).sum()
+    dataset = dataset.apply(tf.data.experimental.assert_cardinality(int(batches)))
+    return dataset.prefetch(tf.data.AUTOTUNE), report
+
+
+def padding_fraction(dataset):
+    """Share of PAD among the label positions of one pass over `dataset`."""
+    real = total = 0
+    for _, labels in dataset:
+        real += int(tf.math.count_nonzero(labels))
+        total += int(tf.size(labels))
+    return 1.0 - real / total

@@ -1,0 +1,130 @@
+"""A user's own parallel corpus: one `source<TAB>target` pair per line."""
+
+import codecs
+import os
+
+from kseq.data.text import normalize_text
+from kseq.validation import check_choice
+
+# Reasons a line is skipped, as they appear in `problems` and in messages.
+NO_TAB = "no tab"
+MANY_TABS = "more than one tab"
+EMPTY_LINE = "empty line"
+EMPTY_SOURCE = "empty source"
+EMPTY_TARGET = "empty target"
+NOT_UTF8 = "not UTF-8"
+
+
+def _check_line(raw):
+    """One line's bytes -> ((source, target), None) or (None, reason)."""
+    try:
+        line = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return None, NOT_UTF8
+    if not line.strip():
+        return None, EMPTY_LINE
+    fields = line.split("\t")
+    if len(fields) != 2:
+        return None, NO_TAB if len(fields) == 1 else MANY_TABS
+    source, target = (normalize_text(field) for field in fields)
+    if not source:
+        return None, EMPTY_SOURCE
+    if not target:
+        return None, EMPTY_TARGET
+    return (source, target), None
+
+
+def _describe(problems, limit):
+    """'line 4 (no tab), line 7 (empty target) and 3 more'."""
+    shown = ", ".join(f"line {number} ({reason})" for number, reason in problems[:limit])
+    rest = len(problems) - limit
+    return shown + (f" and {rest} more" if rest > 0 else "")
+
+
+def read_tsv(path, on_error="skip"):
+    """Reads `source<TAB>target` pairs, normalized with `normalize_text`.
+
+    The file is UTF-8 (an optional BOM is ignored), with `\\n` or `\\r\\n`
+    line ends. Bad lines are collected rather than fatal by default,
+    because a few stray lines in a scraped corpus should not stop a run;
+    print `format_problems(...)` so they are not silently lost.
+
+    Args:
+        path: the file to read.
+        on_error: "skip" drops bad lines and reports them in `problems`;
+            "raise" raises ValueError if any line is bad.
+
+    Returns:
+        (sources, targets, problems): two equal-length lists of strings and a
+        list of (line_number, reason), line numbers 1-based, for the lines
+        skipped: no tab, more than one tab, empty line, empty source, empty
+        target or not UTF-8.
+
+    Raises:
+        FileNotFoundError: `path` does not exist.
+        ValueError: `path` is a directory, has no valid line, or has a bad
+            line when on_error="raise".
+
+    Example:
+        sources, targets, problems = read_tsv("pairs.tsv")
+        if problems:
+            print(format_problems(problems, "pairs.tsv", total_lines=len(sources) + len(problems)))
+    """
+    check_choice("on_error", on_error, ("skip", "raise"))
+    path = os.fspath(path)
+    if os.path.isdir(path):
+        raise ValueError(
+            f"`path` must be a file of source<TAB>target lines; {path!r} is a directory."
+        )
+    try:
+        with open(path, "rb") as file:
+            data = file.read()
+    except FileNotFoundError:
+        raise FileNotFoundError(f"`path`: no such file {path!r}.") from None
+    # Bytes, not text mode: a bad byte then costs one line, not the whole file.
+    lines = data.removeprefix(codecs.BOM_UTF8).split(b"\n")
+    if lines[-1] == b"":
+        lines.pop()  # the final newline ends the last line; it does not start one
+    sources, targets, problems = [], [], []
+    for number, raw in enumerate(lines, start=1):
+        pair, reason = _check_line(raw.removesuffix(b"\r"))
+        if reason:
+            problems.append((number, reason))
+        else:
+            sources.append(pair[0])
+            targets.append(pair[1])
+    if not sources:
+        detail = f": {_describe(problems, 5)}" if problems else " (the file is empty)"
+        raise ValueError(f"{path!r} has no valid source<TAB>target line{detail}.")
+    if problems and on_error == "raise":
+        raise ValueError(
+            f"{path!r}: {len(problems)} of {len(lines)} lines are not one source<TAB>target "
+            f"pair: {_describe(problems, 5)}. Fix them, or pass on_error='skip' to drop them."
+        )
+    return sources, targets, problems
+
+
+def format_problems(problems, path, limit=5, total_lines=None):
+    """One-line summary of the lines `read_tsv` skipped, for logs.
+
+    Args:
+        problems: the (line_number, reason) list from `read_tsv`.
+        path: the file read; only its base name is shown.
+        limit: how many problems to spell out.
+        total_lines: lines in the file, if known (kept + skipped).
+
+    Returns:
+        A string such as "skipped 2 of 120 lines in pairs.tsv: line 4 (no tab),
+        line 7 (empty target)", or "" when nothing was skipped.
+
+    Example:
+    >>> format_problems([(4, "no tab"), (7, "empty target"), (9, "empty line")],
+    ...                 "data/pairs.tsv", limit=2, total_lines=120)
+    'skipped 3 of 120 lines in pairs.tsv: line 4 (no tab), line 7 (empty target) and 1 more'
+    """
+    if not problems:
+        return ""
+    of_total = f" of {total_lines}" if total_lines is not None else ""
+    name = os.path.basename(os.fspath(path))
+    noun = "line" if len(problems) == 1 and total_lines is None else "lines"
+    return f"skipped {len(problems)}{of_total} {noun} in {name}: {_describe(problems, limit)}"

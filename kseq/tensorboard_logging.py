@@ -1,0 +1,30 @@
+"""TensorBoard summaries that Keras' TensorBoard callback does not write."""
+
+import tensorflow as tf
+from tensorboard.plugins.hparams import api as hparams_api
+
+
+def write_hparams(logdir, config):
+    """Logs `config` (a flat dict) to the HParams tab, run `<logdir>/hparams`.
+
+    Values that are not bool, int, float or str are logged as strings.
+    """
+    values = {
+        name: value if isinstance(value, (bool, int, float, str)) else str(value)
+        for name, value in config.items()
+    }
+    with tf.summary.create_file_writer(f"{logdir}/hparams").as_default():
+        hparams_api.hparams(values)
+
+
+def write_model_graph(logdir, model):
+    """Logs the inference graph of a seq2seq model to the Graphs tab
+    (`<logdir>/graph`): Keras only does so for functional models."""
+    spec = tf.TensorSpec((None, None), tf.int32)
+    traced = tf.function(
+        lambda source, target: model({"source_ids": source, "target_ids": target}, training=False)
+    ).get_concrete_function(spec, spec)
+    writer = tf.summary.create_file_writer(f"{logdir}/graph")
+    with writer.as_default():
+        tf.summary.graph(traced.graph)
+    writer.flush()

