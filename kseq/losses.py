@@ -83,7 +83,9 @@ class MaskedSparseCategoricalCrossentropy(keras.losses.Loss):
         with keras.name_scope(self.name):
             weights = token_weights(y_true, sample_weight, self.pad_id)
             total = ops.sum(self.call(y_true, y_pred) * weights)
-            return ops.divide_no_nan(total, _global_sum(ops.sum(weights)))
+            # Scalars on every replica, whatever their (possibly empty) shard.
+            count = ops.reshape(ops.sum(weights), ())
+            return ops.divide_no_nan(ops.reshape(total, ()), _global_sum(count))
 
     def get_config(self):
         return {"name": self.name, "label_smoothing": self.label_smoothing, "pad_id": self.pad_id}

@@ -109,6 +109,8 @@ def test_loss_normalises_by_tokens_across_replicas():
 
     dataset = tf.data.Dataset.from_tensor_slices((labels, logits)).batch(2)
     y, p = next(iter(strategy.experimental_distribute_dataset(dataset)))
-    per_replica = strategy.run(replica_fn, args=(y, p))
+    # In a tf.function, as `fit` runs it. Run eagerly, this test made a later
+    # MirroredStrategy in the same process fail (a collective shape mismatch).
+    per_replica = tf.function(lambda y, p: strategy.run(replica_fn, args=(y, p)))(y, p)
     total = strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
     assert_close(total, loss(labels, logits))

@@ -13,8 +13,7 @@ CONFIGS = [
     ("transformer", dict(norm_first=False)),
     ("transformer", dict(norm_first=True, share_embeddings=True)),
     ("rnn", dict(cell="lstm", attention="dot")),
-    ("rnn", dict(cell="gru", attention="bahdanau", peeky=True)),
-    ("rnn", dict(cell="lstm", bidirectional=True, num_layers=2, attention="general", reverse_source=True)),
+    ("rnn", dict(cell="gru", attention="bahdanau", peeky=True, bidirectional=True, reverse_source=True)),
 ]
 ENTRIES = pytest.mark.parametrize("entry", CONFIGS, ids=config_id)
 EOS, MAX_LENGTH = 2, 10
