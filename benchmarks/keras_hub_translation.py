@@ -21,10 +21,11 @@ Test-set sacreBLEU and chrF (kseq.evaluation.translation_scores), training
 time, steps, parameters, decoding time and three sample translations are
 printed and written as JSON to --output.
 
-Time: about 1 minute for the vocabularies and tokenization, the training
-budget (--max-minutes, 12 by default) plus one validation pass, then a few
-minutes to decode the 624 test sentences on a 2-core CPU: about 15-20 minutes
-in all. Run it on an otherwise idle machine:
+Time on an idle 2-core CPU: about 70 s for the vocabularies, the training
+budget (--max-minutes, 12 by default; about 290 steps, 0.6 epoch) ending
+with one validation pass, then about 4 minutes to decode the 624 test
+sentences: about 18 minutes in all. Run it on an otherwise idle machine (the
+JSON records the load average during training and decoding):
 
     .venv/bin/python benchmarks/keras_hub_translation.py --max-minutes 12
 
