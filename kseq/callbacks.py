@@ -6,6 +6,9 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from kseq.plotting import attention_image
+from kseq.special_ids import BOS_ID
+
 
 class GenerationMonitor(keras.callbacks.Callback):
     """Decodes fixed validation inputs after every epoch and reports scores.
@@ -98,9 +101,6 @@ class AttentionMaps(keras.callbacks.Callback):
         self.writer = tf.summary.create_file_writer(f"{logdir}/attention")
 
     def on_epoch_end(self, epoch, logs=None):
-        from kseq.plotting import attention_image
-        from kseq.special_ids import BOS_ID
-
         outputs = np.asarray(self.output_ids(self.source_ids))
         decoder_input = np.concatenate([np.full((len(outputs), 1), BOS_ID, outputs.dtype), outputs[:, :-1]], 1)
         weights = np.asarray(

@@ -6,7 +6,8 @@ import os
 
 import tensorflow as tf
 
-from kseq.special_ids import EOS_ID, NUM_SPECIAL_IDS, UNK_ID
+from kseq.data.pipeline import output_ids_to_text_ids
+from kseq.special_ids import NUM_SPECIAL_IDS, UNK_ID
 
 UNKNOWN_TEXT = "\u2047"  # "⁇", what SentencePiece prints for an unknown piece
 
@@ -69,10 +70,7 @@ class CharacterTokenizer(tf.Module):
     def detokenize(self, ids):
         """(B, T) ids -> (B,) strings; stops at the first EOS, drops PAD/BOS,
         writes UNK (and ids out of range) as "⁇"."""
-        ids = tf.convert_to_tensor(ids, tf.int32)
-        before_eos = tf.equal(tf.cumsum(tf.cast(tf.equal(ids, EOS_ID), tf.int32), axis=1), 0)
-        in_range = tf.logical_and(ids >= 0, ids < self.vocab_size)
-        ids = tf.where(in_range, ids, UNK_ID)
+        ids, before_eos = output_ids_to_text_ids(ids, self.vocab_size)
         chars = tf.gather(self._to_char, tf.where(before_eos, ids, 0))
         return tf.strings.reduce_join(chars, axis=1)
 

@@ -7,6 +7,7 @@ import sentencepiece
 import tensorflow as tf
 import tensorflow_text
 
+from kseq.data.pipeline import output_ids_to_text_ids
 from kseq.special_ids import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from kseq.validation import check_choice, check_positive_int
 
@@ -109,10 +110,7 @@ class SubwordTokenizer(tf.Module):
     def detokenize(self, ids):
         """(B, T) ids -> (B,) strings; stops at the first EOS, drops PAD and
         BOS, writes UNK (and ids out of range) as "⁇"."""
-        ids = tf.convert_to_tensor(ids, tf.int32)
-        before_eos = tf.equal(tf.cumsum(tf.cast(tf.equal(ids, EOS_ID), tf.int32), axis=1), 0)
-        in_range = tf.logical_and(ids >= 0, ids < self.vocab_size)
-        ids = tf.where(in_range, ids, UNK_ID)
+        ids, before_eos = output_ids_to_text_ids(ids, self.vocab_size)
         keep = tf.logical_and(before_eos, ids > EOS_ID)
         return self._run("detokenize", tf.ragged.boolean_mask(ids, keep))
 

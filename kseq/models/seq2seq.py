@@ -12,6 +12,7 @@ from kseq.layers.masking import padding_mask
 from kseq.special_ids import NUM_SPECIAL_IDS
 from kseq.validation import as_id_array, check_positive_int, check_token_ids
 
+
 class Seq2Seq(keras.Model):
     """Base of the encoder-decoder models.
 
