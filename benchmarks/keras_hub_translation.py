@@ -22,7 +22,7 @@ time, steps, parameters, decoding time and three sample translations are
 printed and written as JSON to --output.
 
 Time on an idle 2-core CPU: about 70 s for the vocabularies, the training
-budget (--max-minutes, 12 by default; about 290 steps, 0.6 epoch) ending
+budget (--max-minutes, 12 by default) ending
 with one validation pass, then about 4 minutes to decode the 624 test
 sentences: about 18 minutes in all. Run it on an otherwise idle machine (the
 JSON records the load average during training and decoding):
@@ -56,6 +56,7 @@ import tensorflow as tf  # noqa: E402
 
 from kseq.data.bible import load_bible_pairs  # noqa: E402
 from kseq.evaluation import translation_scores  # noqa: E402
+from kseq.runtime import tune_cpu_runtime  # noqa: E402
 
 # Sub-layers inside KerasHub's layers (position embedding, attention
 # projections) warn that they drop the Keras mask; the KerasHub layers pass
@@ -386,4 +387,7 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
+    # The same process settings as kseq's recipes (allocator, thread pools),
+    # so the comparison is between the models and pipelines, not the runtime.
+    tune_cpu_runtime()
     main()

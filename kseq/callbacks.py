@@ -19,16 +19,18 @@ class GenerationMonitor(keras.callbacks.Callback):
 
     Args:
         sources: (N,) source strings.
-        references: (N,) reference strings.
+        references: (N,) reference strings, or None (e.g. prompts of a
+            language model, whose continuations have no reference).
         translate: `strings -> strings`, e.g. an exported-style translator.
-        scores: {name: fn(hypotheses, references) -> float}.
+        scores: {name: fn(hypotheses, references) -> float}; may be empty.
         logdir: TensorBoard log directory, or None for printing only.
         samples: how many examples to print and log. Defaults to 3.
     """
 
     def __init__(self, sources, references, translate, scores, logdir=None, samples=3):
         super().__init__()
-        self.sources, self.references = list(sources), list(references)
+        self.sources = list(sources)
+        self.references = None if references is None else list(references)
         self.translate, self.scores, self.samples = translate, scores, samples
         self.writer = tf.summary.create_file_writer(f"{logdir}/generation") if logdir else None
         self.history = []
@@ -43,13 +45,17 @@ class GenerationMonitor(keras.callbacks.Callback):
         if logs is not None:
             logs.update({f"val_{name}": value for name, value in results.items()})
         shown = ", ".join(f"{name} {value:.4f}" for name, value in results.items())
-        print(f"\nepoch {epoch + 1}: {shown}")
-        rows = list(zip(self.sources, hypotheses, self.references))[: self.samples]
+        print(f"\nepoch {epoch + 1}: {shown or 'samples'}")
+        references = self.references or [None] * len(self.sources)
+        rows = list(zip(self.sources, hypotheses, references))[: self.samples]
         for source, hypothesis, reference in rows:
-            print(f"  {source!r} -> {hypothesis!r} (reference {reference!r})")
+            known = "" if reference is None else f" (reference {reference!r})"
+            print(f"  {source!r} -> {hypothesis!r}{known}")
         if self.writer is not None:
-            table = "| source | output | reference |\n|---|---|---|\n" + "\n".join(
-                f"| {s} | {h} | {r} |" for s, h, r in rows
+            columns = ["source", "output"] + ([] if self.references is None else ["reference"])
+            table = "\n".join(
+                ["| " + " | ".join(columns) + " |", "|---" * len(columns) + "|"]
+                + ["| " + " | ".join(row[: len(columns)]) + " |" for row in rows]
             )
             with self.writer.as_default(step=epoch + 1):
                 for name, value in results.items():

@@ -57,10 +57,33 @@ def export_translator(
     {"source": tf.string (None,)} -> {"translation": tf.string (None,),
     "token_ids": int32 (None, None)}, decoding with `search` (see
     `translate_function`). `assets` ({file name: bytes}, e.g. the
-    vocabulary) are written to the version's `assets/` folder.
+    vocabulary) are written to the version's `assets/` folder. Written
+    atomically (see `write_servable`).
 
-    The model is written to a temporary folder beside the target and renamed
-    when complete, so a crash never leaves a half-written version behind.
+    Returns:
+        The path of the new version.
+    """
+    model._ensure_built()
+    function = translate_function(
+        model, source_tokenizer, target_tokenizer, max_length, max_source_length, search
+    )
+    return write_servable(
+        export_dir, {"serving_default": (function, [SOURCE_SPEC])},
+        (model, source_tokenizer, target_tokenizer), version, assets,
+    )
+
+
+def write_servable(export_dir, endpoints, resources, version=None, assets=None):
+    """Writes `export_dir/<version>/` (default: the next free version).
+
+    Args:
+        endpoints: {signature name: (function, input_signature)}.
+        resources: the models and tokenizers whose variables and tables the
+            functions use.
+        assets: {file name: bytes} for the version's `assets/` folder.
+
+    The SavedModel is written to a temporary folder beside the target and
+    renamed when complete, so a crash never leaves a half-written version.
 
     Returns:
         The path of the new version.
@@ -74,19 +97,13 @@ def export_translator(
             f"Export version {final!r} already exists and is not empty; pick another "
             "version or leave `version=None` for the next free one."
         )
-    model._ensure_built()
-    # ExportArchive saves the variables and lookup tables the function uses,
+    # ExportArchive saves the variables and lookup tables the functions use,
     # not the Keras objects, so nothing but TensorFlow is needed to serve.
     archive = keras.export.ExportArchive()
-    for resource in (model, source_tokenizer, target_tokenizer):
+    for resource in resources:
         archive.track(resource)
-    archive.add_endpoint(
-        "serving_default",
-        translate_function(
-            model, source_tokenizer, target_tokenizer, max_length, max_source_length, search
-        ),
-        input_signature=[SOURCE_SPEC],
-    )
+    for name, (function, signature) in endpoints.items():
+        archive.add_endpoint(name, function, input_signature=signature)
     os.makedirs(export_dir, exist_ok=True)
     temporary = os.path.join(export_dir, f".tmp-{version}-{os.getpid()}")
     shutil.rmtree(temporary, ignore_errors=True)
@@ -102,3 +119,85 @@ def export_translator(
     finally:
         shutil.rmtree(temporary, ignore_errors=True)
     return final
+
+
+PROMPT_SPEC = tf.TensorSpec([None], tf.string, name="prompt")
+
+
+def continue_function(model, tokenizer, search, max_prompt_length=256):
+    """prompts (B,) -> {"continuation": strings (B,), "token_ids": (B, T')}:
+    a language model's `search` from the last `max_prompt_length` tokens of
+    each prompt (an empty prompt starts a new document), in TensorFlow ops."""
+
+    def continue_text(prompt):
+        ids = tokenizer.tokenize(prompt)
+        ids = ids[:, -max_prompt_length:].to_tensor(default_value=PAD_ID)
+        ids = tf.pad(ids, [[0, 0], [0, tf.maximum(0, 1 - tf.shape(ids)[1])]])
+        generated, _ = model.search(tf.cast(ids, tf.int32), search)
+        if generated.shape.rank == 3:  # beam search: (B, N, L)
+            generated = generated[:, 0]
+        generated = trim_padding(generated)
+        return {"continuation": tokenizer.detokenize(generated), "token_ids": generated}
+
+    return continue_text
+
+
+def export_language_model(
+    model, tokenizer, export_dir, search, version=None, max_prompt_length=256, assets=None
+):
+    """Writes `export_dir/<version>/` with `serving_default`:
+    {"prompt": tf.string (None,)} -> {"continuation": tf.string (None,),
+    "token_ids": int32 (None, None)} (see `continue_function`); a seeded
+    `kseq.decoding.Sampler` gives the same continuation for the same prompt.
+
+    Returns:
+        The path of the new version.
+    """
+    model._ensure_built()
+    function = continue_function(model, tokenizer, search, max_prompt_length)
+    return write_servable(
+        export_dir, {"serving_default": (function, [PROMPT_SPEC])}, (model, tokenizer),
+        version, assets,
+    )
+
+
+TEXT_SPEC = tf.TensorSpec([None], tf.string, name="text")
+
+
+def classify_function(model, tokenizer, labels, max_length=256):
+    """texts (B,) -> {"probabilities": (B, C), "label": strings (B,),
+    "class_id": int32 (B,)}, the first `max_length` tokens of each text
+    classified, in TensorFlow ops (an empty text gets the model's prior)."""
+    label_table = tf.constant(list(labels))
+
+    def classify(text):
+        ids = tokenizer.tokenize(text)[:, :max_length].to_tensor(default_value=PAD_ID)
+        ids = tf.pad(ids, [[0, 0], [0, tf.maximum(0, 1 - tf.shape(ids)[1])]])
+        probabilities = tf.nn.softmax(tf.cast(model(tf.cast(ids, tf.int32)), tf.float32))
+        class_id = tf.argmax(probabilities, axis=-1, output_type=tf.int32)
+        return {"probabilities": probabilities, "label": tf.gather(label_table, class_id),
+                "class_id": class_id}
+
+    return classify
+
+
+def export_classifier(model, tokenizer, labels, export_dir, version=None, max_length=256,
+                      assets=None):
+    """Writes `export_dir/<version>/` with `serving_default`:
+    {"text": tf.string (None,)} -> {"probabilities": float32 (None, C),
+    "label": tf.string (None,), "class_id": int32 (None,)}; `labels` names
+    the C classes in id order.
+
+    Returns:
+        The path of the new version.
+    """
+    if len(labels) != model.num_classes:
+        raise ValueError(
+            f"`labels` must name the model's {model.num_classes} classes; got {len(labels)}."
+        )
+    model._ensure_built()
+    function = classify_function(model, tokenizer, labels, max_length)
+    return write_servable(
+        export_dir, {"serving_default": (function, [TEXT_SPEC])}, (model, tokenizer), version,
+        assets,
+    )

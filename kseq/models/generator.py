@@ -1,0 +1,140 @@
+"""Batched generation shared by the Seq2Seq models and the language model."""
+
+import collections
+import random
+
+import tensorflow as tf
+
+from kseq.decoding.beam_search import gather_beams
+from kseq.decoding.factory import make_search, trim_padding
+from kseq.validation import check_positive_int
+
+
+class Generator:
+    """Mixin for keras models that decode with kseq.decoding searches.
+
+    The model provides `search(ids, search)` (runs a search in TensorFlow
+    ops), `_check_prompt(ids)`, `output_vocab_size` and `length_limit`
+    (the longest sequence it accepts, None for no limit); this class adds
+    `generate`, with one traced function per set of search options.
+    """
+
+    length_limit = None
+
+    def generate(
+        self,
+        source_ids,
+        max_length=64,
+        method="greedy",
+        beam_size=4,
+        length_penalty=0.6,
+        temperature=1.0,
+        top_k=None,
+        top_p=None,
+        seed=None,
+        num_return=1,
+        return_scores=False,
+        jit_compile=False,
+    ):
+        """Decodes a batch: translates sources (Seq2Seq models) or continues
+        prompts (language models).
+
+        Args:
+            source_ids: (B, S) int ids, right-padded with PAD (0): the sources,
+                or the prompts (an all-PAD row starts a new document).
+            max_length: the most tokens to generate.
+            method: "greedy", "beam" or "sample" (kseq.decoding's
+                GreedySearch, BeamSearch and Sampler).
+            beam_size, length_penalty, num_return: beam search options; with
+                `num_return` N > 1 the N best hypotheses come back, best first.
+            temperature, top_k, top_p, seed: sampling options; the same seed
+                gives the same output (None: a fresh draw every call).
+            return_scores: also return the scores: length-penalised
+                log-probabilities for beam search, summed token
+                log-probabilities otherwise.
+            jit_compile: compile the search with XLA (one compilation per
+                batch shape; worth it for repeated calls of one shape).
+
+        Returns:
+            (B, T') int32 ids, T' <= max_length (or (B, N, T') for
+            `num_return` > 1): no BOS, EOS kept, PAD (0) after EOS; with
+            `return_scores`, a pair (ids, scores (B,) or (B, N)).
+        """
+        max_length = check_positive_int("max_length", max_length)
+        if self.length_limit is not None and max_length > self.length_limit:
+            raise ValueError(
+                f"`max_length`={max_length} is over the model's max_length "
+                f"{self.length_limit}."
+            )
+        if top_k is not None and check_positive_int("top_k", top_k) > self.output_vocab_size:
+            raise ValueError(
+                f"`top_k` ({top_k}) must be <= the vocabulary size ({self.output_vocab_size})."
+            )
+        options = dict(
+            method=method, max_length=max_length, beam_size=beam_size,
+            length_penalty=length_penalty, num_return=num_return,
+            temperature=temperature, top_k=top_k, top_p=top_p,
+        )
+        make_search(seed=seed, **options)  # checks every option now, by name
+        if seed is None:
+            seed = random.SystemRandom().randrange(2**31 - 1)
+        source_ids = self._check_prompt(source_ids)
+        self._ensure_built()  # variables must exist before tracing
+        function = self._generate_function(options, bool(jit_compile))
+        ids, scores = function(source_ids, tf.constant(seed, tf.int32))
+        if method == "beam" and num_return == 1:
+            ids, scores = ids[:, 0], scores[:, 0]
+        ids = trim_padding(ids)
+        return (ids, scores) if return_scores else ids
+
+    def _ensure_built(self):
+        """Builds the model for entry points that do not go through __call__."""
+        if not self.built:
+            self.build()
+
+    def _generate_function(self, options, jit_compile):
+        """One traced function per set of search options: later calls with the
+        same options (any batch, any seed) do not retrace."""
+        if "_generate_cache" not in self.__dict__:
+            self._generate_cache = _FunctionCache()
+        key = (tuple(sorted(options.items())), jit_compile)
+        function = self._generate_cache.get(key)
+        if function is None:
+
+            @tf.function(
+                input_signature=[
+                    tf.TensorSpec((None, None), tf.int32),
+                    tf.TensorSpec((), tf.int32),
+                ],
+                autograph=False,
+                jit_compile=jit_compile,
+            )
+            def function(source_ids, seed):
+                return self.search(source_ids, make_search(seed=seed, **options))
+
+            self._generate_cache.put(key, function)
+        return function
+
+    def reorder_state(self, state, indices):
+        """Beam search's state reordering: row i becomes row indices[i].
+        Subclasses skip the parts that are equal across a row's beams."""
+        return gather_beams(state, indices)
+
+
+class _FunctionCache:
+    """The most recently used traced functions, kept off the model's
+    checkpoint and SavedModel graph (a plain object: TensorFlow's tracking
+    does not look inside it)."""
+
+    def __init__(self, size=8):
+        self.size, self.functions = size, collections.OrderedDict()
+
+    def get(self, key):
+        if key in self.functions:
+            self.functions.move_to_end(key)
+        return self.functions.get(key)
+
+    def put(self, key, function):
+        self.functions[key] = function
+        while len(self.functions) > self.size:
+            self.functions.popitem(last=False)

@@ -1,0 +1,309 @@
+"""Recurrent language model, trained with truncated backpropagation through time."""
+
+import contextlib
+
+import keras
+import tensorflow as tf
+from keras import ops
+
+from kseq.layers.masking import padding_mask
+from kseq.layers.rnn_cells import CELL_TYPES, make_rnn_layer, num_states, run_cell
+from kseq.models.first_shard_build import FirstShardBuild
+from kseq.models.generator import Generator
+from kseq.special_ids import EOS_ID, NUM_SPECIAL_IDS
+from kseq.validation import as_id_array, check_choice, check_positive_int, check_rate, check_token_ids
+
+
+@keras.saving.register_keras_serializable("kseq")
+class RNNLanguageModel(FirstShardBuild, Generator, keras.Model):
+    """Embedding -> stacked RNN -> affine -> softmax over the next token.
+
+    With `carry_state=True` (the default), `fit` and `evaluate` train and
+    score with truncated BPTT on batches from `kseq.data.stream_batches`:
+    the recurrent state at the end of batch j starts batch j+1 (the forward
+    pass reads each stream as one text) but no gradient flows back into
+    batch j, since the state is kept in variables between batches. The
+    carried state is zeroed at the start of every epoch and of every
+    evaluation; under a tf.distribute strategy each replica carries the
+    state of its own streams. With `carry_state=False` every batch starts
+    from a zero state (independent chunks). Outside `fit`/`evaluate` (or the
+    `streaming` context), calls start from a zero state.
+
+    Args:
+        vocab_size: V, the number of ids (0-3 are PAD, BOS, EOS, UNK).
+        embed_dim: E, token embedding width. Defaults to 256.
+        units: U, hidden size of each recurrent layer. Defaults to 256.
+        cell: "rnn", "lstm" or "gru". Defaults to "lstm".
+        num_layers: stacked recurrent layers. Defaults to 1.
+        dropout: rate on the embeddings, between layers and before the
+            output layer (Zaremba et al.). Defaults to 0.
+        tie_weights: use the embedding matrix as the output layer (Press and
+            Wolf; Inan et al.); needs `embed_dim == units`. Defaults to False.
+        carry_state: carry the state across batches in `fit`/`evaluate`.
+
+    Call arguments:
+        token_ids: (B, T) int ids; PAD (0) positions are skipped.
+        training: whether dropout is active.
+
+    Returns:
+        (B, T, V) logits of the next token at every position.
+
+    Example:
+    >>> model = RNNLanguageModel(50, embed_dim=16, units=16, tie_weights=True)
+    >>> model.compile("adam", kseq.losses.MaskedSparseCategoricalCrossentropy())
+    >>> stream = np.arange(4, 50).repeat(20)
+    >>> data = kseq.data.stream_batches(stream, batch_size=4, chunk_length=10)
+    >>> history = model.fit(data, epochs=1, verbose=0)
+    >>> ids = model.generate([[5, 6, 7]], max_length=5, method="sample", seed=1)
+    >>> tuple(ids.shape)[0]
+    1
+
+    References:
+        Elman, 1990; Williams and Peng, 1990 (truncated BPTT); Mikolov et
+        al., 2010; Zaremba, Sutskever and Vinyals, 2014.
+    """
+
+    def __init__(
+        self, vocab_size, embed_dim=256, units=256, cell="lstm", num_layers=1, dropout=0.0,
+        tie_weights=False, carry_state=True, **kwargs,
+    ):
+        super().__init__(**kwargs)
+        self.vocab_size = check_positive_int("vocab_size", vocab_size)
+        if vocab_size <= NUM_SPECIAL_IDS:
+            raise ValueError(
+                f"`vocab_size` must be > {NUM_SPECIAL_IDS}: ids 0-3 are PAD, BOS, EOS and "
+                f"UNK; got {vocab_size}."
+            )
+        self.embed_dim = check_positive_int("embed_dim", embed_dim)
+        self.units = check_positive_int("units", units)
+        self.cell = check_choice("cell", cell, CELL_TYPES)
+        self.num_layers = check_positive_int("num_layers", num_layers)
+        self.dropout = check_rate("dropout", dropout)
+        self.tie_weights = bool(tie_weights)
+        self.carry_state = bool(carry_state)
+        if self.tie_weights and embed_dim != units:
+            raise ValueError(
+                f"`tie_weights=True` needs `embed_dim` == `units` (the output layer is the "
+                f"embedding matrix); got embed_dim={embed_dim} and units={units}."
+            )
+        self.embedding = keras.layers.Embedding(
+            vocab_size, embed_dim, dtype=self.dtype_policy, name="embedding"
+        )
+        self.rnn_layers = [
+            make_rnn_layer(cell, units, self.dtype_policy, f"rnn_{i}") for i in range(num_layers)
+        ]
+        self.dropout_layer = keras.layers.Dropout(dropout, dtype=self.dtype_policy)
+        self.output_projection = None if self.tie_weights else keras.layers.Dense(
+            vocab_size, dtype=self.dtype_policy, name="output_projection"
+        )
+        self._streams = _Streams()
+
+    @property
+    def output_vocab_size(self):
+        return self.vocab_size
+
+    @property
+    def _default_save_signature(self):
+        return None  # ids are ints; kseq.export writes the real signature
+
+    def build(self, inputs_shape=None):
+        self.embedding.build((None, None))
+        width = self.embed_dim
+        for layer in self.rnn_layers:
+            layer.build((None, None, width))
+            width = self.units
+        if self.tie_weights:
+            self.output_bias = self.add_weight(
+                name="output_bias", shape=(self.vocab_size,), initializer="zeros"
+            )
+        else:
+            self.output_projection.build((None, None, self.units))
+        self.built = True
+
+    def __call__(self, inputs, *args, **kwargs):
+        return super().__call__(as_id_array(inputs, "token_ids"), *args, **kwargs)
+
+    def call(self, token_ids, training=None):
+        token_ids = check_token_ids(token_ids, "token_ids", self.vocab_size)
+        name = self._streams.active if self.carry_state else None
+        states = self._streams.read(name) if name else None
+        x = self.embedding(token_ids)
+        logits, final = self._run(x, padding_mask(token_ids), states, training)
+        if name:
+            self._streams.write(name, final)
+        return logits
+
+    def _run(self, x, mask, states, training):
+        """(B, T, E) embedded tokens -> (logits (B, T, V), final states)."""
+        x = self.dropout_layer(x, training=training)
+        finals = []
+        for i, layer in enumerate(self.rnn_layers):
+            initial = None if states is None else list(states[i])
+            x, *final = layer(x, initial_state=initial, mask=mask, training=training)
+            finals.append(final)
+            x = self.dropout_layer(x, training=training)
+        return self._project(x), finals
+
+    def _project(self, x):
+        if self.tie_weights:
+            return ops.matmul(x, ops.transpose(self.embedding.embeddings)) + self.output_bias
+        return self.output_projection(x)
+
+    # Truncated BPTT -------------------------------------------------------
+
+    @contextlib.contextmanager
+    def streaming(self, name, batch_size):
+        """Inside, calls carry state from call to call in streams `name`.
+
+        Args:
+            name: which carried state ("train" and "eval" are used by `fit`
+                and `evaluate`; any other name is the caller's).
+            batch_size: B, the global number of streams; under a strategy
+                with R replicas each carries B / R of them.
+        """
+        self._ensure_built()
+        self._streams.make(name, batch_size, self)
+        previous, self._streams.active = self._streams.active, name
+        try:
+            yield self
+        finally:
+            self._streams.active = previous
+
+    def reset_streams(self, name=None):
+        """Zeroes the carried state of streams `name` (None: all)."""
+        for stream_name, layers in self._streams.variables.items():
+            if name in (None, stream_name):
+                for variable in tf.nest.flatten(layers):
+                    variable.assign(tf.zeros_like(variable))
+
+    def carried_state(self, name):
+        """Streams `name`'s state: per layer, per state tensor (h, c), a list
+        of each replica's (B / R, U) numpy array."""
+        strategy = self.distribute_strategy
+        return [
+            [[value.numpy() for value in strategy.experimental_local_results(variable)]
+             for variable in layer]
+            for layer in self._streams.variables[name]
+        ]
+
+    def fit(self, x=None, y=None, *args, callbacks=None, **kwargs):
+        if not self.carry_state:
+            return super().fit(x, y, *args, callbacks=callbacks, **kwargs)
+        reset = keras.callbacks.LambdaCallback(
+            on_epoch_begin=lambda epoch, logs=None: self.reset_streams("train")
+        )
+        with self.streaming("train", _stream_count(x)):
+            return super().fit(x, y, *args, callbacks=[reset, *(callbacks or [])], **kwargs)
+
+    def evaluate(self, x=None, y=None, *args, **kwargs):
+        if not self.carry_state:
+            return super().evaluate(x, y, *args, **kwargs)
+        with self.streaming("eval", _stream_count(x)):
+            self.reset_streams("eval")
+            return super().evaluate(x, y, *args, **kwargs)
+
+    # Generation -----------------------------------------------------------
+
+    def _check_prompt(self, prompt_ids):
+        return check_token_ids(prompt_ids, "prompt_ids", self.vocab_size)
+
+    def search(self, prompt_ids, search):
+        """Continues each right-padded prompt row with a kseq.decoding search.
+
+        The prompt is read up to its last real token, which the search's
+        first step feeds (an empty row starts from EOS, the start of a
+        document). Returns the search's fixed-shape (ids, scores).
+        """
+        mask = padding_mask(prompt_ids)
+        lengths = tf.reduce_sum(tf.cast(mask, tf.int32), axis=1)
+        before_last = tf.range(tf.shape(prompt_ids)[1])[None, :] < (lengths - 1)[:, None]
+        _, states = self._run(self.embedding(prompt_ids), before_last, None, training=False)
+        last = tf.gather(prompt_ids, tf.maximum(lengths - 1, 0), batch_dims=1)
+        last = tf.where(lengths > 0, last, EOS_ID)
+
+        def step(token_ids, state, index):
+            token_ids = tf.where(index == 0, state["last"], token_ids)
+            x = self.embedding(token_ids)
+            new_states = []
+            for layer, layer_states in zip(self.rnn_layers, state["rnn"]):
+                x, layer_states = run_cell(layer, x, layer_states)
+                new_states.append(layer_states)
+            return self._project(x), {"rnn": new_states, "last": state["last"]}
+
+        state = {"rnn": states, "last": last}
+        return search(step, state, tf.shape(prompt_ids)[0], reorder_state=self.reorder_state)
+
+    def get_config(self):
+        return {
+            "name": self.name, "trainable": self.trainable, "vocab_size": self.vocab_size,
+            "embed_dim": self.embed_dim, "units": self.units, "cell": self.cell,
+            "num_layers": self.num_layers, "dropout": self.dropout,
+            "tie_weights": self.tie_weights, "carry_state": self.carry_state,
+        }
+
+
+class _Streams:
+    """The carried states, as variables kept off the model's weights and
+    checkpoints (a plain object: neither Keras nor TensorFlow tracks it)."""
+
+    def __init__(self):
+        self.variables = {}  # name -> per layer, per state tensor
+        self.active = None  # the streams calls read and write, at trace time
+
+    def make(self, name, batch_size, model):
+        strategy = model.distribute_strategy
+        replicas = strategy.num_replicas_in_sync
+        batch_size = check_positive_int("batch_size", batch_size)
+        if batch_size % replicas:
+            raise ValueError(
+                f"The {batch_size} streams of a batch must split evenly over the "
+                f"{replicas} replicas; use a batch_size divisible by {replicas}."
+            )
+        rows = batch_size // replicas
+        existing = self.variables.get(name)
+        if existing and existing[0][0].shape[0] == rows:
+            return
+        # Each replica reads and writes its own copy (ON_READ), as it
+        # carries its own streams.
+        with strategy.scope():
+            self.variables[name] = [
+                [
+                    tf.Variable(
+                        tf.zeros((rows, model.units), model.compute_dtype), trainable=False,
+                        synchronization=tf.VariableSynchronization.ON_READ,
+                        aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA,
+                        name=f"{name}_state_{i}_{j}",
+                    )
+                    for j in range(num_states(model.cell))
+                ]
+                for i in range(model.num_layers)
+            ]
+        if existing:  # the function traced with the old variables must trace again
+            function = {"train": "train_function", "eval": "test_function"}.get(name)
+            setattr(model, function or "predict_function", None)
+
+    def read(self, name):
+        return [[ops.convert_to_tensor(v) for v in layer] for layer in self.variables[name]]
+
+    def write(self, name, states):
+        for layer_variables, layer_states in zip(self.variables[name], states):
+            for variable, value in zip(layer_variables, layer_states):
+                variable.assign(tf.cast(value, variable.dtype))
+
+
+def _stream_count(data):
+    """The fixed number of streams B in a dataset's batches."""
+    if not isinstance(data, tf.data.Dataset):
+        raise ValueError(
+            "A language model with `carry_state=True` trains and evaluates on a "
+            "tf.data.Dataset of stream batches (kseq.data.stream_batches); got "
+            f"{type(data).__name__}. Use carry_state=False for independent sequences."
+        )
+    spec = tf.nest.flatten(data.element_spec)[0]
+    batch = spec.shape[0] if spec.shape.rank else None
+    if batch is None:
+        raise ValueError(
+            "Truncated BPTT needs the same number of streams in every batch (a static "
+            "batch dimension); build the dataset with kseq.data.stream_batches."
+        )
+    return batch

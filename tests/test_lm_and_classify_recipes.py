@@ -1,0 +1,152 @@
+"""recipes/language_model.py and recipes/classify.py end to end on tiny data."""
+
+import json
+import os
+import random
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "recipes"))
+import classify  # noqa: E402
+import language_model  # noqa: E402
+
+from kseq.data.subword_tokenizer import SubwordTokenizer  # noqa: E402
+
+# TensorFlow and tensorflow_text's op libraries only, as TF Serving has.
+SERVE = """
+import glob, importlib.util, json, os, sys
+for name in ("keras", "keras_hub", "kseq", "tf_keras"):
+    sys.modules[name] = None
+import tensorflow as tf
+text_dir = importlib.util.find_spec("tensorflow_text").submodule_search_locations[0]
+for library in glob.glob(os.path.join(text_dir, "python", "ops", "_*.so")):
+    tf.load_op_library(library)
+serve = tf.saved_model.load(sys.argv[1]).signatures["serving_default"]
+name = list(serve.structured_input_signature[1])[0]
+out = serve(**{name: tf.constant(json.loads(sys.argv[2]))})
+print(json.dumps({"input": name, **{key: value.numpy().tolist() for key, value in out.items()}},
+                 default=lambda b: b.decode()))
+"""
+
+
+def serve_in_subprocess(path, texts):
+    result = subprocess.run(
+        [sys.executable, "-c", SERVE, path, json.dumps(texts)], capture_output=True, text=True,
+        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"), check=True,
+    )
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+WORDS = ["the", "lord", "said", "to", "moses", "and", "people", "went", "out", "of", "egypt"]
+
+
+def write_text(path, lines, seed):
+    rng = random.Random(seed)
+    text = [" ".join(rng.choices(WORDS, k=rng.randint(3, 9))) for _ in range(lines)]
+    path.write_text("\n".join(text) + "\n", encoding="utf-8")
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def lm_run(tmp_path_factory):
+    root = tmp_path_factory.mktemp("lm")
+    train, valid = write_text(root / "train.txt", 400, 0), write_text(root / "valid.txt", 40, 1)
+    logdir, export_dir = str(root / "runs"), str(root / "export")
+    metrics = language_model.main([
+        "--train-txt", train, "--valid-txt", valid, "--logdir", logdir, "--export-dir", export_dir,
+        "--vocab-size", "320", "--embed-dim", "16", "--units", "16", "--batch-size", "4",
+        "--bptt", "10", "--epochs", "2", "--sample-length", "8",
+    ])
+    return dict(metrics=metrics, logdir=logdir, export_dir=export_dir)
+
+
+def test_language_model_metrics(lm_run):
+    with open(os.path.join(lm_run["logdir"], "metrics.json")) as f:
+        saved = json.load(f)
+    for key in ("test_perplexity", "baseline_test_perplexity", "valid_loss", "train_seconds"):
+        assert np.isfinite(saved[key]), key
+    # The words are drawn uniformly from 11 (plus the end of a line): a
+    # model that learned them scores far below the vocabulary's ~300 pieces.
+    assert 1 < saved["test_perplexity"] < 30
+    assert len(saved["samples"]) == 3 and all("continuation" in s for s in saved["samples"])
+    for run in ("tbptt", "independent_chunks"):
+        assert os.listdir(os.path.join(lm_run["logdir"], run, "train"))
+        assert os.listdir(os.path.join(lm_run["logdir"], run, "generation"))
+
+
+def test_language_model_export_serves_without_kseq_and_matches_python(lm_run):
+    path = os.path.join(lm_run["export_dir"], "1")
+    prompts = ["the lord said", "", "moses and"]
+    served = serve_in_subprocess(path, prompts)
+    assert served["input"] == "prompt"
+    # The same seeded sampler in process: the same continuations.
+    loaded = tf.saved_model.load(path).signatures["serving_default"]
+    again = loaded(prompt=tf.constant(prompts))
+    assert served["continuation"] == [t.decode() for t in again["continuation"].numpy()]
+    tokenizer = SubwordTokenizer.load(os.path.join(lm_run["logdir"], "spm.model"))
+    for ids, text in zip(served["token_ids"], served["continuation"]):
+        assert tokenizer.detokenize(tf.constant([ids])).numpy()[0].decode() == text
+
+
+@pytest.fixture(scope="module")
+def classify_run(tmp_path_factory):
+    root = tmp_path_factory.mktemp("classify")
+    rng = random.Random(0)
+    good, bad = ["great", "moving", "funny", "superb"], ["dull", "boring", "awful", "flat"]
+    lines = []
+    for _ in range(300):
+        label = rng.choice(["pos", "neg"])
+        words = rng.choices(["the", "film", "was", "a", "plot"], k=4) + [
+            rng.choice(good if label == "pos" else bad)]
+        rng.shuffle(words)
+        lines.append(" ".join(words) + "\t" + label)
+    lines.insert(5, "a line without a label")
+    (root / "train.tsv").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    logdir, export_dir = str(root / "runs"), str(root / "export")
+    metrics = classify.main([
+        "--train-tsv", str(root / "train.tsv"), "--logdir", logdir, "--export-dir", export_dir,
+        "--vocab-size", "320", "--embed-dim", "16", "--units", "16", "--epochs", "8",
+        "--dropout", "0.1", "--learning-rate", "0.01",
+    ])
+    return dict(metrics=metrics, logdir=logdir, export_dir=export_dir)
+
+
+def test_classifier_metrics(classify_run):
+    with open(os.path.join(classify_run["logdir"], "metrics.json")) as f:
+        saved = json.load(f)
+    assert saved["labels"] == ["neg", "pos"]
+    assert saved["test_accuracy"] >= 0.9, saved
+    assert os.listdir(os.path.join(classify_run["logdir"], "train"))
+
+
+def test_classifier_export_serves_without_kseq_and_matches_python(classify_run):
+    path = os.path.join(classify_run["export_dir"], "1")
+    texts = ["the film was great", "boring plot", "", "   ", "\u0007 control ✓ ünïcode"]
+    served = serve_in_subprocess(path, texts)
+    assert served["input"] == "text"
+    probabilities = np.asarray(served["probabilities"])
+    assert probabilities.shape == (5, 2)
+    np.testing.assert_allclose(probabilities.sum(axis=1), 1.0, atol=1e-5)
+    assert served["label"][:2] == ["pos", "neg"]
+    assert served["label"] == [["neg", "pos"][i] for i in served["class_id"]]
+
+
+def test_recipes_reject_bad_arguments(tmp_path, capsys):
+    logdir_file = tmp_path / "file"
+    logdir_file.write_text("x")
+    cases = [
+        (language_model, ["--train-txt", str(tmp_path / "missing.txt")], "no such file"),
+        (language_model, ["--embed-dim", "8", "--units", "16"], "--embed-dim == --units"),
+        (language_model, ["--logdir", str(logdir_file)], "not a directory"),
+        (classify, ["--train-tsv", str(tmp_path / "missing.tsv")], "no such file"),
+        (classify, ["--encoder", "transformer", "--pooling", "last"], "--pooling last"),
+        (classify, ["--batch-size", "0"], "--batch-size must be >= 1"),
+    ]
+    for recipe, argv, message in cases:
+        with pytest.raises(SystemExit):
+            recipe.main(argv)
+        assert message in capsys.readouterr().err, (recipe.__name__, argv)
