@@ -10,7 +10,7 @@ weights are kept). Test accuracy goes to `<logdir>/metrics.json`
 (`test_accuracy`, with the majority-class rate for reference), and the model
 is exported: `text` (string) -> `probabilities`, `label`, `class_id`.
 
-About 3 minutes on 2 CPU cores.
+About 7 minutes on 2 CPU cores (6 epochs of about 1 minute, early stopping).
 
     python recipes/classify.py
     python recipes/classify.py --encoder transformer --pooling mean
@@ -177,8 +177,9 @@ def main(argv=None):
     ]
     start = time.time()
     history = model.fit(datasets["train"], validation_data=datasets["valid"],
-                        epochs=config["epochs"], callbacks=callbacks, verbose=2)
+                        epochs=config["epochs"], callbacks=callbacks, verbose=2, shuffle=False)
     train_seconds = time.time() - start
+    model.save(os.path.join(config["logdir"], "model.keras"))  # the best epoch's weights
     test = model.evaluate(datasets["test"], verbose=0, return_dict=True)
     best = int(np.argmax(history.history["val_accuracy"]))
     majority = float(np.mean(np.asarray(data["test"][1]) == np.bincount(data["train"][1]).argmax()))

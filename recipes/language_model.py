@@ -6,8 +6,8 @@ SentencePiece-tokenized (a vocabulary trained on the training verses), each
 followed by EOS, and joined into one stream per split. The training stream is
 cut into `--batch-size` parallel streams read `--bptt` tokens at a time.
 
-Two models with the same configuration and the same number of epochs are
-trained: the truncated-BPTT one (state carried across batches, reset every
+Two models with the same configuration and the same budget (`--epochs`, and
+`--max-minutes` of training each) are trained: the truncated-BPTT one (state carried across batches, reset every
 epoch) and a baseline that starts every batch from a zero state (independent
 chunks). Both are scored on the test stream (each in its own regime) and
 written to `<logdir>/metrics.json` as `test_perplexity` and
@@ -46,9 +46,9 @@ from kseq.runtime import tune_cpu_runtime  # noqa: E402
 from kseq.tensorboard_logging import write_hparams  # noqa: E402
 
 CONFIG = dict(
-    cell="lstm", num_layers=1, embed_dim=384, units=384, dropout=0.3, tie_weights=True,
+    cell="lstm", num_layers=1, embed_dim=256, units=256, dropout=0.3, tie_weights=True,
     vocab_size=4000, batch_size=32, bptt=35, epochs=3, learning_rate=2e-3, clipnorm=1.0,
-    max_minutes=None, sample_length=40, temperature=0.8, top_k=40, seed=0,
+    max_minutes=5.0, sample_length=40, temperature=0.8, top_k=40, seed=0,
     logdir="runs/language_model", export_dir="savedmodels/language_model",
     prompts=["In the beginning", "The Lord said to Moses,", "Blessed are"],
 )
@@ -163,9 +163,10 @@ def train_one(name, config, streams, tokenizer, strategy, carry_state):
     ]
     start = time.time()
     history = model.fit(streams["train"], validation_data=streams["valid"],
-                        epochs=config["epochs"], callbacks=callbacks, verbose=1)
+                        epochs=config["epochs"], callbacks=callbacks, verbose=1, shuffle=False)
     seconds = time.time() - start
     model.load_weights(os.path.join(logdir, "checkpoints", "best.weights.h5"))
+    model.save(os.path.join(logdir, "model.keras"))
     test = model.evaluate(streams["test"], verbose=0, return_dict=True)
     print(f"{name}: test perplexity {test['perplexity']:.2f}")
     return model, {
@@ -210,6 +211,7 @@ def main(argv=None):
         "baseline_test_perplexity": baseline["test_perplexity"],
         "baseline_valid_loss": baseline["valid_loss"],
         "baseline_train_seconds": baseline["train_seconds"],
+        "baseline_steps": baseline["steps"],
         "test_cross_entropy": round(math.log(metrics["test_perplexity"]), 4),
         "samples": samples,
     }

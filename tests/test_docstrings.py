@@ -27,7 +27,8 @@ def test_docstring_examples(name):
 
 def test_examples_exist_for_every_public_class():
     public = [getattr(kseq.layers, n) for n in kseq.layers.__all__] + [
-        kseq.models.RNNSeq2Seq, kseq.models.TransformerSeq2Seq,
+        kseq.models.RNNSeq2Seq, kseq.models.TransformerSeq2Seq, kseq.models.RNNLanguageModel,
+        kseq.models.SequenceClassifier,
         kseq.losses.MaskedSparseCategoricalCrossentropy, kseq.metrics.MaskedAccuracy,
         kseq.metrics.Perplexity, kseq.schedules.TransformerSchedule, kseq.data.CharacterTokenizer,
     ]

@@ -6,6 +6,7 @@ import random
 import subprocess
 import sys
 
+import keras
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -83,13 +84,13 @@ def test_language_model_export_serves_without_kseq_and_matches_python(lm_run):
     prompts = ["the lord said", "", "moses and"]
     served = serve_in_subprocess(path, prompts)
     assert served["input"] == "prompt"
-    # The same seeded sampler in process: the same continuations.
-    loaded = tf.saved_model.load(path).signatures["serving_default"]
-    again = loaded(prompt=tf.constant(prompts))
-    assert served["continuation"] == [t.decode() for t in again["continuation"].numpy()]
+    # The Python model with the recipe's seeded sampler: the same continuations.
+    model = keras.saving.load_model(os.path.join(lm_run["logdir"], "tbptt", "model.keras"))
     tokenizer = SubwordTokenizer.load(os.path.join(lm_run["logdir"], "spm.model"))
-    for ids, text in zip(served["token_ids"], served["continuation"]):
-        assert tokenizer.detokenize(tf.constant([ids])).numpy()[0].decode() == text
+    ids = tokenizer.tokenize(prompts).to_tensor()
+    expected = model.generate(ids, max_length=8, method="sample", temperature=0.8, top_k=40, seed=0)
+    assert served["token_ids"] == expected.numpy().tolist()
+    assert served["continuation"] == [t.decode() for t in tokenizer.detokenize(expected).numpy()]
 
 
 @pytest.fixture(scope="module")
@@ -133,6 +134,11 @@ def test_classifier_export_serves_without_kseq_and_matches_python(classify_run):
     np.testing.assert_allclose(probabilities.sum(axis=1), 1.0, atol=1e-5)
     assert served["label"][:2] == ["pos", "neg"]
     assert served["label"] == [["neg", "pos"][i] for i in served["class_id"]]
+    model = keras.saving.load_model(os.path.join(classify_run["logdir"], "model.keras"))
+    tokenizer = SubwordTokenizer.load(os.path.join(classify_run["logdir"], "spm.model"))
+    ids = tokenizer.tokenize(texts).to_tensor()
+    expected = tf.nn.softmax(model(tf.pad(ids, [[0, 0], [0, 1]]))).numpy()
+    np.testing.assert_allclose(probabilities, expected, atol=1e-5)
 
 
 def test_recipes_reject_bad_arguments(tmp_path, capsys):

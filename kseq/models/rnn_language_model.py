@@ -98,6 +98,8 @@ class RNNLanguageModel(FirstShardBuild, Generator, keras.Model):
         )
         self._streams = _Streams()
 
+    output_vocab_name = "vocab_size"
+
     @property
     def output_vocab_size(self):
         return self.vocab_size

@@ -39,6 +39,8 @@ class Seq2Seq(FirstShardBuild, Generator, keras.Model):
             inputs = {name: as_id_array(value, name) for name, value in inputs.items()}
         return super().__call__(inputs, *args, **kwargs)
 
+    output_vocab_name = "target_vocab_size"
+
     @property
     def output_vocab_size(self):
         return self.target_vocab_size

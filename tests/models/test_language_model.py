@@ -248,3 +248,21 @@ def test_keras_round_trip(tmp_path):
     loaded = keras.saving.load_model(tmp_path / "lm.keras")
     assert loaded.get_config() == model.get_config()
     np.testing.assert_allclose(loaded(ids), expected, atol=1e-6)
+
+
+def test_fit_under_two_replicas_matches_one_device():
+    """Same streams, same global batch: each replica carries its own half
+    of the streams, and the weights after training agree with one device."""
+    data = stream_batches(random_stream(4 * 30 + 1, seed=5), batch_size=4, chunk_length=6)
+    weights = {}
+    for replicas in (1, 2):
+        strategy = tf.distribute.MirroredStrategy([f"/cpu:{i}" for i in range(replicas)])
+        with strategy.scope():
+            keras.utils.set_random_seed(7)
+            model = small_model()
+            model.build()
+            model.compile(keras.optimizers.SGD(0.5), kseq.losses.MaskedSparseCategoricalCrossentropy())
+        model.fit(data, epochs=2, verbose=0, shuffle=False)
+        weights[replicas] = [w.numpy() for w in model.weights]
+    for one, two in zip(weights[1], weights[2]):
+        np.testing.assert_allclose(one, two, atol=2e-5)

@@ -80,7 +80,7 @@ def test_under_mirrored_strategy_with_an_uneven_last_batch():
         model.compile("adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                       metrics=["accuracy"])
     data = tf.data.Dataset.from_tensor_slices(
-        (np.random.default_rng(0).integers(1, VOCAB, (9, 6)), np.arange(9) % 3)).batch(4)
+        (np.random.default_rng(0).integers(1, VOCAB, (11, 6)), np.arange(11) % 3)).batch(4)
     history = model.fit(data, epochs=1, verbose=0)
     assert np.isfinite(history.history["loss"][0])
 
