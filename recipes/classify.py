@@ -36,6 +36,7 @@ import tensorflow as tf  # noqa: E402
 import kseq  # noqa: E402
 from kseq.data.subword_tokenizer import SubwordTokenizer  # noqa: E402
 from kseq.export import export_classifier  # noqa: E402
+from kseq.recipe_support import check_paths, read_tsv_reporting  # noqa: E402
 from kseq.runtime import tune_cpu_runtime  # noqa: E402
 from kseq.special_ids import PAD_ID  # noqa: E402
 from kseq.tensorboard_logging import write_hparams  # noqa: E402
@@ -75,22 +76,12 @@ def parse_args(argv=None):
             parser.error(f"--{name.replace('_', '-')} must be >= 1")
     if config["encoder"] == "transformer" and config["pooling"] == "last":
         parser.error("--pooling last needs --encoder rnn")
-    for name in ("train_tsv", "valid_tsv", "test_tsv"):
-        path = config.get(name)
-        if path and not os.path.isfile(path):
-            parser.error(f"--{name.replace('_', '-')} {path}: no such file")
-    for name in ("logdir", "export_dir"):
-        if os.path.exists(config[name]) and not os.path.isdir(config[name]):
-            parser.error(f"--{name.replace('_', '-')} {config[name]} exists and is not a directory")
+    check_paths(parser, config, files=("train_tsv", "valid_tsv", "test_tsv"))
     return config
 
 
 def read_labelled(path, role):
-    from kseq.data.tsv import format_problems, read_tsv
-
-    texts, labels, problems = read_tsv(path)
-    if problems:
-        print(f"{role}: {format_problems(problems, path, total_lines=len(texts) + len(problems))}")
+    texts, labels = read_tsv_reporting(path, role)
     if not texts:
         raise SystemExit(f"{path}: no usable text<TAB>label lines")
     return texts, labels

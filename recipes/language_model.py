@@ -42,6 +42,7 @@ from kseq.data.subword_tokenizer import SubwordTokenizer  # noqa: E402
 from kseq.data.text import normalize_text  # noqa: E402
 from kseq.decoding import Sampler  # noqa: E402
 from kseq.export import export_language_model  # noqa: E402
+from kseq.recipe_support import check_paths  # noqa: E402
 from kseq.runtime import tune_cpu_runtime  # noqa: E402
 from kseq.tensorboard_logging import write_hparams  # noqa: E402
 
@@ -79,13 +80,7 @@ def parse_args(argv=None):
             parser.error(f"--{name.replace('_', '-')} must be >= 1")
     if config["tie_weights"] and config["embed_dim"] != config["units"]:
         parser.error("tied weights need --embed-dim == --units (or pass --no-tie-weights)")
-    for name in ("train_txt", "valid_txt", "test_txt"):
-        path = config.get(name)
-        if path and not os.path.isfile(path):
-            parser.error(f"--{name.replace('_', '-')} {path}: no such file")
-    for name in ("logdir", "export_dir"):
-        if os.path.exists(config[name]) and not os.path.isdir(config[name]):
-            parser.error(f"--{name.replace('_', '-')} {config[name]} exists and is not a directory")
+    check_paths(parser, config, files=("train_txt", "valid_txt", "test_txt"))
     return config
 
 

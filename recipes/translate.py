@@ -35,6 +35,7 @@ from kseq.data.subword_tokenizer import SubwordTokenizer  # noqa: E402
 from kseq.decoding import BeamSearch  # noqa: E402
 from kseq.evaluation import translation_scores  # noqa: E402
 from kseq.export import export_translator  # noqa: E402
+from kseq.recipe_support import check_paths, read_tsv_reporting  # noqa: E402
 from kseq.runtime import tune_cpu_runtime  # noqa: E402
 from kseq.tensorboard_logging import write_hparams, write_model_graph  # noqa: E402
 
@@ -92,37 +93,22 @@ def parse_args(argv=None):
             parser.error(f"--{name.replace('_', '-')} must be >= 1")
     if config["token_budget"] < config["max_length"]:
         parser.error("--token-budget must be >= --max-length")
-    for name in ("train_tsv", "valid_tsv", "test_tsv"):
-        path = config.get(name)
-        if path and not os.path.isfile(path):
-            parser.error(f"--{name.replace('_', '-')} {path}: no such file")
-    for name in ("logdir", "export_dir"):
-        if os.path.exists(config[name]) and not os.path.isdir(config[name]):
-            parser.error(f"--{name.replace('_', '-')} {config[name]} exists and is not a directory")
+    check_paths(parser, config, files=("train_tsv", "valid_tsv", "test_tsv"))
     return config
-
-
-def read_pairs(path, role):
-    from kseq.data.tsv import format_problems, read_tsv
-
-    sources, targets, problems = read_tsv(path)
-    if problems:
-        print(f"{role}: {format_problems(problems, path, total_lines=len(sources) + len(problems))}")
-    return sources, targets
 
 
 def load_data(config):
     """{split: (sources, targets)} from the TSV files or the default corpus."""
     if config.get("train_tsv"):
-        data = {"train": read_pairs(config["train_tsv"], "train")}
+        data = {"train": read_tsv_reporting(config["train_tsv"], "train")}
         if config.get("valid_tsv"):
-            data["valid"] = read_pairs(config["valid_tsv"], "valid")
+            data["valid"] = read_tsv_reporting(config["valid_tsv"], "valid")
         else:  # hold out every 50th pair
             sources, targets = data["train"]
             data["valid"] = (sources[::50], targets[::50])
             keep = [i for i in range(len(sources)) if i % 50]
             data["train"] = ([sources[i] for i in keep], [targets[i] for i in keep])
-        data["test"] = read_pairs(config["test_tsv"], "test") if config.get("test_tsv") else data["valid"]
+        data["test"] = read_tsv_reporting(config["test_tsv"], "test") if config.get("test_tsv") else data["valid"]
     else:
         from kseq.data.bible import load_bible_pairs
 
