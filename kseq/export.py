@@ -16,6 +16,14 @@ from kseq.special_ids import PAD_ID
 SOURCE_SPEC = tf.TensorSpec([None], tf.string, name="source")
 
 
+def id_matrix(ragged_ids):
+    """Ragged (B, None) ids -> int32 (B, L) right-padded with PAD, L >= 1 so
+    that an all-empty batch still has a shape."""
+    ids = ragged_ids.to_tensor(default_value=PAD_ID)
+    ids = tf.pad(ids, [[0, 0], [0, tf.maximum(0, 1 - tf.shape(ids)[1])]])
+    return tf.cast(ids, tf.int32)
+
+
 def translate_function(model, source_tokenizer, target_tokenizer, max_length=64,
                        max_source_length=256, search=None):
     """strings (B,) -> {"translation": strings (B,), "token_ids": (B, T')}.
@@ -29,10 +37,7 @@ def translate_function(model, source_tokenizer, target_tokenizer, max_length=64,
 
     def translate(source):
         ids = source_tokenizer.tokenize(source)[:, :max_source_length]
-        ids = ids.to_tensor(default_value=PAD_ID)
-        # Keep at least one column so an all-empty batch still has a shape.
-        ids = tf.pad(ids, [[0, 0], [0, tf.maximum(0, 1 - tf.shape(ids)[1])]])
-        generated, _ = model.search(tf.cast(ids, tf.int32), search)
+        generated, _ = model.search(id_matrix(ids), search)
         if generated.shape.rank == 3:  # beam search: (B, N, L)
             generated = generated[:, 0]
         generated = trim_padding(generated)
@@ -131,9 +136,7 @@ def continue_function(model, tokenizer, search, max_prompt_length=256):
 
     def continue_text(prompt):
         ids = tokenizer.tokenize(prompt)
-        ids = ids[:, -max_prompt_length:].to_tensor(default_value=PAD_ID)
-        ids = tf.pad(ids, [[0, 0], [0, tf.maximum(0, 1 - tf.shape(ids)[1])]])
-        generated, _ = model.search(tf.cast(ids, tf.int32), search)
+        generated, _ = model.search(id_matrix(ids[:, -max_prompt_length:]), search)
         if generated.shape.rank == 3:  # beam search: (B, N, L)
             generated = generated[:, 0]
         generated = trim_padding(generated)
@@ -171,9 +174,8 @@ def classify_function(model, tokenizer, labels, max_length=256):
     label_table = tf.constant(list(labels))
 
     def classify(text):
-        ids = tokenizer.tokenize(text)[:, :max_length].to_tensor(default_value=PAD_ID)
-        ids = tf.pad(ids, [[0, 0], [0, tf.maximum(0, 1 - tf.shape(ids)[1])]])
-        probabilities = tf.nn.softmax(tf.cast(model(tf.cast(ids, tf.int32)), tf.float32))
+        ids = id_matrix(tokenizer.tokenize(text)[:, :max_length])
+        probabilities = tf.nn.softmax(tf.cast(model(ids), tf.float32))
         class_id = tf.argmax(probabilities, axis=-1, output_type=tf.int32)
         return {"probabilities": probabilities, "label": tf.gather(label_table, class_id),
                 "class_id": class_id}
