@@ -1,5 +1,10 @@
 """Shared configurations and helpers for the tests."""
 
+import json
+import os
+import subprocess
+import sys
+
 import numpy as np
 import keras
 
@@ -98,3 +103,35 @@ def roundtrip(model, tmp_path, inputs):
             f"a second call of the loaded model gives the same outputs: {stable}"
         ) from error
     return loaded
+
+
+# Serves an export in a fresh interpreter with TensorFlow and tensorflow_text's
+# op libraries only, as TF Serving has: keras, keras_hub and kseq cannot be
+# imported (tensorflow_text's Python package imports keras, so its compiled
+# ops are loaded directly).
+SERVE_WITH_TEXT_OPS = """
+import glob, importlib.util, json, os, sys
+for name in ("keras", "keras_hub", "kseq", "tf_keras"):
+    sys.modules[name] = None
+import tensorflow as tf
+text_dir = importlib.util.find_spec("tensorflow_text").submodule_search_locations[0]
+for library in glob.glob(os.path.join(text_dir, "python", "ops", "_*.so")):
+    tf.load_op_library(library)
+serve = tf.saved_model.load(sys.argv[1]).signatures["serving_default"]
+name = list(serve.structured_input_signature[1])[0]
+out = serve(**{name: tf.constant(json.loads(sys.argv[2]))})
+print(json.dumps({"input": name, **{key: value.numpy().tolist() for key, value in out.items()}},
+                 default=lambda b: b.decode()))
+"""
+
+
+def serve_with_text_ops(path, texts):
+    """{"input": the signature's input name, output name: values} from
+    serving `texts` with the export at `path` in a TensorFlow-only process."""
+    result = subprocess.run(
+        [sys.executable, "-c", SERVE_WITH_TEXT_OPS, path, json.dumps(texts)],
+        capture_output=True, text=True, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"),
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    return json.loads(result.stdout.strip().splitlines()[-1])

@@ -3,7 +3,6 @@
 import json
 import os
 import random
-import subprocess
 import sys
 
 import keras
@@ -16,31 +15,7 @@ import classify  # noqa: E402
 import language_model  # noqa: E402
 
 from kseq.data.subword_tokenizer import SubwordTokenizer  # noqa: E402
-
-# TensorFlow and tensorflow_text's op libraries only, as TF Serving has.
-SERVE = """
-import glob, importlib.util, json, os, sys
-for name in ("keras", "keras_hub", "kseq", "tf_keras"):
-    sys.modules[name] = None
-import tensorflow as tf
-text_dir = importlib.util.find_spec("tensorflow_text").submodule_search_locations[0]
-for library in glob.glob(os.path.join(text_dir, "python", "ops", "_*.so")):
-    tf.load_op_library(library)
-serve = tf.saved_model.load(sys.argv[1]).signatures["serving_default"]
-name = list(serve.structured_input_signature[1])[0]
-out = serve(**{name: tf.constant(json.loads(sys.argv[2]))})
-print(json.dumps({"input": name, **{key: value.numpy().tolist() for key, value in out.items()}},
-                 default=lambda b: b.decode()))
-"""
-
-
-def serve_in_subprocess(path, texts):
-    result = subprocess.run(
-        [sys.executable, "-c", SERVE, path, json.dumps(texts)], capture_output=True, text=True,
-        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"), check=True,
-    )
-    return json.loads(result.stdout.strip().splitlines()[-1])
-
+from support import serve_with_text_ops  # noqa: E402
 
 WORDS = ["the", "lord", "said", "to", "moses", "and", "people", "went", "out", "of", "egypt"]
 
@@ -82,7 +57,7 @@ def test_language_model_metrics(lm_run):
 def test_language_model_export_serves_without_kseq_and_matches_python(lm_run):
     path = os.path.join(lm_run["export_dir"], "1")
     prompts = ["the lord said", "", "moses and"]
-    served = serve_in_subprocess(path, prompts)
+    served = serve_with_text_ops(path, prompts)
     assert served["input"] == "prompt"
     # The Python model with the recipe's seeded sampler: the same continuations.
     model = keras.saving.load_model(os.path.join(lm_run["logdir"], "tbptt", "model.keras"))
@@ -127,7 +102,7 @@ def test_classifier_metrics(classify_run):
 def test_classifier_export_serves_without_kseq_and_matches_python(classify_run):
     path = os.path.join(classify_run["export_dir"], "1")
     texts = ["the film was great", "boring plot", "", "   ", "\u0007 control ✓ ünïcode"]
-    served = serve_in_subprocess(path, texts)
+    served = serve_with_text_ops(path, texts)
     assert served["input"] == "text"
     probabilities = np.asarray(served["probabilities"])
     assert probabilities.shape == (5, 2)

@@ -16,30 +16,13 @@ from tensorboard.backend.event_processing import event_multiplexer
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "recipes"))
 import translate  # noqa: E402
+from support import serve_with_text_ops  # noqa: E402
 
 WORDS = {"cat": "chat", "dog": "chien", "house": "maison", "red": "rouge", "blue": "bleu",
          "small": "petit", "big": "grand", "the": "le", "runs": "court", "eats": "mange"}
 TINY = ["--num-layers", "1", "--d-model", "32", "--num-heads", "2", "--ff-dim", "64",
         "--vocab-size", "300", "--epochs", "2", "--token-budget", "512", "--max-length", "24",
         "--valid-bleu-sentences", "6", "--attention-plots", "2", "--beam-size", "2"]
-
-# TensorFlow and tensorflow_text's op libraries only, as TF Serving has:
-# keras, keras_hub and kseq cannot be imported (tensorflow_text's Python
-# package imports keras, so its compiled ops are loaded directly).
-SERVE = """
-import glob, importlib.util, json, os, sys
-for name in ("keras", "keras_hub", "kseq", "tf_keras"):
-    sys.modules[name] = None
-import tensorflow as tf
-text_dir = importlib.util.find_spec("tensorflow_text").submodule_search_locations[0]
-for library in glob.glob(os.path.join(text_dir, "python", "ops", "_*.so")):
-    tf.load_op_library(library)
-serve = tf.saved_model.load(sys.argv[1]).signatures["serving_default"]
-out = serve(source=tf.constant(json.loads(sys.argv[2])))
-print(json.dumps({"translation": [t.decode() for t in out["translation"].numpy()],
-                  "token_ids": out["token_ids"].numpy().tolist()}))
-"""
-
 
 def write_pairs(path, count, seed, bad_lines=()):
     rng = random.Random(seed)
@@ -101,11 +84,8 @@ def test_export_serves_with_tensorflow_and_text_only_and_matches_python(run):
     path = os.path.join(run["export_dir"], "1")
     assert os.path.isfile(os.path.join(path, "assets", "spm.model"))
     sources = ["the red cat", "", "   ", "big " * 200, "zoë eats"]
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
-    result = subprocess.run([sys.executable, "-c", SERVE, path, json.dumps(sources)],
-                            capture_output=True, text=True, env=env, timeout=300)
-    assert result.returncode == 0, result.stderr[-2000:]
-    served = json.loads(result.stdout.strip().splitlines()[-1])
+    served = serve_with_text_ops(path, sources)
+    assert served["input"] == "source"
     assert len(served["translation"]) == len(sources), "every input gets an output"
     # The same beam search in Python on the same (truncated) source ids.
     from kseq.data.subword_tokenizer import SubwordTokenizer
