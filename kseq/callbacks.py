@@ -72,15 +72,18 @@ class TimeLimit(keras.callbacks.Callback):
 
     Args:
         minutes: the training budget (None or 0: no limit).
+        spent_seconds: training time already spent, e.g. by the run that a
+            resumed one continues. Defaults to 0.
     """
 
-    def __init__(self, minutes):
+    def __init__(self, minutes, spent_seconds=0.0):
         super().__init__()
         self.minutes = minutes
+        self.spent_seconds = spent_seconds
         self.stopped_at_step = None
 
     def on_train_begin(self, logs=None):
-        self.start = time.monotonic()
+        self.start = time.monotonic() - self.spent_seconds
 
     def on_train_batch_end(self, batch, logs=None):
         if self.minutes and time.monotonic() - self.start > 60.0 * self.minutes:
@@ -88,6 +91,38 @@ class TimeLimit(keras.callbacks.Callback):
                 self.stopped_at_step = int(self.model.optimizer.iterations.numpy())
                 print(f"\ntime limit of {self.minutes} min reached at step {self.stopped_at_step}")
             self.model.stop_training = True
+
+
+class NonFiniteLoss(FloatingPointError):
+    """Raised by `StopOnNonFiniteLoss`."""
+
+
+class StopOnNonFiniteLoss(keras.callbacks.Callback):
+    """Stops `fit` at the first step whose loss is NaN or infinite, raising
+    `NonFiniteLoss` with the step and what to try, instead of training on
+    (keras' TerminateOnNaN names only the batch of the epoch).
+
+    Raising (rather than only stopping) keeps `fit` from ending normally, so
+    nothing after it exports the broken model and a `ResumableBackup` keeps
+    its last save.
+
+    Args:
+        hints: what to suggest, e.g. the recipe options that lower the
+            learning rate or clip gradients.
+    """
+
+    def __init__(self, hints="lower the learning rate or clip gradients (e.g. `clipnorm=1.0`)"):
+        super().__init__()
+        self.hints = hints
+
+    def on_train_batch_end(self, batch, logs=None):
+        loss = (logs or {}).get("loss")
+        if loss is not None and not np.isfinite(float(loss)):
+            step = int(self.model.optimizer.iterations.numpy())
+            raise NonFiniteLoss(
+                f"The training loss became {float(loss)} at step {step} (batch {batch + 1} of the "
+                f"epoch); stopped. To fix it, {self.hints}."
+            )
 
 
 class AttentionMaps(keras.callbacks.Callback):

@@ -12,6 +12,7 @@ import tensorflow as tf
 
 from kseq.decoding import GreedySearch, trim_padding
 from kseq.special_ids import PAD_ID
+from kseq.validation import check_positive_int
 
 SOURCE_SPEC = tf.TensorSpec([None], tf.string, name="source")
 
@@ -31,9 +32,22 @@ def translate_function(model, source_tokenizer, target_tokenizer, max_length=64,
     Tokenizer, search and detokenizer, all in TensorFlow ops: the function
     the exported signature serves, usable in-process too. `search` is a
     kseq.decoding search (default: greedy up to `max_length` tokens); beam
-    search serves its best hypothesis.
+    search serves its best hypothesis. Sources are cut to their first
+    `max_source_length` tokens, and never more than the model's own
+    `max_length` (a Transformer's position table): an over-long request gets
+    the translation of its beginning, not an error.
+
+    Raises:
+        ValueError: the search would generate more tokens than the model's
+            `max_length` allows.
     """
     search = search or GreedySearch(max_length)
+    max_source_length = _length_within(model.length_limit, max_source_length, "max_source_length")
+    if model.length_limit is not None and search.max_length > model.length_limit:
+        raise ValueError(
+            f"`max_length` (the search's, {search.max_length}) is over the model's "
+            f"max_length {model.length_limit}."
+        )
 
     def translate(source):
         ids = source_tokenizer.tokenize(source)[:, :max_source_length]
@@ -44,6 +58,12 @@ def translate_function(model, source_tokenizer, target_tokenizer, max_length=64,
         return {"translation": target_tokenizer.detokenize(generated), "token_ids": generated}
 
     return translate
+
+
+def _length_within(limit, length, name):
+    """`length` checked, and lowered to the model's `limit` (None: none)."""
+    length = check_positive_int(name, length)
+    return length if limit is None else min(length, limit)
 
 
 def next_version(export_dir):
@@ -86,6 +106,9 @@ def write_servable(export_dir, endpoints, resources, version=None, assets=None):
         resources: the models and tokenizers whose variables and tables the
             functions use.
         assets: {file name: bytes} for the version's `assets/` folder.
+        version: an int >= 0 whose folder is absent or empty (a version is
+            never overwritten: a non-empty one raises ValueError before
+            anything is written); None, the next free version.
 
     The SavedModel is written to a temporary folder beside the target and
     renamed when complete, so a crash never leaves a half-written version.
@@ -95,13 +118,8 @@ def write_servable(export_dir, endpoints, resources, version=None, assets=None):
     """
     if os.path.exists(export_dir) and not os.path.isdir(export_dir):
         raise ValueError(f"`export_dir` {export_dir!r} exists and is not a directory.")
-    version = next_version(export_dir) if version is None else int(version)
-    final = os.path.join(export_dir, str(version))
-    if os.path.exists(final) and os.listdir(final):
-        raise ValueError(
-            f"Export version {final!r} already exists and is not empty; pick another "
-            "version or leave `version=None` for the next free one."
-        )
+    if version is not None:
+        version = _check_version(export_dir, version)
     # ExportArchive saves the variables and lookup tables the functions use,
     # not the Keras objects, so nothing but TensorFlow is needed to serve.
     archive = keras.export.ExportArchive()
@@ -110,7 +128,7 @@ def write_servable(export_dir, endpoints, resources, version=None, assets=None):
     for name, (function, signature) in endpoints.items():
         archive.add_endpoint(name, function, input_signature=signature)
     os.makedirs(export_dir, exist_ok=True)
-    temporary = os.path.join(export_dir, f".tmp-{version}-{os.getpid()}")
+    temporary = os.path.join(export_dir, f".tmp-{'next' if version is None else version}-{os.getpid()}")
     shutil.rmtree(temporary, ignore_errors=True)
     try:
         archive.write_out(temporary, verbose=False)
@@ -118,12 +136,44 @@ def write_servable(export_dir, endpoints, resources, version=None, assets=None):
             os.makedirs(os.path.join(temporary, "assets"), exist_ok=True)
             with open(os.path.join(temporary, "assets", name), "wb") as f:
                 f.write(content)
-        if os.path.isdir(final):  # an empty leftover folder
-            os.rmdir(final)
-        os.rename(temporary, final)
+        return _publish(temporary, export_dir, version)
     finally:
         shutil.rmtree(temporary, ignore_errors=True)
-    return final
+
+
+def _check_version(export_dir, version):
+    """An explicit version: an int >= 0 (or its digits) whose folder is
+    absent or empty; a version is never overwritten."""
+    if isinstance(version, str) and version.isdigit():
+        version = int(version)
+    version = check_positive_int("version", version, allow_zero=True)
+    final = os.path.join(export_dir, str(version))
+    if os.path.exists(final) and (not os.path.isdir(final) or os.listdir(final)):
+        raise ValueError(
+            f"Export version {final!r} already exists and is not empty; pick another "
+            "`version` or leave `version=None` for the next free one. Versions are "
+            "never overwritten."
+        )
+    return version
+
+
+def _publish(temporary, export_dir, version):
+    """Renames the finished SavedModel to `export_dir/<version>` and returns
+    that path. With `version=None`, a version that another export took
+    meanwhile moves this one to the next free number."""
+    for _ in range(100):  # other exports racing for the same numbers
+        chosen = next_version(export_dir) if version is None else version
+        final = os.path.join(export_dir, str(chosen))
+        try:
+            if os.path.isdir(final) and not os.listdir(final):
+                os.rmdir(final)  # an empty leftover folder
+            os.rename(temporary, final)
+            return final
+        except OSError:
+            if version is not None or not os.path.exists(final):
+                _check_version(export_dir, chosen)  # the clear error if taken
+                raise
+    raise OSError(f"No free version under {export_dir!r} after 100 tries.")
 
 
 PROMPT_SPEC = tf.TensorSpec([None], tf.string, name="prompt")
@@ -133,6 +183,7 @@ def continue_function(model, tokenizer, search, max_prompt_length=256):
     """prompts (B,) -> {"continuation": strings (B,), "token_ids": (B, T')}:
     a language model's `search` from the last `max_prompt_length` tokens of
     each prompt (an empty prompt starts a new document), in TensorFlow ops."""
+    max_prompt_length = _length_within(model.length_limit, max_prompt_length, "max_prompt_length")
 
     def continue_text(prompt):
         ids = tokenizer.tokenize(prompt)
@@ -170,8 +221,11 @@ TEXT_SPEC = tf.TensorSpec([None], tf.string, name="text")
 def classify_function(model, tokenizer, labels, max_length=256):
     """texts (B,) -> {"probabilities": (B, C), "label": strings (B,),
     "class_id": int32 (B,)}, the first `max_length` tokens of each text
-    classified, in TensorFlow ops (an empty text gets the model's prior)."""
+    (never more than a Transformer encoder's own `max_length`) classified,
+    in TensorFlow ops (an empty text gets the model's prior)."""
     label_table = tf.constant(list(labels))
+    limit = model.max_length if model.encoder == "transformer" else None
+    max_length = _length_within(limit, max_length, "max_length")
 
     def classify(text):
         ids = id_matrix(tokenizer.tokenize(text)[:, :max_length])

@@ -50,8 +50,11 @@ class MaskedSparseCategoricalCrossentropy(keras.losses.Loss):
     Returns:
         Scalar loss: the sum over real tokens divided by the number of real
         tokens (zero when there are none). Under a tf.distribute strategy the
-        divisor is the count over all replicas, so the replicas' losses add
-        up to the global mean and the summed gradients equal one device's.
+        divisor is the count over all replicas, so the replicas' gradients
+        add up to one device's; each replica's value is the global mean
+        divided by the number of replicas (they add up to the global mean,
+        and Keras' logged loss is the global mean even when a batch splits
+        into shards of different sizes).
 
     Example:
     >>> loss = MaskedSparseCategoricalCrossentropy(label_smoothing=0.1)
@@ -82,18 +85,23 @@ class MaskedSparseCategoricalCrossentropy(keras.losses.Loss):
     def __call__(self, y_true, y_pred, sample_weight=None):
         with keras.name_scope(self.name):
             weights = token_weights(y_true, sample_weight, self.pad_id)
-            total = ops.sum(self.call(y_true, y_pred) * weights)
             # Scalars on every replica, whatever their (possibly empty) shard.
+            total = ops.reshape(ops.sum(self.call(y_true, y_pred) * weights), ())
             count = ops.reshape(ops.sum(weights), ())
-            return ops.divide_no_nan(ops.reshape(total, ()), _global_sum(count))
+            context = tf.distribute.get_replica_context()
+            if context is None or context.num_replicas_in_sync == 1:
+                return ops.divide_no_nan(total, count)
+            global_total, global_count = tf.unstack(context.all_reduce(
+                tf.distribute.ReduceOp.SUM, tf.stack([tf.stop_gradient(total), count])))
+            # The gradients come from this replica's share of the global sum...
+            share = ops.divide_no_nan(total, global_count)
+            # ...the value is the same on every replica: Keras logs the
+            # replicas' values times their number, averaged with their row
+            # counts as weights, which only gives the global mean when the
+            # values are equal (an odd batch splits into unequal shards).
+            value = ops.divide_no_nan(global_total, global_count) / context.num_replicas_in_sync
+            return share + tf.stop_gradient(value - share)
 
     def get_config(self):
         return {"name": self.name, "label_smoothing": self.label_smoothing, "pad_id": self.pad_id}
 
-
-def _global_sum(value):
-    """Sums `value` over the replicas of the current tf.distribute replica context."""
-    context = tf.distribute.get_replica_context()
-    if context is None or context.num_replicas_in_sync == 1:
-        return value
-    return context.all_reduce(tf.distribute.ReduceOp.SUM, value)

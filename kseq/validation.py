@@ -59,6 +59,12 @@ def check_token_ids(ids, name, vocab_size=None, max_length=None):
     a traced function they become runtime assertions with the same message.
     """
     symbolic = isinstance(ids, keras.KerasTensor)
+    if isinstance(ids, (tf.RaggedTensor, tf.SparseTensor)):
+        raise ValueError(
+            f"`{name}` must be a dense (batch, length) tensor; got a "
+            f"{type(ids).__name__}. Pad it with kseq.PAD_ID (0), e.g. "
+            "`ids.to_tensor()`."
+        )
     ids = as_id_array(ids, name)
     if not hasattr(ids, "dtype"):
         raise ValueError(
@@ -87,22 +93,24 @@ def check_token_ids(ids, name, vocab_size=None, max_length=None):
         )
     if symbolic:
         return ids
-    ids = tf.cast(ids, "int32")
     if vocab_size is None:
-        return ids
+        return tf.cast(ids, "int32")
+    # Ranges are checked before the cast to int32, which would wrap an int64
+    # id of 2**32 + 5 around to 5.
     message = f"`{name}` must hold ids in [0, {vocab_size})"
     if tf.executing_eagerly():
         if tf.size(ids) > 0:
             low, high = int(tf.reduce_min(ids)), int(tf.reduce_max(ids))
             if low < 0 or high >= vocab_size:
                 raise ValueError(f"{message}; got ids from {low} to {high}.")
-        return ids
+        return tf.cast(ids, "int32")
+    wide = tf.cast(ids, "int64")
     checks = [
-        tf.debugging.assert_non_negative(ids, message=message),
-        tf.debugging.assert_less(ids, tf.constant(vocab_size, "int32"), message=message),
+        tf.debugging.assert_non_negative(wide, message=message),
+        tf.debugging.assert_less(wide, tf.constant(vocab_size, "int64"), message=message),
     ]
-    with tf.control_dependencies(checks):
-        return tf.identity(ids)
+    with tf.control_dependencies(checks):  # identity: a cast to the same dtype is no op
+        return tf.identity(tf.cast(ids, "int32"))
 
 
 def check_float(name, value, low=None, high=None, low_open=False):

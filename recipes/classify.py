@@ -34,6 +34,7 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 import kseq  # noqa: E402
+from kseq.distribution import clip_after_all_reduce  # noqa: E402
 from kseq.data.subword_tokenizer import SubwordTokenizer  # noqa: E402
 from kseq.export import export_classifier  # noqa: E402
 from kseq.recipe_support import check_paths, read_tsv_reporting  # noqa: E402
@@ -155,7 +156,9 @@ def main(argv=None):
         )
         model.build()
         model.compile(
-            optimizer=keras.optimizers.Adam(config["learning_rate"], global_clipnorm=config["clipnorm"]),
+            # The summed gradient of all replicas is clipped, as on one device.
+            optimizer=clip_after_all_reduce(
+                keras.optimizers.Adam(config["learning_rate"], global_clipnorm=config["clipnorm"])),
             loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
             metrics=["accuracy"],
         )

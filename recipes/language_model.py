@@ -35,6 +35,7 @@ import keras  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 import kseq  # noqa: E402
+from kseq.distribution import clip_after_all_reduce  # noqa: E402
 from kseq.callbacks import GenerationMonitor, TimeLimit  # noqa: E402
 from kseq.data.streams import join_documents, stream_batches  # noqa: E402
 from kseq.data.subword_tokenizer import SubwordTokenizer  # noqa: E402
@@ -122,7 +123,8 @@ def build_model(config, vocab_size, carry_state):
     )
     model.build()
     model.compile(
-        optimizer=keras.optimizers.Adam(config["learning_rate"], global_clipnorm=config["clipnorm"]),
+        optimizer=clip_after_all_reduce(  # the replicas' summed gradient, as on one device
+            keras.optimizers.Adam(config["learning_rate"], global_clipnorm=config["clipnorm"])),
         loss=kseq.losses.MaskedSparseCategoricalCrossentropy(),
         metrics=[kseq.metrics.Perplexity()],
     )

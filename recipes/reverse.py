@@ -28,6 +28,8 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 import kseq  # noqa: E402
+from kseq.distribution import clip_after_all_reduce  # noqa: E402
+from kseq.recipe_support import check_paths  # noqa: E402
 from kseq.callbacks import GenerationMonitor  # noqa: E402
 from kseq.data.character_tokenizer import CharacterTokenizer  # noqa: E402
 from kseq.data.pipeline import text_pair_dataset  # noqa: E402
@@ -71,8 +73,7 @@ def parse_args(argv=None):
     for name in ("train_examples", "valid_examples", "batch_size", "epochs"):
         if config[name] < 1:
             parser.error(f"--{name.replace('_', '-')} must be >= 1")
-    if os.path.exists(config["logdir"]) and not os.path.isdir(config["logdir"]):
-        parser.error(f"--logdir {config['logdir']} exists and is not a directory")
+    check_paths(parser, config, files=())
     return config
 
 
@@ -125,7 +126,7 @@ def main(argv=None):
     with strategy.scope():
         model = build_model(config, tokenizer.vocab_size)
         model.compile(
-            optimizer=keras.optimizers.Adam(config["learning_rate"], clipnorm=1.0),
+            optimizer=clip_after_all_reduce(keras.optimizers.Adam(config["learning_rate"], clipnorm=1.0)),
             loss=kseq.losses.MaskedSparseCategoricalCrossentropy(),
             metrics=[kseq.metrics.MaskedAccuracy(), kseq.metrics.Perplexity()],
             jit_compile=config["arch"] == "transformer",

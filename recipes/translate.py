@@ -13,6 +13,10 @@ Transformer base for a GPU. Any option overrides the preset.
     python recipes/translate.py --arch rnn --attention bahdanau --cell gru
     python recipes/translate.py --train-tsv my_pairs.tsv --epochs 5
     tensorboard --logdir runs/translate
+
+A killed run continues where it last saved (every --save-every steps and at
+every epoch end) when started again with the same command; --strategy
+multiworker trains on every machine of TF_CONFIG (see README).
 """
 
 import argparse
@@ -28,13 +32,21 @@ import keras  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 import kseq  # noqa: E402
-from kseq.callbacks import AttentionMaps, GenerationMonitor, TimeLimit  # noqa: E402
+from kseq.atomic import write_json_atomic  # noqa: E402
+from kseq.callbacks import (  # noqa: E402
+    AttentionMaps, GenerationMonitor, NonFiniteLoss, StopOnNonFiniteLoss, TimeLimit,
+)
 from kseq.data.bucketing import bucketed_pair_dataset  # noqa: E402
 from kseq.data.subword_tokenizer import SubwordTokenizer  # noqa: E402
 from kseq.decoding import BeamSearch  # noqa: E402
+from kseq.distribution import (  # noqa: E402
+    STRATEGIES, clip_after_all_reduce, distribute_batches, is_chief, make_strategy, task,
+    weights_fingerprint,
+)
 from kseq.evaluation import translation_scores  # noqa: E402
 from kseq.export import export_translator  # noqa: E402
 from kseq.recipe_support import check_paths, read_tsv_reporting  # noqa: E402
+from kseq.resume import ResumableBackup, TrainingPosition  # noqa: E402
 from kseq.runtime import tune_cpu_runtime  # noqa: E402
 from kseq.tensorboard_logging import write_hparams, write_model_graph  # noqa: E402
 
@@ -56,7 +68,7 @@ PRESETS = {
 }
 COMMON = dict(
     attention="general", cell="lstm", label_smoothing=0.1, clipnorm=1.0, beam_size=4,
-    length_penalty=0.6, valid_bleu_sentences=200, attention_plots=3, strategy="mirrored",
+    length_penalty=0.6, valid_bleu_sentences=200, attention_plots=3, strategy="mirrored", save_every=200,
     seed=0, logdir="runs/translate", export_dir="savedmodels/translate", max_test_sentences=None,
 )
 
@@ -76,18 +88,18 @@ def parse_args(argv=None):
     for name in ("num-layers", "d-model", "num-heads", "ff-dim", "embed-dim", "units",
                  "vocab-size", "token-budget", "max-length", "epochs", "warmup-steps",
                  "beam-size", "valid-bleu-sentences", "attention-plots", "seed",
-                 "max-test-sentences"):
+                 "max-test-sentences", "save-every"):
         parser.add_argument(f"--{name}", type=int)
     for name in ("dropout", "max-minutes", "learning-rate", "label-smoothing", "clipnorm",
                  "length-penalty"):
         parser.add_argument(f"--{name}", type=float)
-    parser.add_argument("--strategy", choices=["mirrored", "default"])
+    parser.add_argument("--strategy", choices=STRATEGIES)
     parser.add_argument("--logdir")
     parser.add_argument("--export-dir")
     args = parser.parse_args(argv)
     config = {**COMMON, **PRESETS[args.preset], "preset": args.preset}
     config.update({k: v for k, v in vars(args).items() if v is not None})
-    for name in ("epochs", "token_budget", "max_length", "beam_size", "vocab_size"):
+    for name in ("epochs", "token_budget", "max_length", "beam_size", "vocab_size", "save_every"):
         if config[name] < 1:
             parser.error(f"--{name.replace('_', '-')} must be >= 1")
     if config["token_budget"] < config["max_length"]:
@@ -158,32 +170,55 @@ def make_translator(model, tokenizer, config, search=None):
     return translate
 
 
-def main(argv=None):
-    config = parse_args(argv)
-    keras.utils.set_random_seed(config["seed"])
-    os.makedirs(config["logdir"], exist_ok=True)
+def prepare(config, workdir, resuming):
+    """(data, tokenizer, train, valid, position); a resumed run keeps its tokenizer."""
     data = load_data(config)
     start = time.time()
-    train_sources, train_targets = data["train"]
-    tokenizer = SubwordTokenizer.train(train_sources + train_targets, config["vocab_size"])
-    tokenizer.save(os.path.join(config["logdir"], "spm.model"))
+    spm_path = os.path.join(workdir, "spm.model")
+    if resuming and os.path.exists(spm_path):
+        tokenizer = SubwordTokenizer.load(spm_path)
+    else:
+        train_sources, train_targets = data["train"]
+        tokenizer = SubwordTokenizer.train(train_sources + train_targets, config["vocab_size"])
+        tokenizer.save(spm_path)
     print(f"SentencePiece vocabulary: {tokenizer.vocab_size} pieces ({time.time() - start:.0f} s)")
+    position = TrainingPosition()
     budget = dict(token_budget=config["token_budget"], max_length=config["max_length"])
     train, report = bucketed_pair_dataset(
-        train_sources, train_targets, tokenizer, tokenizer, seed=config["seed"], **budget
+        *data["train"], tokenizer, tokenizer, seed=config["seed"], position=position, **budget
     )
     print(f"train pipeline: {report}")
     valid, valid_report = bucketed_pair_dataset(*data["valid"], tokenizer, tokenizer, shuffle=False, **budget)
     print(f"valid pipeline: {valid_report}")
+    return data, tokenizer, train, valid, position
 
-    strategy = tf.distribute.MirroredStrategy() if config["strategy"] == "mirrored" else tf.distribute.get_strategy()
-    print(f"strategy: {type(strategy).__name__} with {strategy.num_replicas_in_sync} replica(s)")
+
+def main(argv=None):
+    config = parse_args(argv)
+    # First: a multi-worker strategy sets up collectives before other TensorFlow work.
+    strategy = make_strategy(config["strategy"])
+    chief = is_chief(strategy)
+    task_type, task_id = task(strategy)
+    print(f"strategy: {type(strategy).__name__} with {strategy.num_replicas_in_sync} replica(s)"
+          + ("" if chief else f"; this is {task_type} {task_id}: logs and exports are the chief's"))
+    keras.utils.set_random_seed(config["seed"])
+    logdir = config["logdir"]
+    # Other workers keep their own backup and tokenizer, as on separate disks.
+    workdir = logdir if chief else os.path.join(logdir, "workers", f"{task_type}-{task_id}")
+    os.makedirs(workdir, exist_ok=True)
+    backup_dir = os.path.join(workdir, "backup")
+    resuming = ResumableBackup.saved_state(backup_dir)
+    data, tokenizer, train, valid, position = prepare(config, workdir, resuming)
+    if config["strategy"] == "multiworker":
+        train, valid = distribute_batches(strategy, train), distribute_batches(strategy, valid)
+
     with strategy.scope():
         model = build_model(config, tokenizer.vocab_size)
         model.build()  # variables under the strategy, before the graph is logged
         model.compile(
-            optimizer=keras.optimizers.Adam(learning_rate(config), beta_2=0.98, epsilon=1e-9,
-                                            clipnorm=config["clipnorm"]),
+            # The replicas' summed gradient is clipped, as on one device.
+            optimizer=clip_after_all_reduce(keras.optimizers.Adam(
+                learning_rate(config), beta_2=0.98, epsilon=1e-9, clipnorm=config["clipnorm"])),
             loss=kseq.losses.MaskedSparseCategoricalCrossentropy(label_smoothing=config["label_smoothing"]),
             metrics=[kseq.metrics.MaskedAccuracy(), kseq.metrics.Perplexity()],
             # XLA compiles once per bucket shape: minutes on a CPU, which a
@@ -191,34 +226,27 @@ def main(argv=None):
             jit_compile=bool(tf.config.list_physical_devices("GPU")),
         )
     print(f"model: {config['arch']}, {model.count_params():,} parameters")
-    write_hparams(config["logdir"], config)
-    write_model_graph(config["logdir"], model)
-
-    valid_sources, valid_references = data["valid"]
-    count = config["valid_bleu_sentences"]
-    monitor = GenerationMonitor(
-        valid_sources[:count], valid_references[:count], make_translator(model, tokenizer, config),
-        {"bleu": lambda h, r: translation_scores(h, r)["bleu"], "chrf": lambda h, r: translation_scores(h, r)["chrf"]},
-        logdir=config["logdir"],
-    )
+    backup = ResumableBackup(backup_dir, position, save_freq=config["save_every"])
     callbacks = [
-        TimeLimit(config["max_minutes"]), monitor,
-        keras.callbacks.TensorBoard(config["logdir"]),
-        keras.callbacks.ModelCheckpoint(os.path.join(config["logdir"], "checkpoints", "last.weights.h5"),
-                                        save_weights_only=True),
-        keras.callbacks.ModelCheckpoint(os.path.join(config["logdir"], "checkpoints", "best.weights.h5"),
-                                        save_weights_only=True, save_best_only=True, monitor="val_loss"),
+        TimeLimit(config["max_minutes"], spent_seconds=resuming["train_seconds"] if resuming else 0.0),
+        StopOnNonFiniteLoss("lower --learning-rate, or clip gradients with --clipnorm (e.g. 1.0)"),
     ]
-    if config["arch"] == "transformer" or config["attention"] != "none":
-        plotted = tokenizer.tokenize(valid_sources[: config["attention_plots"]])[:, : config["max_length"]].to_tensor()
-        callbacks.append(AttentionMaps(
-            plotted, lambda ids: model.generate(ids, max_length=config["max_length"]),
-            tokenizer.id_to_piece, config["logdir"],
-        ))
-    train_start = time.time()
-    history = model.fit(train, validation_data=valid, epochs=config["epochs"], callbacks=callbacks,
-                        verbose=1, shuffle=False)
-    train_seconds = time.time() - train_start
+    valid_sources, valid_references = data["valid"]
+    monitor = None
+    if chief:
+        monitor, logging = chief_callbacks(config, model, tokenizer, valid_sources, valid_references, resuming)
+        callbacks += logging
+    callbacks.append(backup)  # last: an epoch counts as saved once its logs are written
+    try:
+        history = model.fit(train, validation_data=valid, epochs=config["epochs"], callbacks=callbacks,
+                            verbose=1, shuffle=False)
+    except NonFiniteLoss as error:
+        raise SystemExit(f"{error}\nThe last save is kept in {backup_dir}; delete it to start over.")
+    steps = int(model.optimizer.iterations.numpy())
+    fingerprint = weights_fingerprint(model)
+    print(f"trained {steps} steps; weights sha256 {fingerprint}")
+    if not chief:
+        return {"steps": steps, "weights_sha256": fingerprint}
 
     test_sources, test_references = data["test"]
     if config["max_test_sentences"]:
@@ -231,21 +259,24 @@ def main(argv=None):
     print(f"test chrF {scores['chrf']:.2f} ({scores['chrf_signature']})")
     for source, hypothesis, reference in list(zip(test_sources, hypotheses, test_references))[:3]:
         print(f"  {source}\n  -> {hypothesis}\n  (reference: {reference})")
+    ran = history.history.get("val_loss", [])
     metrics = {
         "test_bleu": round(scores["bleu"], 2), "test_chrf": round(scores["chrf"], 2),
         "bleu_signature": scores["bleu_signature"], "chrf_signature": scores["chrf_signature"],
-        "valid_loss": float(history.history["val_loss"][-1]),
+        # A run resumed after its last epoch has no history: evaluate again.
+        "valid_loss": float(ran[-1] if ran else model.evaluate(valid, verbose=0, return_dict=True)["loss"]),
         "valid_bleu": monitor.history[-1]["bleu"] if monitor.history else None,
-        "train_seconds": round(train_seconds, 1),
+        "train_seconds": round(backup.train_seconds, 1),
         "test_seconds": round(time.time() - evaluation_start, 1),
-        "epochs_run": len(history.history["loss"]),
-        "steps": int(model.optimizer.iterations.numpy()),
+        "epochs_run": backup.initial_epoch + len(history.history.get("loss", [])),
+        "steps": steps,
+        "resumed_from_step": resuming["step"] if resuming else None,
+        "weights_sha256": fingerprint,
         "test_sentences": len(test_sources),
         "samples": [{"source": s, "output": h, "reference": r}
                     for s, h, r in list(zip(test_sources, hypotheses, test_references))[:3]],
     }
-    with open(os.path.join(config["logdir"], "metrics.json"), "w") as f:
-        json.dump(metrics, f, indent=2, ensure_ascii=False)
+    write_json_atomic(os.path.join(logdir, "metrics.json"), metrics)
 
     search = BeamSearch(config["max_length"], config["beam_size"], config["length_penalty"])
     path = export_translator(
@@ -255,8 +286,37 @@ def main(argv=None):
     served = tf.saved_model.load(path).signatures["serving_default"]
     sample = served(source=tf.constant(test_sources[:1]))["translation"].numpy()[0].decode()
     print(f"exported {path}: {test_sources[0]!r} -> {sample!r}")
-    print(f"TensorBoard: tensorboard --logdir {config['logdir']}")
+    print(f"TensorBoard: tensorboard --logdir {logdir}")
     return metrics
+
+
+def chief_callbacks(config, model, tokenizer, valid_sources, valid_references, resuming):
+    """(generation monitor, [callbacks that log or checkpoint]): the chief's."""
+    logdir = config["logdir"]
+    if not resuming:  # written once; a resumed run's curves continue the first run's
+        write_hparams(logdir, config)
+        write_model_graph(logdir, model)
+    count = config["valid_bleu_sentences"]
+    monitor = GenerationMonitor(
+        valid_sources[:count], valid_references[:count], make_translator(model, tokenizer, config),
+        {"bleu": lambda h, r: translation_scores(h, r)["bleu"], "chrf": lambda h, r: translation_scores(h, r)["chrf"]},
+        logdir=logdir,
+    )
+    callbacks = [
+        monitor,
+        keras.callbacks.TensorBoard(logdir),
+        keras.callbacks.ModelCheckpoint(os.path.join(logdir, "checkpoints", "last.weights.h5"),
+                                        save_weights_only=True),
+        keras.callbacks.ModelCheckpoint(os.path.join(logdir, "checkpoints", "best.weights.h5"),
+                                        save_weights_only=True, save_best_only=True, monitor="val_loss"),
+    ]
+    if config["arch"] == "transformer" or config["attention"] != "none":
+        plotted = tokenizer.tokenize(valid_sources[: config["attention_plots"]])[:, : config["max_length"]].to_tensor()
+        callbacks.append(AttentionMaps(
+            plotted, lambda ids: model.generate(ids, max_length=config["max_length"]),
+            tokenizer.id_to_piece, logdir,
+        ))
+    return monitor, callbacks
 
 
 if __name__ == "__main__":

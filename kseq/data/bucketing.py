@@ -57,7 +57,7 @@ def tokenize_pairs(sources, targets, source_tokenizer, target_tokenizer, chunk=4
 
 def bucketed_pair_dataset(
     sources, targets, source_tokenizer, target_tokenizer, token_budget=4096, max_length=128,
-    boundaries=None, shuffle=True, seed=None, over_long="drop", drop_remainder=False,
+    boundaries=None, shuffle=True, seed=None, over_long="drop", drop_remainder=False, position=None,
 ):
     """Batches of ({"source_ids", "target_ids"}, labels) with little padding.
 
@@ -79,6 +79,10 @@ def bucketed_pair_dataset(
         over_long: "drop" pairs over `max_length`, or "truncate" them.
         drop_remainder: drop each bucket's last, smaller batch of an epoch
             (training under XLA then sees one shape per bucket).
+        position: a `kseq.resume.TrainingPosition`, or None. When given,
+            epoch e's order is a fixed function of (seed, e) and the first
+            `position.skip` batches are left out, so a resumed run trains on
+            exactly the batches an uninterrupted one would.
 
     Returns:
         (dataset, PipelineReport).
@@ -107,15 +111,6 @@ def bucketed_pair_dataset(
     source_ids = tf.gather(source_ids, indices)[:, :max_length]
     target_ids = tf.gather(target_ids, indices)[:, : max_length - 1]
 
-    dataset = tf.data.Dataset.from_tensor_slices((source_ids, target_ids))
-    if shuffle:
-        dataset = dataset.shuffle(len(indices), seed=seed, reshuffle_each_iteration=True)
-
-    def with_specials(source, target):
-        decoder_input, labels = add_specials(tf.RaggedTensor.from_tensor(target[None]))
-        return source, decoder_input[0], labels[0]
-
-    dataset = dataset.map(with_specials, num_parallel_calls=tf.data.AUTOTUNE)
     boundaries = list(boundaries or default_boundaries(max_length))
     if boundaries[-1] <= max_length:
         raise ValueError(
@@ -124,20 +119,42 @@ def bucketed_pair_dataset(
     # Bucket i holds lengths in [edge[i-1], edge[i]) and is padded to
     # edge[i] - 1; tf.data adds a bucket past the last edge, empty here.
     batch_sizes = [max(1, token_budget // max(edge - 1, 1)) for edge in boundaries]
-    dataset = dataset.bucket_by_sequence_length(
-        element_length_func=lambda s, d, l: tf.maximum(tf.shape(s)[0], tf.shape(d)[0]),
-        bucket_boundaries=boundaries,
-        bucket_batch_sizes=batch_sizes + [1],
-        padded_shapes=([None], [None], [None]),
-        padding_values=(PAD_ID, PAD_ID, PAD_ID),
-        pad_to_bucket_boundary=True,
-        drop_remainder=drop_remainder,
-    )
 
-    def to_model_inputs(source, decoder_input, labels):
-        return {"source_ids": source, "target_ids": decoder_input}, labels
+    def batched(pairs):
+        def with_specials(source, target):
+            decoder_input, labels = add_specials(tf.RaggedTensor.from_tensor(target[None]))
+            return source, decoder_input[0], labels[0]
 
-    dataset = dataset.map(to_model_inputs, num_parallel_calls=tf.data.AUTOTUNE)
+        pairs = pairs.map(with_specials, num_parallel_calls=tf.data.AUTOTUNE)
+        batches = pairs.bucket_by_sequence_length(
+            element_length_func=lambda s, d, l: tf.maximum(tf.shape(s)[0], tf.shape(d)[0]),
+            bucket_boundaries=boundaries,
+            bucket_batch_sizes=batch_sizes + [1],
+            padded_shapes=([None], [None], [None]),
+            padding_values=(PAD_ID, PAD_ID, PAD_ID),
+            pad_to_bucket_boundary=True,
+            drop_remainder=drop_remainder,
+        )
+        return batches.map(
+            lambda source, decoder_input, labels: ({"source_ids": source, "target_ids": decoder_input}, labels),
+            num_parallel_calls=tf.data.AUTOTUNE,
+        )
+
+    if position is None:
+        pairs = tf.data.Dataset.from_tensor_slices((source_ids, target_ids))
+        if shuffle:
+            pairs = pairs.shuffle(len(indices), seed=seed, reshuffle_each_iteration=True)
+        dataset = batched(pairs)
+    else:
+        def epoch_batches(_):  # traced once, run at the start of every epoch
+            order = tf.range(len(indices), dtype=tf.int64)
+            if shuffle:
+                key = tf.stack([tf.constant(seed or 0, tf.int64), position.epoch])
+                order = tf.random.experimental.stateless_shuffle(order, seed=key)
+            pairs = tf.data.Dataset.from_tensor_slices((tf.gather(source_ids, order), tf.gather(target_ids, order)))
+            return batched(pairs).skip(position.skip)
+
+        dataset = tf.data.Dataset.range(1).flat_map(epoch_batches)
     # Bucket membership depends on lengths only, so the batch count is fixed
     # whatever the shuffle; telling tf.data lets Keras show progress.
     lengths = np.maximum(np.minimum(source_lengths[indices], max_length),

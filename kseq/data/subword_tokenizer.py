@@ -1,12 +1,12 @@
 """SentencePiece subword tokenizer that runs in the graph and exports."""
 
 import io
-import os
 
 import sentencepiece
 import tensorflow as tf
 import tensorflow_text
 
+from kseq.atomic import write_bytes_atomic
 from kseq.data.pipeline import output_ids_to_text_ids
 from kseq.special_ids import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from kseq.validation import check_choice, check_positive_int
@@ -116,10 +116,7 @@ class SubwordTokenizer(tf.Module):
 
     def save(self, path):
         """Writes the SentencePiece model file, atomically (temp file + rename)."""
-        temporary = f"{path}.tmp-{os.getpid()}"
-        with open(temporary, "wb") as f:
-            f.write(self.proto)
-        os.replace(temporary, path)
+        write_bytes_atomic(path, self.proto)
 
     def id_to_piece(self, ids):
         """1-D ids -> their pieces as Python strings (for plot labels)."""

@@ -29,3 +29,11 @@ def run_cell(layer, inputs, states, training=None):
     if not isinstance(new_states, (list, tuple)):
         new_states = [new_states]
     return output, list(new_states)
+
+
+def is_empty_batch(x):
+    """True when `x` has a static batch of 0 rows, which keras 3.15's
+    recurrent cells cannot run: its TensorFlow `ops.add` takes the (0, N)
+    recurrent term for a bias ("Biases must be 1D: [0, N]"). Models return
+    their (0, ...) output directly instead."""
+    return x.shape[0] == 0

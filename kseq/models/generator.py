@@ -41,8 +41,9 @@ class Generator:
         prompts (language models).
 
         Args:
-            source_ids: (B, S) int ids, right-padded with PAD (0): the sources,
-                or the prompts (an all-PAD row starts a new document).
+            source_ids: (B, S) int ids, right-padded with PAD (0): the sources
+                (an all-PAD source gives EOS at once), or the prompts (an
+                all-PAD row starts a new document).
             max_length: the most tokens to generate.
             method: "greedy", "beam" or "sample" (kseq.decoding's
                 GreedySearch, BeamSearch and Sampler).

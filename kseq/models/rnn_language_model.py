@@ -7,7 +7,8 @@ import tensorflow as tf
 from keras import ops
 
 from kseq.layers.masking import padding_mask
-from kseq.layers.rnn_cells import CELL_TYPES, make_rnn_layer, num_states, run_cell
+from kseq.layers.rnn_cells import CELL_TYPES, is_empty_batch, make_rnn_layer, num_states, run_cell
+from kseq.models.checked_weights import CheckedWeightLoading
 from kseq.models.first_shard_build import FirstShardBuild
 from kseq.models.generator import Generator
 from kseq.special_ids import EOS_ID, NUM_SPECIAL_IDS
@@ -15,7 +16,7 @@ from kseq.validation import as_id_array, check_choice, check_positive_int, check
 
 
 @keras.saving.register_keras_serializable("kseq")
-class RNNLanguageModel(FirstShardBuild, Generator, keras.Model):
+class RNNLanguageModel(CheckedWeightLoading, FirstShardBuild, Generator, keras.Model):
     """Embedding -> stacked RNN -> affine -> softmax over the next token.
 
     With `carry_state=True` (the default), `fit` and `evaluate` train and
@@ -127,6 +128,8 @@ class RNNLanguageModel(FirstShardBuild, Generator, keras.Model):
 
     def call(self, token_ids, training=None):
         token_ids = check_token_ids(token_ids, "token_ids", self.vocab_size)
+        if is_empty_batch(token_ids):  # (0, T, V)
+            return ops.zeros((0, token_ids.shape[1], self.vocab_size), self.compute_dtype)
         name = self._streams.active if self.carry_state else None
         states = self._streams.read(name) if name else None
         x = self.embedding(token_ids)

@@ -5,7 +5,7 @@ from keras import ops
 
 from kseq.decoding.beam_search import gather_beams
 from kseq.layers.masking import padding_mask, reverse_real_steps
-from kseq.layers.rnn_cells import num_states
+from kseq.layers.rnn_cells import is_empty_batch, num_states
 from kseq.layers.rnn_decoder import RNNDecoder
 from kseq.layers.rnn_encoder import RNNEncoder
 from kseq.models.seq2seq import Seq2Seq
@@ -170,6 +170,8 @@ class RNNSeq2Seq(Seq2Seq):
 
     def call(self, inputs, training=None):
         source_ids, target_ids = self._split_inputs(inputs)
+        if is_empty_batch(source_ids):  # (0, T, V)
+            return ops.zeros((0, target_ids.shape[1], self.target_vocab_size), self.compute_dtype)
         embedded, decoder_args = self._decoder_inputs(source_ids, target_ids, training)
         features = self.decoder(embedded, training=training, **decoder_args)
         return self.output_projection(features)
@@ -177,6 +179,8 @@ class RNNSeq2Seq(Seq2Seq):
     def _cross_attention(self, source_ids, target_ids):
         if self.attention is None:
             raise ValueError("attention_weights needs a model with attention; attention=None.")
+        if is_empty_batch(source_ids):  # (0, T, S)
+            return ops.zeros((0, target_ids.shape[1], source_ids.shape[1]), self.compute_dtype)
         embedded, decoder_args = self._decoder_inputs(source_ids, target_ids, False)
         return self.decoder.call_with_attention(embedded, **decoder_args)[1]
 

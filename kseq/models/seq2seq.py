@@ -4,13 +4,14 @@ import keras
 import tensorflow as tf
 
 from kseq.layers.masking import padding_mask
+from kseq.models.checked_weights import CheckedWeightLoading
 from kseq.models.first_shard_build import FirstShardBuild
 from kseq.models.generator import Generator
-from kseq.special_ids import NUM_SPECIAL_IDS
+from kseq.special_ids import EOS_ID, NUM_SPECIAL_IDS, PAD_ID
 from kseq.validation import as_id_array, check_positive_int, check_token_ids
 
 
-class Seq2Seq(FirstShardBuild, Generator, keras.Model):
+class Seq2Seq(CheckedWeightLoading, FirstShardBuild, Generator, keras.Model):
     """Base of the encoder-decoder models.
 
     Subclasses implement the decoder protocol:
@@ -50,13 +51,16 @@ class Seq2Seq(FirstShardBuild, Generator, keras.Model):
 
     def search(self, source_ids, search):
         """Runs a kseq.decoding search on a batch of sources, in TensorFlow ops
-        (callable inside any tf.function); returns its fixed-shape output."""
+        (callable inside any tf.function); returns its fixed-shape output.
+        A source with no tokens (all PAD, e.g. an empty string) translates to
+        nothing: EOS at once, score 0."""
         mask = padding_mask(source_ids)
         encoded = self.encode(source_ids, training=False)
         state = self.initial_state(encoded, mask, max_length=search.max_length)
-        return search(
+        ids, scores = search(
             self.step, state, tf.shape(source_ids)[0], reorder_state=self.reorder_state
         )
+        return _end_empty_sources(ids, scores, tf.reduce_any(mask, axis=1))
 
     def _check_source(self, source_ids):
         return check_token_ids(
@@ -110,3 +114,12 @@ def _check_vocab_size(name, value):
             f"and UNK; got {value}."
         )
     return value
+
+
+def _end_empty_sources(ids, scores, has_tokens):
+    """Rows without source tokens -> EOS then PAD, score 0. ids (B, L) or
+    (B, N, L), scores (B,) or (B, N), has_tokens (B,) bool."""
+    eos_then_pad = tf.where(tf.range(tf.shape(ids)[-1]) == 0, EOS_ID, PAD_ID)  # (L,)
+    rows = lambda x: tf.reshape(has_tokens, [-1] + [1] * (x.shape.rank - 1))  # noqa: E731
+    ids = tf.where(rows(ids), ids, tf.cast(eos_then_pad, ids.dtype))
+    return ids, tf.where(rows(scores), scores, tf.zeros_like(scores))

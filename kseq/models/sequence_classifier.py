@@ -4,10 +4,11 @@ import keras
 from keras import ops
 
 from kseq.layers.masking import masked_softmax, padding_mask
-from kseq.layers.rnn_cells import CELL_TYPES
+from kseq.layers.rnn_cells import CELL_TYPES, is_empty_batch
 from kseq.layers.rnn_encoder import RNNEncoder
 from kseq.layers.token_and_position_embedding import TokenAndPositionEmbedding
 from kseq.layers.transformer_encoder_block import TransformerEncoderBlock
+from kseq.models.checked_weights import CheckedWeightLoading
 from kseq.models.first_shard_build import FirstShardBuild
 from kseq.special_ids import NUM_SPECIAL_IDS
 from kseq.validation import as_id_array, check_choice, check_positive_int, check_rate, check_token_ids
@@ -17,7 +18,7 @@ POOLINGS = ("last", "mean", "max", "attention")
 
 
 @keras.saving.register_keras_serializable("kseq")
-class SequenceClassifier(FirstShardBuild, keras.Model):
+class SequenceClassifier(CheckedWeightLoading, FirstShardBuild, keras.Model):
     """Encodes a padded batch of token ids and classifies each sequence.
 
     Padding never changes the result: the encoder masks it and every pooling
@@ -158,6 +159,10 @@ class SequenceClassifier(FirstShardBuild, keras.Model):
             token_ids, "token_ids", self.vocab_size,
             self.max_length if self.encoder == "transformer" else None,
         )
+        if self.encoder == "rnn" and is_empty_batch(token_ids):
+            empty = ops.zeros((0, token_ids.shape[1]), self.compute_dtype)  # (0, S)
+            features = ops.zeros((0, self.feature_dim), self.compute_dtype)
+            return features, empty if self.pooling == "attention" else None
         mask = padding_mask(token_ids)  # (B, S)
         x = self.dropout_layer(self.embedding(token_ids), training=training)
         if self.encoder == "rnn":

@@ -1,0 +1,149 @@
+"""Resuming a killed `fit` at the step it last saved, not at its epoch start."""
+
+import json
+import os
+import shutil
+import time
+
+import keras
+import tensorflow as tf
+
+from kseq.atomic import write_json_atomic
+from kseq.validation import check_positive_int
+
+
+class TrainingPosition:
+    """The epoch in progress and the batches of it already trained on.
+
+    A data pipeline built with a position (e.g. `bucketed_pair_dataset(...,
+    position=p)`) reads it each time an epoch's iterator starts: the epoch
+    fixes the shuffle, so every run sees the same batches in the same order,
+    and `skip` drops the ones a resumed run has already trained on.
+    `ResumableBackup` keeps it up to date. Create it outside
+    `strategy.scope()`: the pipeline needs plain variables.
+    """
+
+    def __init__(self):
+        if tf.distribute.has_strategy():
+            raise ValueError("Create a TrainingPosition outside `strategy.scope()`.")
+        with tf.device("/cpu:0"):
+            self.epoch = tf.Variable(0, dtype=tf.int64, trainable=False, name="position_epoch")
+            self.skip = tf.Variable(0, dtype=tf.int64, trainable=False, name="position_skip")
+
+    def set(self, epoch, skip=0):
+        self.epoch.assign(epoch)
+        self.skip.assign(skip)
+
+
+class _EndOfResumedEpoch:
+    """A true `stop_training` that only ends the epoch: fit stops when it is
+    still this object at the epoch's end, so a real stop (another callback
+    setting True) is never undone."""
+
+    def __bool__(self):
+        return True
+
+
+class ResumableBackup(keras.callbacks.BackupAndRestore):
+    """keras' BackupAndRestore, resuming in the middle of an epoch.
+
+    keras 3.15 restarts an interrupted epoch from its first batch (so a
+    resumed run trains more steps than an uninterrupted one) and records
+    epoch 0 in backups made after a resume. This callback saves every
+    `save_freq` batches and at every epoch end, each save a complete folder
+    published by an atomic rename of a pointer file (a kill mid-save leaves
+    the previous save intact). On resume it restores the weights and the
+    optimizer (its step count included), and with a `position` the data
+    continues with the batch after the last saved one and the resumed epoch
+    ends after the batches it has left, so the run trains exactly the steps
+    an uninterrupted one would. The backup is deleted when training ends
+    normally, as in keras; it stays when `fit` raises.
+
+    Put it last in the callback list, so that an epoch's logs are written
+    before the epoch counts as saved.
+
+    Args:
+        backup_dir: folder for the backups (one per worker).
+        position: the `TrainingPosition` the training data reads, or None
+            (then a resumed epoch starts again from its first batch). The
+            data must have a known number of batches.
+        save_freq: batches between saves. Defaults to 200.
+    """
+
+    POINTER = "latest.json"
+
+    def __init__(self, backup_dir, position=None, save_freq=200):
+        super().__init__(backup_dir, save_freq=check_positive_int("save_freq", save_freq))
+        self.position = position
+        self.restored = self.saved_state(backup_dir)
+        self._offset = 0  # batches of the current epoch trained before this run
+        self.initial_epoch = 0  # the epoch this run started in
+
+    @classmethod
+    def saved_state(cls, backup_dir):
+        """The last save: {"epoch", "batch", "step", "train_seconds", "folder"}, or None."""
+        try:
+            with open(os.path.join(backup_dir, cls.POINTER)) as f:
+                return json.load(f)
+        except FileNotFoundError:
+            return None
+
+    @property
+    def train_seconds(self):
+        """Training time so far, including the runs before a resume."""
+        return self._seconds_before + time.monotonic() - self._started
+
+    def on_train_begin(self, logs=None):
+        self._started = time.monotonic()
+        self._seconds_before = self.restored["train_seconds"] if self.restored else 0.0
+        if self.restored is None:
+            return
+        if not self.model.built:
+            raise ValueError("Build the model before `fit` so that ResumableBackup can restore it.")
+        if self.model.optimizer is not None and not self.model.optimizer.built:
+            self.model.optimizer.build(self.model.trainable_variables)
+        folder = os.path.join(self.backup_dir, self.restored["folder"])
+        self.model.load_weights(os.path.join(folder, "model.weights.h5"))
+        epoch, batch = self.restored["epoch"], self.restored["batch"]
+        steps = (self.params or {}).get("steps")
+        if batch and (self.position is None or not steps):
+            print("the data cannot skip batches: the interrupted epoch starts again")
+            batch = 0
+        elif batch and batch >= steps:  # saved after its last batch, before its end
+            epoch, batch = epoch + 1, 0
+        self._resume_at = (epoch, batch)
+        self.initial_epoch = self.model._initial_epoch = epoch
+        print(f"resuming from {folder}: step {self.restored['step']}, epoch {epoch + 1}, batch {batch}")
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._current_epoch = epoch
+        resumed = self.restored is not None and epoch == self._resume_at[0]
+        self._offset = self._resume_at[1] if resumed else 0
+        if self.position is not None:
+            self.position.set(epoch, self._offset)
+
+    def on_train_batch_end(self, batch, logs=None):
+        if self._offset and batch + 1 + self._offset >= self.params["steps"] and not self.model.stop_training:
+            self.model.stop_training = _EndOfResumedEpoch()
+        if self._should_save_on_batch(batch):
+            self._save(self._current_epoch, self._offset + batch + 1)
+
+    def on_epoch_end(self, epoch, logs=None):
+        if isinstance(self.model.stop_training, _EndOfResumedEpoch):
+            self.model.stop_training = False
+        self._last_batch_seen = 0
+        self._batches_seen_since_last_saving = 0
+        self._offset = 0
+        self._save(epoch + 1, 0)
+
+    def _save(self, epoch, batch):
+        step = int(self.model.optimizer.iterations.numpy()) if self.model.optimizer else 0
+        folder = f"step-{step}-epoch-{epoch}-batch-{batch}"
+        path = os.path.join(self.backup_dir, folder)
+        os.makedirs(path, exist_ok=True)
+        self.model.save_weights(os.path.join(path, "model.weights.h5"), overwrite=True)
+        state = dict(epoch=epoch, batch=batch, step=step, train_seconds=self.train_seconds, folder=folder)
+        write_json_atomic(os.path.join(self.backup_dir, self.POINTER), state)
+        for name in os.listdir(self.backup_dir):  # older saves
+            if name.startswith("step-") and name != folder:
+                shutil.rmtree(os.path.join(self.backup_dir, name), ignore_errors=True)

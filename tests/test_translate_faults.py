@@ -1,0 +1,137 @@
+"""recipes/translate.py as users run it, in real processes: killed with
+SIGKILL and started again, and trained by two workers under
+MultiWorkerMirroredStrategy on 127.0.0.1."""
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+from tensorboard.backend.event_processing import event_multiplexer
+
+from test_translate_recipe import write_pairs
+
+RECIPE = os.path.join(os.path.dirname(__file__), "..", "recipes", "translate.py")
+FAST = ["--num-layers", "1", "--d-model", "32", "--num-heads", "2", "--ff-dim", "64",
+        "--vocab-size", "300", "--epochs", "2", "--token-budget", "192", "--max-length", "24",
+        "--valid-bleu-sentences", "4", "--attention-plots", "1", "--beam-size", "1",
+        "--max-test-sentences", "4", "--save-every", "5", "--warmup-steps", "50"]
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    root = tmp_path_factory.mktemp("pairs")
+    return ["--train-tsv", write_pairs(root / "train.tsv", 500, 0),
+            "--valid-tsv", write_pairs(root / "valid.tsv", 12, 1)]
+
+
+def command(data, root, *extra):
+    return [sys.executable, RECIPE, *data, "--logdir", str(root / "runs"),
+            "--export-dir", str(root / "export"), *FAST, *extra]
+
+
+def environment(**extra):
+    return dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", **extra)
+
+
+def finish(process, timeout=300):
+    output, _ = process.communicate(timeout=timeout)
+    assert process.returncode == 0, output[-3000:]
+    return output
+
+
+def metrics(root):
+    with open(root / "runs" / "metrics.json") as f:
+        return json.load(f)
+
+
+def epoch_points(logdir, run="train", tag="epoch_loss"):
+    runs = event_multiplexer.EventMultiplexer()
+    runs.AddRunsFromDirectory(str(logdir))
+    runs.Reload()
+    return [event.step for event in runs.Tensors(run, tag)]
+
+
+def test_a_run_killed_mid_epoch_resumes_with_the_same_command_and_ends_like_an_uninterrupted_one(data, tmp_path):
+    whole = tmp_path / "whole"
+    finish(subprocess.Popen(command(data, whole, "--strategy", "default"), env=environment(),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+    reference = metrics(whole)
+    per_epoch = reference["steps"] // 2
+
+    killed = tmp_path / "killed"
+    argv = command(data, killed, "--strategy", "default")
+    process = subprocess.Popen(argv, env=environment(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    pointer = killed / "runs" / "backup" / "latest.json"
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and process.poll() is None:
+        try:
+            saved = json.loads(pointer.read_text())
+        except (FileNotFoundError, json.JSONDecodeError):
+            saved = None
+        if saved and saved["epoch"] == 1 and saved["batch"] > 0:
+            process.send_signal(signal.SIGKILL)
+            break
+        time.sleep(0.02)
+    process.wait(timeout=60)
+    assert process.returncode == -signal.SIGKILL, "killed in the second epoch"
+    saved = json.loads(pointer.read_text())
+    assert saved["epoch"] == 1 and 0 < saved["batch"] < per_epoch
+    assert not (killed / "runs" / "metrics.json").exists() and not (killed / "export").exists()
+
+    output = finish(subprocess.Popen(argv, env=environment(), stdout=subprocess.PIPE,
+                                     stderr=subprocess.STDOUT, text=True))
+    assert f"resuming from" in output and f"step {saved['step']}, epoch 2, batch {saved['batch']}" in output
+    resumed = metrics(killed)
+    assert resumed["steps"] == reference["steps"] and resumed["epochs_run"] == reference["epochs_run"] == 2
+    assert resumed["resumed_from_step"] == saved["step"]
+    # The same batches in the same order: equal up to float32 summation order.
+    assert resumed["valid_loss"] == pytest.approx(reference["valid_loss"], rel=1e-3)
+    assert epoch_points(killed / "runs") == [0, 1], "the curve continues, one point per epoch"
+    assert epoch_points(killed / "runs", "validation") == [0, 1]
+    assert os.listdir(killed / "export") == ["1"]
+    assert not (killed / "runs" / "backup").exists(), "the backup goes once training completes"
+
+
+def free_ports(count):
+    sockets = [socket.socket() for _ in range(count)]
+    for s in sockets:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in sockets]
+    for s in sockets:
+        s.close()
+    return ports
+
+
+def test_two_workers_train_in_lockstep_and_only_the_chief_writes(data, tmp_path):
+    cluster = {"worker": [f"127.0.0.1:{port}" for port in free_ports(2)]}
+    argv = command(data, tmp_path, "--strategy", "multiworker")
+    workers = [
+        subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                         env=environment(TF_CONFIG=json.dumps({"cluster": cluster,
+                                                               "task": {"type": "worker", "index": index}})))
+        for index in range(2)
+    ]
+    try:
+        outputs = [finish(worker, timeout=400) for worker in workers]
+    finally:
+        for worker in workers:
+            worker.kill()
+    assert "2 replica(s)" in outputs[0] and "this is worker 1" in outputs[1]
+    fingerprints = [re.findall(r"trained (\d+) steps; weights sha256 (\w+)", out) for out in outputs]
+    assert len(fingerprints[0]) == 1 and fingerprints[0] == fingerprints[1], "identical weights"
+    steps = int(fingerprints[0][0][0])
+    assert metrics(tmp_path)["steps"] == steps and metrics(tmp_path)["weights_sha256"] == fingerprints[0][0][1]
+    assert os.listdir(tmp_path / "export") == ["1"]
+    written = {os.path.relpath(os.path.join(folder, name), tmp_path / "runs")
+               for folder, _, names in os.walk(tmp_path / "runs") for name in names}
+    assert any(path.startswith("train/events") for path in written)
+    assert [path for path in written if path.startswith("workers/")] == ["workers/worker-1/spm.model"], \
+        "the other worker keeps only its tokenizer (its backup goes at the end)"
+    tokenizers = [(tmp_path / "runs" / path).read_bytes() for path in ("spm.model", "workers/worker-1/spm.model")]
+    assert tokenizers[0] == tokenizers[1], "both workers trained the same SentencePiece model"
