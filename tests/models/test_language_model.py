@@ -149,6 +149,7 @@ def test_independent_chunks_never_carry():
     assert "train" not in model._streams.variables
 
 
+@pytest.mark.slow  # a convergence run: 35-50 s here
 def test_tbptt_learns_what_independent_chunks_cannot():
     """Segments "x f f x | f f f x" (x random, f a filler) in chunks of 4
     aligned with them. Within a chunk the model learns to keep x for three
