@@ -17,6 +17,12 @@ tf.config.set_logical_device_configuration(
 )
 
 
+def pytest_collection_modifyitems(items):
+    """Long tests first (stable: modules stay together): run last, one of
+    them would keep one worker busy while the other has finished."""
+    items.sort(key=lambda item: item.get_closest_marker("long") is None)
+
+
 @pytest.fixture(autouse=True)
 def seeded():
     keras.utils.set_random_seed(1234)

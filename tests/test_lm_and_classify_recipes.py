@@ -17,6 +17,8 @@ import language_model  # noqa: E402
 from kseq.data.subword_tokenizer import SubwordTokenizer  # noqa: E402
 from support import serve_with_text_ops  # noqa: E402
 
+pytestmark = pytest.mark.long
+
 WORDS = ["the", "lord", "said", "to", "moses", "and", "people", "went", "out", "of", "egypt"]
 
 

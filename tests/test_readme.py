@@ -6,6 +6,8 @@ import os
 import random
 import re
 
+import pytest
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -15,6 +17,7 @@ def readme_block(heading):
     return re.search(r"```python\n(.*?)```", section, re.S).group(1)
 
 
+@pytest.mark.long
 def test_ten_line_example_runs_and_learns(tmp_path, monkeypatch):
     code = readme_block("In ten lines")
     assert len(code.strip().splitlines()) <= 12

@@ -3,7 +3,11 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "recipes"))
+import reverse  # noqa: E402
 
 
 def run_recipe(*args):
@@ -30,12 +34,14 @@ def test_reverse_recipe_end_to_end(tmp_path):
     assert (export_dir / "1" / "saved_model.pb").exists()
 
 
-def test_reverse_recipe_rejects_bad_arguments(tmp_path):
-    not_a_dir = tmp_path / "file"
-    not_a_dir.write_text("x")
-    result = run_recipe("--logdir", str(not_a_dir))
-    assert result.returncode == 2 and "exists and is not a directory" in result.stderr
-    result = run_recipe("--epochs", "0")
-    assert result.returncode == 2 and "--epochs must be >= 1" in result.stderr
-    result = run_recipe("--arch", "cnn")
-    assert result.returncode == 2 and "invalid choice" in result.stderr
+@pytest.mark.parametrize("argv, message", [
+    (["--epochs", "0"], "--epochs must be >= 1"),
+    (["--arch", "cnn"], "invalid choice"),
+    (["--logdir", "FILE"], "exists and is not a directory"),
+])
+def test_reverse_recipe_rejects_bad_arguments(tmp_path, capsys, argv, message):
+    (tmp_path / "file").write_text("x")
+    argv = [str(tmp_path / "file") if arg == "FILE" else arg for arg in argv]
+    with pytest.raises(SystemExit) as exit_info:
+        reverse.parse_args(argv)
+    assert exit_info.value.code == 2 and message in capsys.readouterr().err

@@ -18,6 +18,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "recipes"))
 import translate  # noqa: E402
 from support import serve_with_text_ops  # noqa: E402
 
+pytestmark = pytest.mark.long
 WORDS = {"cat": "chat", "dog": "chien", "house": "maison", "red": "rouge", "blue": "bleu",
          "small": "petit", "big": "grand", "the": "le", "runs": "court", "eats": "mange"}
 TINY = ["--num-layers", "1", "--d-model", "32", "--num-heads", "2", "--ff-dim", "64",
