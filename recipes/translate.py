@@ -20,7 +20,6 @@ multiworker trains on every machine of TF_CONFIG (see README).
 """
 
 import argparse
-import json
 import os
 import sys
 import time

@@ -47,7 +47,7 @@ class Interrupt(keras.callbacks.Callback):
 
 
 class BatchLog(keras.callbacks.Callback):
-    """Records (step, first source row) of every batch trained on."""
+    """Records the global step of every batch trained on."""
 
     def __init__(self):
         super().__init__()

@@ -87,7 +87,7 @@ def test_a_run_killed_mid_epoch_resumes_with_the_same_command_and_ends_like_an_u
 
     output = finish(subprocess.Popen(argv, env=environment(), stdout=subprocess.PIPE,
                                      stderr=subprocess.STDOUT, text=True))
-    assert f"resuming from" in output and f"step {saved['step']}, epoch 2, batch {saved['batch']}" in output
+    assert "resuming from" in output and f"step {saved['step']}, epoch 2, batch {saved['batch']}" in output
     resumed = metrics(killed)
     assert resumed["steps"] == reference["steps"] and resumed["epochs_run"] == reference["epochs_run"] == 2
     assert resumed["resumed_from_step"] == saved["step"]
