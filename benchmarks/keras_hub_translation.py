@@ -41,7 +41,6 @@ import math
 import os
 import re
 import sys
-import threading
 import time
 import warnings
 
@@ -57,6 +56,7 @@ import tensorflow as tf  # noqa: E402
 from kseq.data.bible import load_bible_pairs  # noqa: E402
 from kseq.evaluation import translation_scores  # noqa: E402
 from kseq.runtime import tune_cpu_runtime  # noqa: E402
+from load_sampler import LoadSampler  # noqa: E402
 
 # Sub-layers inside KerasHub's layers (position embedding, attention
 # projections) warn that they drop the Keras mask; the KerasHub layers pass
@@ -114,28 +114,6 @@ class WallClockBudget(keras.callbacks.Callback):
             print(f"\nwall-clock budget reached at step {self.stopped_at_step}", flush=True)
         if self.stopped_at_step is not None:
             self.model.stop_training = True
-
-
-class LoadSampler:
-    """Samples the 1-minute load average every 10 s in a background thread,
-    so the JSON shows whether other jobs shared the CPU during a phase (on
-    a 2-core machine this run alone keeps it near 2)."""
-
-    def __init__(self, every=10.0):
-        self.samples, self.every = [], every
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self.run, daemon=True)
-        self.thread.start()
-
-    def run(self):
-        while not self.stop.wait(self.every):
-            self.samples.append(os.getloadavg()[0])
-
-    def finish(self):
-        self.stop.set()
-        self.thread.join()
-        samples = self.samples or [os.getloadavg()[0]]
-        return {"mean": round(sum(samples) / len(samples), 2), "max": round(max(samples), 2)}
 
 
 def make_tokenizer(texts):

@@ -69,12 +69,13 @@ import resource
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+
+from load_sampler import LoadSampler  # noqa: E402
 
 VOCAB_SIZE = 4000
 TOKEN_BUDGET = 2560
@@ -408,26 +409,6 @@ def child_main(args):
 
 # ----------------------------------------------------------------------------
 # Parent
-
-class LoadSampler:
-    """Samples the 1-minute load average every few seconds in a thread."""
-
-    def __init__(self, every=5.0):
-        self.samples, self.every = [os.getloadavg()[0]], every
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self.run, daemon=True)
-        self.thread.start()
-
-    def run(self):
-        while not self.stop.wait(self.every):
-            self.samples.append(os.getloadavg()[0])
-
-    def finish(self):
-        self.stop.set()
-        self.thread.join()
-        return {"start": round(self.samples[0], 2), "max": round(max(self.samples), 2),
-                "mean": round(sum(self.samples) / len(self.samples), 2)}
-
 
 def run_child(name, args, workdir):
     command = [sys.executable, os.path.abspath(__file__), "--child", name, "--workdir", workdir,

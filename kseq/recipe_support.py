@@ -62,3 +62,11 @@ def read_tsv_reporting(path, role):
     if problems:
         print(f"{role}: {format_problems(problems, path, total_lines=len(first) + len(problems))}")
     return first, second
+
+
+def hold_out(first, second, every):
+    """Parallel lists split into (kept, held out): every `every`-th item,
+    from the first, is held out (a validation set when none is given)."""
+    held = (first[::every], second[::every])
+    kept = ([x for i, x in enumerate(first) if i % every], [y for i, y in enumerate(second) if i % every])
+    return kept, held

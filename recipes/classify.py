@@ -37,7 +37,7 @@ import kseq  # noqa: E402
 from kseq.distribution import clip_after_all_reduce  # noqa: E402
 from kseq.data.subword_tokenizer import SubwordTokenizer  # noqa: E402
 from kseq.export import export_classifier  # noqa: E402
-from kseq.recipe_support import check_paths, read_tsv_reporting  # noqa: E402
+from kseq.recipe_support import check_paths, hold_out, read_tsv_reporting  # noqa: E402
 from kseq.runtime import tune_cpu_runtime  # noqa: E402
 from kseq.special_ids import PAD_ID  # noqa: E402
 from kseq.tensorboard_logging import write_hparams  # noqa: E402
@@ -95,10 +95,7 @@ def load_data(config):
         if config.get("valid_tsv"):
             raw["valid"] = read_labelled(config["valid_tsv"], "valid")
         else:  # hold out every 10th example
-            texts, labels = raw["train"]
-            raw["valid"] = (texts[::10], labels[::10])
-            raw["train"] = ([t for i, t in enumerate(texts) if i % 10],
-                            [l for i, l in enumerate(labels) if i % 10])
+            raw["train"], raw["valid"] = hold_out(*raw["train"], every=10)
         raw["test"] = read_labelled(config["test_tsv"], "test") if config.get("test_tsv") else raw["valid"]
         names = sorted(set(raw["train"][1]))
         if len(names) < 2:

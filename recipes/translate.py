@@ -44,7 +44,7 @@ from kseq.distribution import (  # noqa: E402
 )
 from kseq.evaluation import translation_scores  # noqa: E402
 from kseq.export import export_translator  # noqa: E402
-from kseq.recipe_support import check_paths, read_tsv_reporting  # noqa: E402
+from kseq.recipe_support import check_paths, hold_out, read_tsv_reporting  # noqa: E402
 from kseq.resume import ResumableBackup, TrainingPosition  # noqa: E402
 from kseq.runtime import tune_cpu_runtime  # noqa: E402
 from kseq.tensorboard_logging import write_hparams, write_model_graph  # noqa: E402
@@ -114,10 +114,7 @@ def load_data(config):
         if config.get("valid_tsv"):
             data["valid"] = read_tsv_reporting(config["valid_tsv"], "valid")
         else:  # hold out every 50th pair
-            sources, targets = data["train"]
-            data["valid"] = (sources[::50], targets[::50])
-            keep = [i for i in range(len(sources)) if i % 50]
-            data["train"] = ([sources[i] for i in keep], [targets[i] for i in keep])
+            data["train"], data["valid"] = hold_out(*data["train"], every=50)
         data["test"] = read_tsv_reporting(config["test_tsv"], "test") if config.get("test_tsv") else data["valid"]
     else:
         from kseq.data.bible import load_bible_pairs

@@ -45,3 +45,11 @@ def test_reverse_recipe_rejects_bad_arguments(tmp_path, capsys, argv, message):
     with pytest.raises(SystemExit) as exit_info:
         reverse.parse_args(argv)
     assert exit_info.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_hold_out_keeps_pairs_aligned_and_takes_every_nth_from_the_first():
+    from kseq.recipe_support import hold_out
+
+    kept, held = hold_out(list("abcdefg"), list(range(7)), every=3)
+    assert held == (["a", "d", "g"], [0, 3, 6])
+    assert kept == (["b", "c", "e", "f"], [1, 2, 4, 5])
