@@ -74,13 +74,23 @@ class MaskedSparseCategoricalCrossentropy(keras.losses.Loss):
         self.pad_id = pad_id
 
     def call(self, y_true, y_pred):
-        """Per-token losses (B, T), PAD positions included."""
-        label_log_probs, log_probs = token_log_probs(y_true, y_pred)
-        losses = -label_log_probs
-        if self.label_smoothing:
-            smooth = -ops.mean(log_probs, axis=-1)
-            losses = (1.0 - self.label_smoothing) * losses + self.label_smoothing * smooth
-        return losses
+        """Per-token losses (B, T), PAD positions included.
+
+        TensorFlow's fused softmax cross-entropy kernels compute the loss and
+        its gradient (softmax minus target) in one pass over the logits; a
+        log-softmax and a gather would scatter the gradient back into a
+        (B, T, V) tensor (twice the time per step on a CPU,
+        benchmarks/README.md)."""
+        logits = ops.cast(y_pred, "float32")
+        labels = ops.cast(y_true, "int32")
+        if not self.label_smoothing:
+            return tf.nn.sparse_softmax_cross_entropy_with_logits(labels, logits)
+        # (1 - e) one-hot + e / V as a dense target.
+        vocab_size = ops.shape(logits)[-1]
+        off = self.label_smoothing / ops.cast(vocab_size, "float32")
+        targets = tf.one_hot(labels, vocab_size, on_value=1.0 - self.label_smoothing + off,
+                             off_value=off)
+        return tf.nn.softmax_cross_entropy_with_logits(targets, logits)
 
     def __call__(self, y_true, y_pred, sample_weight=None):
         with keras.name_scope(self.name):

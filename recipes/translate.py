@@ -17,6 +17,12 @@ Transformer base for a GPU. Any option overrides the preset.
 A killed run continues where it last saved (every --save-every steps and at
 every epoch end) when started again with the same command; --strategy
 multiworker trains on every machine of TF_CONFIG (see README).
+
+--jit-compile on compiles the train step with XLA on a CPU too (the default,
+auto, does so on a GPU only): about 1.2-1.4x faster steps for 15-25 s of
+compilation per bucket shape, so it pays on runs of an hour or more, not on
+the quick preset (benchmarks/README.md). Each bucket's last, smaller batch of
+an epoch is then left out, so that every bucket has one shape.
 """
 
 import argparse
@@ -69,6 +75,7 @@ COMMON = dict(
     attention="general", cell="lstm", label_smoothing=0.1, clipnorm=1.0, beam_size=4,
     length_penalty=0.6, valid_bleu_sentences=200, attention_plots=3, strategy="mirrored", save_every=200,
     seed=0, logdir="runs/translate", export_dir="savedmodels/translate", max_test_sentences=None,
+    jit_compile="auto",
 )
 
 
@@ -93,6 +100,7 @@ def parse_args(argv=None):
                  "length-penalty"):
         parser.add_argument(f"--{name}", type=float)
     parser.add_argument("--strategy", choices=STRATEGIES)
+    parser.add_argument("--jit-compile", choices=["auto", "on", "off"])
     parser.add_argument("--logdir")
     parser.add_argument("--export-dir")
     args = parser.parse_args(argv)
@@ -105,6 +113,14 @@ def parse_args(argv=None):
         parser.error("--token-budget must be >= --max-length")
     check_paths(parser, config, files=("train_tsv", "valid_tsv", "test_tsv"))
     return config
+
+
+def use_xla(config):
+    """XLA compiles once per bucket shape: minutes on a CPU, which a short
+    run never wins back; on a GPU it pays."""
+    if config["jit_compile"] == "auto":
+        return bool(tf.config.list_physical_devices("GPU"))
+    return config["jit_compile"] == "on"
 
 
 def load_data(config):
@@ -181,7 +197,8 @@ def prepare(config, workdir, resuming):
     position = TrainingPosition()
     budget = dict(token_budget=config["token_budget"], max_length=config["max_length"])
     train, report = bucketed_pair_dataset(
-        *data["train"], tokenizer, tokenizer, seed=config["seed"], position=position, **budget
+        *data["train"], tokenizer, tokenizer, seed=config["seed"], position=position,
+        drop_remainder=use_xla(config), **budget
     )
     print(f"train pipeline: {report}")
     valid, valid_report = bucketed_pair_dataset(*data["valid"], tokenizer, tokenizer, shuffle=False, **budget)
@@ -197,6 +214,14 @@ def main(argv=None):
     task_type, task_id = task(strategy)
     print(f"strategy: {type(strategy).__name__} with {strategy.num_replicas_in_sync} replica(s)"
           + ("" if chief else f"; this is {task_type} {task_id}: logs and exports are the chief's"))
+    local = strategy.extended.worker_devices if strategy.num_replicas_in_sync > 1 else ()
+    replicas_on_cpus = sum("CPU" in device for device in local)
+    if use_xla(config) and replicas_on_cpus > 1:
+        raise SystemExit(
+            f"--jit-compile on cannot train {replicas_on_cpus} replicas on CPU devices of one "
+            "process (XLA cannot read a variable another CPU device holds); use "
+            "--strategy default or --jit-compile off."
+        )
     keras.utils.set_random_seed(config["seed"])
     logdir = config["logdir"]
     # Other workers keep their own backup and tokenizer, as on separate disks.
@@ -217,11 +242,10 @@ def main(argv=None):
                 learning_rate(config), beta_2=0.98, epsilon=1e-9, clipnorm=config["clipnorm"])),
             loss=kseq.losses.MaskedSparseCategoricalCrossentropy(label_smoothing=config["label_smoothing"]),
             metrics=[kseq.metrics.MaskedAccuracy(), kseq.metrics.Perplexity()],
-            # XLA compiles once per bucket shape: minutes on a CPU, which a
-            # short run never wins back; on a GPU it pays.
-            jit_compile=bool(tf.config.list_physical_devices("GPU")),
+            jit_compile=use_xla(config),
         )
-    print(f"model: {config['arch']}, {model.count_params():,} parameters")
+    print(f"model: {config['arch']}, {model.count_params():,} parameters"
+          + (", train step compiled with XLA" if use_xla(config) else ""))
     backup = ResumableBackup(backup_dir, position, save_freq=config["save_every"])
     callbacks = [
         TimeLimit(config["max_minutes"], spent_seconds=resuming["train_seconds"] if resuming else 0.0),

@@ -38,6 +38,19 @@ def test_loss_is_the_mean_over_real_tokens(batch, smoothing):
     assert_close(loss(labels, noisy), expected)
 
 
+@pytest.mark.parametrize("smoothing", [0.0, 0.1])
+def test_loss_gradient_is_softmax_minus_target_over_real_tokens(batch, smoothing):
+    labels, logits = batch
+    logits = tf.constant(logits)
+    with tf.GradientTape() as tape:
+        tape.watch(logits)
+        value = MaskedSparseCategoricalCrossentropy(label_smoothing=smoothing)(labels, logits)
+    target = np.eye(9)[labels] * (1 - smoothing) + smoothing / 9
+    real = (labels != 0)[..., None]
+    expected = (np.exp(log_softmax(logits.numpy())) - target) * real / real.sum()
+    assert_close(tape.gradient(value, logits), expected)
+
+
 def test_loss_matches_keras_without_smoothing(batch):
     labels, logits = batch
     reference = keras.losses.SparseCategoricalCrossentropy(from_logits=True, ignore_class=0)

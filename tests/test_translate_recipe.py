@@ -157,3 +157,27 @@ def test_saved_model_cli_runs_the_export(run):
     )
     assert result.returncode == 0, result.stderr[-2000:]
     assert "Result for output key translation:" in result.stdout
+
+
+def test_jit_compile_on_trains_full_batches_with_xla(tmp_path, capsys):
+    """--jit-compile on (XLA on a CPU): every bucket's remainder is left out,
+    so the epoch has exactly the full batches, and the run ends as usual."""
+    train = write_pairs(tmp_path / "train.tsv", 300, 0)
+    valid = write_pairs(tmp_path / "valid.tsv", 12, 1)
+    argv = ["--train-tsv", train, "--valid-tsv", valid, "--logdir", str(tmp_path / "runs"),
+            "--export-dir", str(tmp_path / "export"), "--max-test-sentences", "2"] + TINY
+    argv[argv.index("--epochs") + 1] = "1"
+    # The tests' two logical CPUs cannot hold XLA replicas: a named error.
+    with pytest.raises(SystemExit, match="--jit-compile on cannot train 2 replicas on CPU"):
+        translate.main(argv + ["--jit-compile", "on"])
+    metrics = translate.main(argv + ["--jit-compile", "on", "--strategy", "default"])
+    assert "train step compiled with XLA" in capsys.readouterr().out
+    config = translate.parse_args(argv)
+    sources, targets = translate.load_data(config)["train"]
+    tokenizer = translate.SubwordTokenizer.load(str(tmp_path / "runs" / "spm.model"))
+    budget = dict(token_budget=config["token_budget"], max_length=config["max_length"])
+    full, _ = translate.bucketed_pair_dataset(sources, targets, tokenizer, tokenizer,
+                                              drop_remainder=True, **budget)
+    every, _ = translate.bucketed_pair_dataset(sources, targets, tokenizer, tokenizer, **budget)
+    assert metrics["steps"] == int(full.cardinality()) < int(every.cardinality())
+    assert np.isfinite(metrics["valid_loss"])

@@ -163,6 +163,12 @@ def bucketed_pair_dataset(
     counts = np.bincount(buckets, minlength=len(boundaries))
     sizes = np.asarray(batch_sizes)
     batches = (counts // sizes if drop_remainder else -(-counts // sizes)).sum()
+    if not batches:
+        raise ValueError(
+            f"`drop_remainder=True` leaves no batch: no length bucket holds a full batch of "
+            f"`token_budget`={token_budget} tokens ({report}); lower `token_budget` or keep "
+            "the remainders."
+        )
     dataset = dataset.apply(tf.data.experimental.assert_cardinality(int(batches)))
     return dataset.prefetch(tf.data.AUTOTUNE), report
 

@@ -103,14 +103,14 @@ class TransformerDecoderBlock(TransformerBlock):
         found = []
 
         def self_attend(x):
-            return self.self_attention(x, x, attention_mask=self_mask, training=training)
+            return self.self_attention.attend_sequence(x, attention_mask=self_mask, training=training)
 
         def cross_attend(x):
             if not scores:
-                return self.cross_attention(
+                return self.cross_attention.attend_sequence(
                     x, encoder_outputs, attention_mask=cross_mask, training=training
                 )
-            output, weights = self.cross_attention(
+            output, weights = self.cross_attention.attend_sequence(
                 x, encoder_outputs, attention_mask=cross_mask, return_attention_scores=True
             )
             found.append(weights)

@@ -50,7 +50,7 @@ class TransformerEncoderBlock(TransformerBlock):
         self_mask = attention_mask(padding_mask, ops.shape(inputs)[1])
 
         def self_attend(x):
-            return self.self_attention(x, x, attention_mask=self_mask, training=training)
+            return self.self_attention.attend_sequence(x, attention_mask=self_mask, training=training)
 
         x = self._residual(
             inputs, self_attend, self.self_attention_norm, self.self_attention_dropout, training

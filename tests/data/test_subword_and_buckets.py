@@ -91,6 +91,26 @@ def test_buckets_fill_the_token_budget_with_little_padding(tokenizer):
     assert bucketed < 0.2 and bucketed < naive / 2, (bucketed, naive)
 
 
+def test_drop_remainder_gives_one_shape_per_bucket(tokenizer):
+    """What `--jit-compile on` trains on: every batch full, so XLA compiles
+    once per bucket; a budget no bucket can fill is a named error."""
+    sources, targets = corpus()
+    kept, _ = bucketed_pair_dataset(sources, targets, tokenizer, tokenizer, 1024, 64, seed=1)
+    full, _ = bucketed_pair_dataset(sources, targets, tokenizer, tokenizer, 1024, 64, seed=1,
+                                    drop_remainder=True)
+    shapes = [tuple(labels.shape) for _, labels in full]
+    assert len(shapes) == int(full.cardinality())
+    rows_by_width = {}
+    for rows, width in shapes:
+        rows_by_width.setdefault(width, set()).add(rows)
+    assert all(len(rows) == 1 for rows in rows_by_width.values()), rows_by_width
+    all_shapes = {tuple(labels.shape) for _, labels in kept}
+    assert len(all_shapes) > len(set(shapes)), "the remainders had shapes of their own"
+    with pytest.raises(ValueError, match="`drop_remainder=True` leaves no batch"):
+        bucketed_pair_dataset(sources[:3], targets[:3], tokenizer, tokenizer, 4096, 64,
+                              drop_remainder=True)
+
+
 def test_over_long_and_empty_pairs_are_counted(tokenizer):
     long = " ".join(["abcdefgh"] * 60)
     sources = ["dieu dit", long, "", "la terre"]

@@ -1,6 +1,7 @@
 import keras
 import numpy as np
 import pytest
+import tensorflow as tf
 
 from kseq.layers import BahdanauAttention, CachedMultiHeadAttention, LuongAttention
 from kseq.layers.masking import causal_mask
@@ -116,3 +117,46 @@ def test_multi_head_memory_projection_reuse():
     layer = CachedMultiHeadAttention(num_heads=2, key_dim=4)
     expected = layer(query, memory, attention_mask=mask)
     assert_close(layer.attend(query, layer.project_memory(memory), mask), expected)
+
+
+@pytest.mark.parametrize("cross", [False, True])
+def test_fused_projections_equal_the_parent_call_and_its_gradients(cross):
+    """`attend_sequence` (one matmul for Q, K, V, or for K, V) gives keras'
+    MultiHeadAttention outputs, weights and gradients for the same kernels."""
+    rng = np.random.default_rng(3)
+    query = tf.constant(rng.normal(size=(2, 4, 8)).astype("float32"))
+    memory = tf.constant(rng.normal(size=(2, 5, 8)).astype("float32")) if cross else query
+    mask = np.ones((2, 4, memory.shape[1]), bool)
+    mask[1, :, -1] = False
+    layer = CachedMultiHeadAttention(num_heads=2, key_dim=4)
+    layer(query, memory)
+    for weight in layer.weights:  # non-zero biases, so a misplaced bias shows
+        weight.assign(rng.normal(size=weight.shape).astype("float32"))
+
+    def run(fused):
+        with tf.GradientTape() as tape:
+            tape.watch([query, memory])
+            if fused:
+                out, weights = layer.attend_sequence(query, memory if cross else None, mask,
+                                                     return_attention_scores=True)
+            else:
+                out, weights = layer(query, memory, attention_mask=mask, return_attention_scores=True)
+            loss = tf.reduce_sum(out * np.arange(8, dtype="float32"))
+        return [out, weights] + tape.gradient(loss, [query, memory] + layer.trainable_weights)
+
+    fused, reference = run(True), run(False)
+    # float32 sums in another order, so a tolerance relative to the largest
+    # entry (the key bias' gradient is zero in exact arithmetic: roundoff only).
+    scale = max(float(np.max(np.abs(t))) for t in reference)
+    for got, expected in zip(fused, reference):
+        np.testing.assert_allclose(got, expected, rtol=1e-5, atol=2e-6 * scale)
+
+
+def test_fused_projections_fall_back_when_kernels_differ():
+    """value_dim != key_dim: the kernels cannot sit side by side."""
+    rng = np.random.default_rng(4)
+    x = rng.normal(size=(2, 3, 8)).astype("float32")
+    layer = CachedMultiHeadAttention(num_heads=2, key_dim=4, value_dim=3)
+    expected = layer(x, x)
+    assert not layer._can_fuse()
+    assert_close(layer.attend_sequence(x), expected)
