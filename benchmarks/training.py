@@ -24,7 +24,9 @@ second pass (wall clock). Configurations:
    shared embeddings, max_length 97), Adam (beta_2 0.98, epsilon 1e-9,
    clipnorm 1.0) on `TransformerSchedule(192, 400)`,
    `MaskedSparseCategoricalCrossentropy(label_smoothing=0.1)`, the bucketed
-   batches as they are.
+   batches as they are. `kseq_xla`: the same with `jit_compile=True`
+   (`recipes/translate.py --jit-compile on`); its warm-up pass includes
+   one XLA compilation per batch shape.
 3. `hub64`, `hub26`: the reference, KerasHub layers of the same size
    (`TokenAndPositionEmbedding` with `mask_zero=True` for each language,
    2 `TransformerEncoder` + 2 `TransformerDecoder`, 4 heads, intermediate 768,
@@ -33,6 +35,9 @@ second pass (wall clock). Configurations:
    of a fixed size (64 as in keras-io; 26 = 2560 // 97, so a batch holds
    about as many padded tokens as kseq's). Same optimizer and loss (the
    Dense gives logits; keras-io's softmax then log would be the same work).
+   Keras compiles without XLA on a CPU-only machine by default
+   (`jit_compile="auto"`), so that is the reference; `hub64_xla` is the same
+   with `jit_compile=True`, for the XLA-to-XLA comparison.
 4. `rnn_luong`, `rnn_bahdanau`: `kseq.models.RNNSeq2Seq(4000, 4000,
    embed_dim=256, units=256, cell="lstm", attention="general"|"bahdanau")`;
    `keras_lstm`: an attention-free Keras LSTM encoder-decoder of the same size
@@ -83,10 +88,14 @@ MAX_LENGTH = 96
 # The quick preset of recipes/translate.py.
 D_MODEL, NUM_HEADS, FF_DIM, NUM_LAYERS = 192, 4, 768, 2
 RNN_SIZE = 256
-CONFIGS = ("peak", "kseq", "hub64", "hub26", "rnn_luong", "rnn_bahdanau", "keras_lstm")
+CONFIGS = ("peak", "kseq", "kseq_xla", "hub64", "hub64_xla", "hub26", "rnn_luong", "rnn_bahdanau",
+           "keras_lstm")
+TRANSFORMERS = ("kseq", "kseq_xla", "hub64", "hub64_xla", "hub26")
 LABELS = {
     "kseq": "kseq TransformerSeq2Seq, bucketed (budget 2560)",
+    "kseq_xla": "kseq TransformerSeq2Seq, bucketed, XLA",
     "hub64": "KerasHub Transformer, pad to 96, batch 64",
+    "hub64_xla": "KerasHub Transformer, pad to 96, batch 64, XLA",
     "hub26": "KerasHub Transformer, pad to 96, batch 26",
     "rnn_luong": "kseq RNNSeq2Seq LSTM + Luong general, bucketed",
     "rnn_bahdanau": "kseq RNNSeq2Seq LSTM + Bahdanau, bucketed",
@@ -286,6 +295,7 @@ def pad_to(rows, width):
 
 
 def child_train(name, workdir):
+    base, xla = name.removesuffix("_xla"), name.endswith("_xla")
     import numpy as np
     import tensorflow as tf
 
@@ -298,9 +308,9 @@ def child_train(name, workdir):
 
     keras.utils.set_random_seed(0)
     batches = load_batches(workdir)
-    if name.startswith("hub"):
+    if base.startswith("hub"):
         # keras-io's pipeline: every pair padded to 96 tokens, fixed batches.
-        batch_size = int(name[3:])
+        batch_size = int(base[3:])
         rows = [(s[s != 0], t[t != 0], l[l != 0]) for source, target, labels in batches
                 for s, t, l in zip(source, target, labels)]
         sources = pad_to([r[0] for r in rows], MAX_LENGTH)
@@ -328,7 +338,7 @@ def child_train(name, workdir):
               "padded_target_tokens": padded_tokens, "real_source_tokens": source_real,
               "padded_source_tokens": source_padded, "tune_cpu_runtime": tuned,
               "batch_shapes": sorted({f"{s.shape[0]}x{s.shape[1]}/{t.shape[1]}" for s, t, _ in batches})}
-    if name in ("kseq",) or name.startswith("hub"):
+    if name in TRANSFORMERS:
         real_forward = sum(transformer_flops(np.count_nonzero(source, 1), np.count_nonzero(labels, 1))
                            for source, _, labels in batches)
         padded_forward = sum(transformer_flops([source.shape[1]] * len(source),
@@ -338,10 +348,10 @@ def child_train(name, workdir):
         result["train_flops_padded"] = 3 * padded_forward
 
     with tf.distribute.MirroredStrategy().scope():
-        model = build_model(name, keras, kseq)
-        model.compile(kseq_optimizer(keras, kseq, transformer=name == "kseq" or name.startswith("hub")),
+        model = build_model(base, keras, kseq)
+        model.compile(kseq_optimizer(keras, kseq, transformer=name in TRANSFORMERS),
                       kseq.losses.MaskedSparseCategoricalCrossentropy(label_smoothing=0.1),
-                      jit_compile=False)
+                      jit_compile=xla)
     start = time.perf_counter()
     warm = model.fit(dataset, epochs=1, verbose=0)  # traces, fills the cache and the allocator
     result["warmup_pass_s"] = round(time.perf_counter() - start, 2)
@@ -444,16 +454,16 @@ def machine_info():
 def table(results, peak):
     reference = results.get("hub64")
     lstm = results.get("keras_lstm")
-    rows = ["| configuration | steps | real target tokens | s (timed pass) | real target tokens/s "
-            "| padded target tokens/s | steps/s | peak RSS MiB | vs KerasHub b64 | vs Keras LSTM "
-            "| GFLOP/s padded / real | MFU padded / real |",
-            "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    rows = ["| configuration | steps | real target tokens | s (warm-up pass) | s (timed pass) "
+            "| real target tokens/s | padded target tokens/s | steps/s | peak RSS MiB | vs KerasHub b64 "
+            "| vs Keras LSTM | GFLOP/s padded / real | MFU padded / real |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for name, label in LABELS.items():
         r = results.get(name)
         if r is None:
             continue
         vs_ref = (f"{r['real_target_tokens_per_s'] / reference['real_target_tokens_per_s']:.2f}x"
-                  if reference and name in ("kseq", "hub64", "hub26") else "-")
+                  if reference and name in TRANSFORMERS else "-")
         vs_lstm = (f"{r['real_target_tokens_per_s'] / lstm['real_target_tokens_per_s']:.2f}x"
                    if lstm and name in ("rnn_luong", "rnn_bahdanau", "keras_lstm") else "-")
         if "achieved_gflops_real" in r:
@@ -463,11 +473,20 @@ def table(results, peak):
         else:
             gflops = mfu = "-"
         rows.append(
-            f"| {label} | {r['steps']} | {r['real_target_tokens']:,} | {r['timed_pass_s']:.1f} "
+            f"| {label} | {r['steps']} | {r['real_target_tokens']:,} | {r['warmup_pass_s']:.1f} "
+            f"| {r['timed_pass_s']:.1f} "
             f"| {r['real_target_tokens_per_s']:,.0f} | {r['padded_target_tokens_per_s']:,.0f} "
             f"| {r['steps_per_s']:.2f} | {r['peak_rss_mib']:,.0f} | {vs_ref} | {vs_lstm} "
             f"| {gflops} | {mfu} |")
     return "\n".join(rows)
+
+
+def free_path(stem, suffix):
+    """stem + suffix, or stem-runN + suffix: an earlier result is never overwritten."""
+    path, n = stem + suffix, 2
+    while os.path.exists(path):
+        path, n = f"{stem}-run{n}{suffix}", n + 1
+    return path
 
 
 def main():
@@ -481,13 +500,15 @@ def main():
                         help="length of each of the 3 timed windows per matmul shape (default 2)")
     parser.add_argument("--configs", default=",".join(CONFIGS),
                         help=f"comma-separated subset of {','.join(CONFIGS)}")
-    parser.add_argument("--output", default=os.path.join(
-        ROOT, "benchmarks", f"results-training-{time.strftime('%Y-%m-%d')}.json"))
+    parser.add_argument("--output", help="JSON results (default: benchmarks/results-training-"
+                                          "DATE.json, or -runN.json if that exists)")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--workdir", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         return child_main(args)
+    args.output = args.output or free_path(
+        os.path.join(ROOT, "benchmarks", f"results-training-{time.strftime('%Y-%m-%d')}"), ".json")
     configs = [c for c in args.configs.split(",") if c]
     unknown = set(configs) - set(CONFIGS)
     if unknown:
@@ -514,11 +535,15 @@ def main():
     if "kseq" in results and "hub64" in results:
         summary["kseq_vs_keras_hub_b64_real_tokens"] = round(
             results["kseq"]["real_target_tokens_per_s"] / results["hub64"]["real_target_tokens_per_s"], 2)
+    if "kseq_xla" in results and "hub64_xla" in results:
+        summary["kseq_xla_vs_keras_hub_b64_xla_real_tokens"] = round(
+            results["kseq_xla"]["real_target_tokens_per_s"]
+            / results["hub64_xla"]["real_target_tokens_per_s"], 2)
     if "kseq" in results and "hub26" in results:
         summary["kseq_vs_keras_hub_b26_real_tokens"] = round(
             results["kseq"]["real_target_tokens_per_s"] / results["hub26"]["real_target_tokens_per_s"], 2)
     if peak:
-        for name in ("kseq", "hub64", "hub26"):
+        for name in TRANSFORMERS:
             if name in results:
                 summary[f"{name}_mfu_padded"] = round(results[name]["achieved_gflops_padded"] / peak, 3)
                 summary[f"{name}_mfu_real"] = round(results[name]["achieved_gflops_real"] / peak, 3)

@@ -172,7 +172,13 @@ class RNNDecoder(keras.layers.Layer):
         Returns:
             (features (B, F), new state, attention weights (B, S) or None).
         """
-        x, weights = self._with_context(inputs, state), None
+        x, context, weights, new_state = self._recur(inputs, state, training)
+        return self._features(x, context, state), new_state, weights
+
+    def _recur(self, inputs, state, training):
+        """The recurrent part of a step: (top state (B, U), context (B, M)
+        or None, weights (B, S) or None, new state)."""
+        x, context, weights = self._with_context(inputs, state), None, None
         if self.attention == "bahdanau":
             context, weights = self._attend(state["rnn"][-1][0], state)
             x = ops.concatenate([x, context], axis=-1)
@@ -184,10 +190,17 @@ class RNNDecoder(keras.layers.Layer):
             new_rnn_states.append(layer_state)
         if self.attention in LUONG_SCORES:
             context, weights = self._attend(x, state)
+        return x, context, weights, dict(state, rnn=new_rnn_states)
+
+    def _features(self, x, context, state):
+        """Output features (B, F) or (B, T, F) from top states and contexts."""
         if self.attention is not None:
             x = self.combine(ops.concatenate([context, x], axis=-1))
-        new_state = dict(state, rnn=new_rnn_states)
-        return self._with_context(x, state), new_state, weights
+        if not self.peeky:
+            return x
+        if len(x.shape) == 3:
+            return ops.concatenate([x, _repeat_over_time(state["context"], ops.shape(x)[1])], axis=-1)
+        return self._with_context(x, state)
 
     def call(self, inputs, initial_state, memory=None, memory_mask=None, context=None, training=None):
         features, _ = self._decode(inputs, initial_state, memory, memory_mask, context, training)
@@ -210,35 +223,37 @@ class RNNDecoder(keras.layers.Layer):
             if i > 0:
                 x = self.dropout_layer(x, training=training)
             x = layer(x, initial_state=state["rnn"][i], training=training)[0]
-        weights = None
+        attended = weights = None
         if self.attention is not None:
             attended, weights = self.attention_layer.attend(
                 x, state["keys"], state["memory"], state["memory_mask"]
             )
-            x = self.combine(ops.concatenate([attended, x], axis=-1))
-        if self.peeky:
-            x = ops.concatenate([x, _repeat_over_time(context, ops.shape(x)[1])], axis=-1)
-        return x, weights
+        return self._features(x, attended, state), weights
 
     def _decode_stepwise(self, inputs, state, training):
-        """Teacher-forced Bahdanau decoding: `step` scanned over time."""
+        """Teacher-forced Bahdanau decoding: the recurrence scanned over time,
+        the output features (W_c [c_t; s_t]) afterwards in one matmul."""
         batch = ops.shape(inputs)[0]
 
         # Only the recurrent states are carried: tf.scan stacks its carry at
         # every step, and the source memory is constant.
         def body(carry, x_t):
-            features, new_state, weights = self.step(
+            top, context, weights, new_state = self._recur(
                 x_t, dict(state, rnn=carry[0]), training=training
             )
-            return new_state["rnn"], features, weights
+            return new_state["rnn"], top, context, weights
 
         init = (
             state["rnn"],
-            ops.zeros((batch, self.output_dim), self.compute_dtype),
+            ops.zeros((batch, self.units), self.compute_dtype),
+            ops.zeros((batch, ops.shape(state["memory"])[-1]), self.compute_dtype),
             ops.zeros(ops.shape(state["memory_mask"]), self.compute_dtype),
         )
-        _, features, weights = tf.scan(body, ops.transpose(inputs, (1, 0, 2)), initializer=init)
-        return ops.transpose(features, (1, 0, 2)), ops.transpose(weights, (1, 0, 2))
+        _, tops, contexts, weights = tf.scan(
+            body, ops.transpose(inputs, (1, 0, 2)), initializer=init
+        )
+        tops, contexts, weights = (ops.transpose(t, (1, 0, 2)) for t in (tops, contexts, weights))
+        return self._features(tops, contexts, state), weights
 
     def compute_output_shape(self, inputs_shape, *args, **kwargs):
         return tuple(inputs_shape[:-1]) + (self.output_dim,)
