@@ -16,8 +16,8 @@ class CachedMultiHeadAttention(keras.layers.MultiHeadAttention):
     self-attention's queries, keys and values with one matmul against the
     three kernels side by side, and the keys and values of attention over
     another sequence with one: on a CPU a (tokens x D) @ (D x 3D) product
-    runs about 1.4x faster per FLOP than three (D x D) ones, forward and
-    backward (benchmarks/README.md).
+    and its gradients run 1.1-1.5x faster per FLOP than three (D x D) ones
+    (benchmarks/README.md). Decoding steps keep separate projections.
 
     Decoding adds two things:
     - `project_memory`: keys/values of a fixed memory (the encoder outputs),
@@ -86,17 +86,13 @@ class CachedMultiHeadAttention(keras.layers.MultiHeadAttention):
             key, value = self._key_dense(value if key is None else key), self._value_dense(value)
         return {"key": _heads_first(key), "value": _heads_first(value)}
 
-    def attend(self, query, memory, attention_mask=None, training=None, projected=False):
+    def attend(self, query, memory, attention_mask=None, training=None):
         """Attention of (B, T, D) queries over projected `memory`.
 
         `attention_mask` broadcasts to (B, T, S); True means "may attend".
-        `projected`: `query` is already (B, T, H, D/H) from the query
-        projection. The parent's masked softmax and dropout, on head-major
-        keys/values.
+        The parent's masked softmax and dropout, on head-major keys/values.
         """
-        if not projected:
-            query = self._query_dense(query)
-        query = query * ops.cast(self._inverse_sqrt_key_dim, query.dtype)
+        query = self._query_dense(query) * ops.cast(self._inverse_sqrt_key_dim, query.dtype)
         scores = ops.einsum("bthd,bhsd->bhts", query, memory["key"])
         if attention_mask is not None:
             attention_mask = ops.cast(attention_mask, "bool")
@@ -120,12 +116,11 @@ class CachedMultiHeadAttention(keras.layers.MultiHeadAttention):
         dynamic-update-slice under XLA) and attends over cache positions <=
         each step's own. Returns (output, updated cache).
         """
-        if self._can_fuse():
-            projected, key, value = self._project(query, "query", "key", "value")
-        else:
-            projected, key, value = (self._query_dense(query), self._key_dense(query),
-                                     self._value_dense(query))
-        new = {"key": _heads_first(key), "value": _heads_first(value)}
+        # Separate projections: with a few rows per step, concatenating the
+        # kernels at every step costs more than the one matmul saves (about
+        # 5% slower greedy search at batch 32).
+        new = {"key": _heads_first(self._key_dense(query)),
+               "value": _heads_first(self._value_dense(query))}
         cache = {
             name: ops.slice_update(
                 cache[name], (0, 0, index, 0), ops.cast(new[name], cache[name].dtype)
@@ -133,7 +128,7 @@ class CachedMultiHeadAttention(keras.layers.MultiHeadAttention):
             for name in ("key", "value")
         }
         mask = causal_mask(ops.shape(query)[1], ops.shape(cache["key"])[2], index)
-        return self.attend(projected, cache, mask, training, projected=True), cache
+        return self.attend(query, cache, mask, training), cache
 
 
 def _heads_first(x):
