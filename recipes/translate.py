@@ -56,8 +56,9 @@ from kseq.runtime import tune_cpu_runtime  # noqa: E402
 from kseq.tensorboard_logging import write_hparams, write_model_graph  # noqa: E402
 
 PRESETS = {
-    # Sized for 2 CPU cores and 12 minutes: about 2,300 target tokens/s,
-    # so 1.5 epochs; a wider or deeper model sees too little data in time.
+    # Sized for 2 CPU cores and 12 minutes: 2,300-4,000 target tokens/s
+    # (the machine is shared), so 1.5-2.5 epochs; a wider or deeper model
+    # sees too little data in time.
     "quick": dict(
         # Sized for about 1,400 updates in 12 minutes: smaller batches (more
         # updates) and no dropout (no overfitting within 3 epochs) learn faster.
