@@ -11,6 +11,7 @@ import keras
 import tensorflow as tf
 
 from kseq.decoding import GreedySearch, trim_padding
+from kseq.layers.recurrent import portable_recurrence
 from kseq.special_ids import PAD_ID
 from kseq.validation import check_positive_int
 
@@ -229,7 +230,9 @@ def classify_function(model, tokenizer, labels, max_length=256):
 
     def classify(text):
         ids = id_matrix(tokenizer.tokenize(text)[:, :max_length])
-        probabilities = tf.nn.softmax(tf.cast(model(ids), tf.float32))
+        with portable_recurrence(model):  # no cuDNN op: serves on any device
+            logits = model(ids)
+        probabilities = tf.nn.softmax(tf.cast(logits, tf.float32))
         class_id = tf.argmax(probabilities, axis=-1, output_type=tf.int32)
         return {"probabilities": probabilities, "label": tf.gather(label_table, class_id),
                 "class_id": class_id}

@@ -135,3 +135,17 @@ def serve_with_text_ops(path, texts):
     )
     assert result.returncode == 0, result.stderr[-2000:]
     return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def graph_op_types(concrete_function):
+    """Every op type in a traced function, its nested functions (loop
+    bodies, cond branches) included."""
+    graph = concrete_function.graph.as_graph_def()
+    types = {node.op for node in graph.node}
+    for function in graph.library.function:
+        types |= {node.op for node in function.node_def}
+    return types
+
+
+def cudnn_ops(concrete_function):
+    return sorted(op for op in graph_op_types(concrete_function) if op.startswith("CudnnRNN"))

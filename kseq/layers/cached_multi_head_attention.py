@@ -59,6 +59,20 @@ class CachedMultiHeadAttention(keras.layers.MultiHeadAttention):
         output = self._output_dense(output)
         return (output, scores) if return_attention_scores else output
 
+    def _masked_softmax(self, attention_scores, attention_mask=None):
+        """keras' masked softmax (zero weight where masked, also on rows with
+        nothing to attend to), computed in float32: under a mixed policy
+        keras' Softmax layer would normalise in bfloat16 or float16."""
+        dtype = attention_scores.dtype
+        scores = ops.cast(attention_scores, "float32")
+        if attention_mask is None:
+            return ops.cast(ops.softmax(scores, axis=-1), dtype)
+        mask = ops.cast(attention_mask, "bool")
+        while len(mask.shape) < len(scores.shape):  # (B, T, S) -> (B, 1, T, S)
+            mask = ops.expand_dims(mask, -3)
+        weights = ops.softmax(ops.where(mask, scores, -1e9), axis=-1)
+        return ops.cast(ops.where(mask, weights, 0.0), dtype)
+
     def _can_fuse(self):
         """Plain float kernels of one shape (no quantization, no LoRA)."""
         layers = (self._query_dense, self._key_dense, self._value_dense)

@@ -4,7 +4,6 @@ All masks are boolean with True meaning "may attend / is a real token".
 Shapes: B batch, T queries, S keys.
 """
 
-import keras
 from keras import ops
 
 from kseq.special_ids import PAD_ID
@@ -43,14 +42,16 @@ def attention_mask(key_padding_mask, query_length, causal=False, offset=0):
 def masked_softmax(scores, mask=None):
     """Softmax over the last axis giving exactly zero weight where mask is False.
 
-    A row with no allowed key (an all-PAD source) gets uniform weights instead
-    of NaN; such rows are padding themselves and never reach a loss.
+    Computed in float32 (returned in the scores' dtype), so that mixed
+    precision never normalises in bfloat16 or float16. A row with no allowed
+    key (an all-PAD source) gets uniform weights instead of NaN; such rows
+    are padding themselves and never reach a loss.
     """
+    dtype = scores.dtype
+    scores = ops.cast(scores, "float32")
     if mask is not None:
-        half = keras.backend.standardize_dtype(scores.dtype) in ("float16", "bfloat16")
-        floor = ops.cast(-3e4 if half else -1e9, scores.dtype)
-        scores = ops.where(mask, scores, floor)
-    return ops.softmax(scores, axis=-1)
+        scores = ops.where(mask, scores, -1e9)
+    return ops.cast(ops.softmax(scores, axis=-1), dtype)
 
 
 def reverse_real_steps(x, mask):

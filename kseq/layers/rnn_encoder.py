@@ -3,7 +3,7 @@
 import keras
 from keras import ops
 
-from kseq.layers.rnn_cells import CELL_TYPES, make_rnn_layer, num_states
+from kseq.layers.recurrent import CELL_TYPES, call_recurrent, make_rnn_layer, num_states
 from kseq.validation import check_choice, check_positive_int, check_rate
 
 
@@ -11,7 +11,8 @@ from kseq.validation import check_choice, check_positive_int, check_rate
 class RNNEncoder(keras.layers.Layer):
     """A stack of keras SimpleRNN/LSTM/GRU layers over embedded tokens.
 
-    Runs on keras' fused kernels. Padding is masked, so each row's final
+    Runs on keras' fused kernels (cuDNN on a GPU, see
+    `kseq.layers.recurrent`). Padding is masked, so each row's final
     state is its state at its last real token (for the backward direction,
     at its first token), whatever the padding length.
 
@@ -79,7 +80,7 @@ class RNNEncoder(keras.layers.Layer):
         for i, layer in enumerate(self.rnn_layers):
             if i > 0:
                 x = self.dropout_layer(x, training=training)
-            x, *final = layer(x, mask=padding_mask, training=training)
+            x, *final = call_recurrent(layer, x, mask=padding_mask, training=training)
             if self.bidirectional:  # [forward states..., backward states...]
                 final = [
                     ops.concatenate([final[j], final[count + j]], axis=-1)

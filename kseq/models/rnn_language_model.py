@@ -7,7 +7,9 @@ import tensorflow as tf
 from keras import ops
 
 from kseq.layers.masking import padding_mask
-from kseq.layers.rnn_cells import CELL_TYPES, is_empty_batch, make_rnn_layer, num_states, run_cell
+from kseq.layers.recurrent import (
+    CELL_TYPES, call_recurrent, is_empty_batch, make_rnn_layer, num_states, portable_recurrence, run_cell,
+)
 from kseq.models.checked_weights import CheckedWeightLoading
 from kseq.models.first_shard_build import FirstShardBuild
 from kseq.models.generator import Generator
@@ -144,7 +146,7 @@ class RNNLanguageModel(CheckedWeightLoading, FirstShardBuild, Generator, keras.M
         finals = []
         for i, layer in enumerate(self.rnn_layers):
             initial = None if states is None else list(states[i])
-            x, *final = layer(x, initial_state=initial, mask=mask, training=training)
+            x, *final = call_recurrent(layer, x, mask, initial, training)
             finals.append(final)
             x = self.dropout_layer(x, training=training)
         return self._project(x), finals
@@ -222,7 +224,8 @@ class RNNLanguageModel(CheckedWeightLoading, FirstShardBuild, Generator, keras.M
         mask = padding_mask(prompt_ids)
         lengths = tf.reduce_sum(tf.cast(mask, tf.int32), axis=1)
         before_last = tf.range(tf.shape(prompt_ids)[1])[None, :] < (lengths - 1)[:, None]
-        _, states = self._run(self.embedding(prompt_ids), before_last, None, training=False)
+        with portable_recurrence(self):  # no cuDNN op: compiles with XLA, exports
+            _, states = self._run(self.embedding(prompt_ids), before_last, None, training=False)
         last = tf.gather(prompt_ids, tf.maximum(lengths - 1, 0), batch_dims=1)
         last = tf.where(lengths > 0, last, EOS_ID)
 
@@ -240,7 +243,7 @@ class RNNLanguageModel(CheckedWeightLoading, FirstShardBuild, Generator, keras.M
 
     def get_config(self):
         return {
-            "name": self.name, "trainable": self.trainable, "vocab_size": self.vocab_size,
+            **super().get_config(), "vocab_size": self.vocab_size,
             "embed_dim": self.embed_dim, "units": self.units, "cell": self.cell,
             "num_layers": self.num_layers, "dropout": self.dropout,
             "tie_weights": self.tie_weights, "carry_state": self.carry_state,

@@ -5,7 +5,7 @@ from keras import ops
 
 from kseq.decoding.beam_search import gather_beams
 from kseq.layers.masking import padding_mask, reverse_real_steps
-from kseq.layers.rnn_cells import is_empty_batch, num_states
+from kseq.layers.recurrent import is_empty_batch, num_states
 from kseq.layers.rnn_decoder import RNNDecoder
 from kseq.layers.rnn_encoder import RNNEncoder
 from kseq.models.seq2seq import Seq2Seq

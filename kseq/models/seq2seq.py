@@ -4,6 +4,7 @@ import keras
 import tensorflow as tf
 
 from kseq.layers.masking import padding_mask
+from kseq.layers.recurrent import portable_recurrence
 from kseq.models.checked_weights import CheckedWeightLoading
 from kseq.models.first_shard_build import FirstShardBuild
 from kseq.models.generator import Generator
@@ -53,13 +54,15 @@ class Seq2Seq(CheckedWeightLoading, FirstShardBuild, Generator, keras.Model):
         """Runs a kseq.decoding search on a batch of sources, in TensorFlow ops
         (callable inside any tf.function); returns its fixed-shape output.
         A source with no tokens (all PAD, e.g. an empty string) translates to
-        nothing: EOS at once, score 0."""
+        nothing: EOS at once, score 0. Recurrent layers run keras' portable
+        loop (no cuDNN op), so the search compiles with XLA and exports."""
         mask = padding_mask(source_ids)
-        encoded = self.encode(source_ids, training=False)
-        state = self.initial_state(encoded, mask, max_length=search.max_length)
-        ids, scores = search(
-            self.step, state, tf.shape(source_ids)[0], reorder_state=self.reorder_state
-        )
+        with portable_recurrence(self):
+            encoded = self.encode(source_ids, training=False)
+            state = self.initial_state(encoded, mask, max_length=search.max_length)
+            ids, scores = search(
+                self.step, state, tf.shape(source_ids)[0], reorder_state=self.reorder_state
+            )
         return _end_empty_sources(ids, scores, tf.reduce_any(mask, axis=1))
 
     def _check_source(self, source_ids):
@@ -89,8 +92,7 @@ class Seq2Seq(CheckedWeightLoading, FirstShardBuild, Generator, keras.Model):
 
     def get_config(self):
         return {
-            "name": self.name,
-            "trainable": self.trainable,
+            **super().get_config(),  # name, trainable, dtype (its policy)
             "source_vocab_size": self.source_vocab_size,
             "target_vocab_size": self.target_vocab_size,
         }

@@ -4,7 +4,7 @@ import keras
 from keras import ops
 
 from kseq.layers.masking import masked_softmax, padding_mask
-from kseq.layers.rnn_cells import CELL_TYPES, is_empty_batch
+from kseq.layers.recurrent import CELL_TYPES, is_empty_batch
 from kseq.layers.rnn_encoder import RNNEncoder
 from kseq.layers.token_and_position_embedding import TokenAndPositionEmbedding
 from kseq.layers.transformer_encoder_block import TransformerEncoderBlock
@@ -186,7 +186,7 @@ class SequenceClassifier(CheckedWeightLoading, FirstShardBuild, keras.Model):
 
     def get_config(self):
         return {
-            "name": self.name, "trainable": self.trainable, "vocab_size": self.vocab_size,
+            **super().get_config(), "vocab_size": self.vocab_size,
             "num_classes": self.num_classes, "encoder": self.encoder, "pooling": self.pooling,
             "embed_dim": self.embed_dim, "units": self.units, "cell": self.cell,
             "num_layers": self.num_layers, "bidirectional": self.bidirectional,

@@ -1,0 +1,83 @@
+"""Training precision: float32, or keras' mixed policies, chosen by measurement.
+
+Under "mixed_bfloat16" and "mixed_float16" variables stay float32 and
+layers compute in 16 bits, while kseq keeps softmax (attention weights, the
+loss) and LayerNorm in float32. "mixed_float16" needs loss scaling, which
+keras' `Model.compile` adds (a `LossScaleOptimizer`) for a model built
+under that policy.
+
+On Ampere and later NVIDIA GPUs TensorFlow runs float32 matmuls and
+convolutions as TF32 by default (10-bit mantissa, about 1e-3 relative
+error per product): "float32" there means float32 storage with TF32 math
+unless `tf.config.experimental.enable_tensor_float_32_execution(False)`
+is called. kseq never changes that setting; `describe_precision` reports it.
+"""
+
+import dataclasses
+
+import tensorflow as tf
+
+from kseq.validation import check_choice
+
+PRECISIONS = ("auto", "float32", "mixed_bfloat16", "mixed_float16")
+
+# What "auto" picks per device class: the fastest train step measured there.
+MEASURED_FASTEST = {
+    "cpu": (
+        "float32",
+        "2-core x86-64 CPU without bfloat16 units: float32 steps are faster than "
+        "mixed_bfloat16 ones (benchmarks/README.md, train-step precision table)",
+    ),
+    "gpu": (
+        "float32",
+        "one H100, base Transformer at fixed shapes (issue figures, 2026-11-23): float32 "
+        "with TF32 220 ms per step, mixed_bfloat16 about 10% slower without XLA and "
+        "386 ms with it",
+    ),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Precision:
+    """A resolved precision: the keras dtype policy and why it was chosen."""
+
+    policy: str  # "float32", "mixed_bfloat16" or "mixed_float16"
+    requested: str
+    reason: str
+
+    def as_dict(self):
+        return {"precision": self.policy, "precision_requested": self.requested,
+                "precision_reason": self.reason, "tf32": tf32_enabled()}
+
+
+def device_class():
+    """"gpu" when TensorFlow sees a GPU, else "cpu"."""
+    return "gpu" if tf.config.list_logical_devices("GPU") else "cpu"
+
+
+def resolve_precision(requested="auto", device=None):
+    """`requested` ("auto" or a policy name) -> `Precision`.
+
+    "auto" picks `MEASURED_FASTEST` for the device class (`device_class()`
+    unless given); any other value is taken as asked.
+    """
+    check_choice("precision", requested, PRECISIONS)
+    if requested != "auto":
+        return Precision(requested, requested, "asked for")
+    policy, measured = MEASURED_FASTEST[device or device_class()]
+    return Precision(policy, "auto", f"auto on {device or device_class()}: {measured}")
+
+
+def tf32_enabled():
+    """Whether float32 matmuls may run as TF32 (only matters on a GPU)."""
+    return bool(tf.config.experimental.tensor_float_32_execution_enabled())
+
+
+def describe_precision(precision):
+    """One line for a recipe's log."""
+    line = f"precision: {precision.policy} ({precision.reason})"
+    if precision.policy == "float32" and device_class() == "gpu" and tf32_enabled():
+        line += "; float32 matmuls run as TF32 on this GPU (TensorFlow's default)"
+    if precision.policy == "mixed_float16":
+        line += "; dynamic loss scaling"
+    return line
