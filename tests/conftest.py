@@ -9,23 +9,55 @@ import pytest  # noqa: E402
 import tensorflow as tf  # noqa: E402
 from tensorflow.python.distribute import mirrored_strategy  # noqa: E402
 
-# Two logical CPUs, so MirroredStrategy tests run with two replicas. This
-# must happen before TensorFlow initialises its devices.
+# Two logical CPUs, so MirroredStrategy tests run with two replicas, and on
+# a GPU two logical GPUs (tests/test_gpu.py). This must happen before
+# TensorFlow initialises its devices.
 tf.config.set_logical_device_configuration(
     tf.config.list_physical_devices("CPU")[0],
     [tf.config.LogicalDeviceConfiguration()] * 2,
 )
+GPUS = tf.config.list_physical_devices("GPU")
+if GPUS:
+    # Each of the two pytest workers takes two slices of the first GPU.
+    megabytes = int(os.environ.get("KSEQ_TEST_GPU_MEMORY_MB", "8192"))
+    tf.config.set_logical_device_configuration(
+        GPUS[0], [tf.config.LogicalDeviceConfiguration(memory_limit=megabytes)] * 2
+    )
 
 
 def pytest_collection_modifyitems(items):
     """Long tests first (stable: modules stay together): run last, one of
-    them would keep one worker busy while the other has finished."""
+    them would keep one worker busy while the other has finished. Tests
+    marked `gpu` are skipped where TensorFlow sees no GPU."""
     items.sort(key=lambda item: item.get_closest_marker("long") is None)
+    if not GPUS:
+        skip = pytest.mark.skip(reason="needs a GPU; TensorFlow finds none on this machine")
+        for item in items:
+            if item.get_closest_marker("gpu"):
+                item.add_marker(skip)
 
 
 @pytest.fixture(autouse=True)
 def seeded():
     keras.utils.set_random_seed(1234)
+
+
+@pytest.fixture(autouse=True)
+def float32_is_float32(request):
+    """Tests compare float32 results to 1e-5: on Ampere and later GPUs
+    TensorFlow would run float32 matmuls as TF32 (about 1e-3 relative
+    error), so TF32 is off in every test but those marked `tf32`, which
+    keep TensorFlow's default and derive their tolerances from it
+    (`support.tolerance`). On a CPU the setting changes nothing."""
+    if request.node.get_closest_marker("tf32"):
+        yield
+        return
+    before = tf.config.experimental.tensor_float_32_execution_enabled()
+    tf.config.experimental.enable_tensor_float_32_execution(False)
+    try:
+        yield
+    finally:
+        tf.config.experimental.enable_tensor_float_32_execution(before)
 
 
 def _with_fresh_collective_keys(init):

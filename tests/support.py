@@ -7,8 +7,12 @@ import sys
 
 import numpy as np
 import keras
+import tensorflow as tf
 
-from kseq.models import RNNSeq2Seq, TransformerSeq2Seq
+from kseq.decoding import GreedySearch
+from kseq.layers.masking import padding_mask
+from kseq.losses import MaskedSparseCategoricalCrossentropy
+from kseq.models import RNNLanguageModel, RNNSeq2Seq, SequenceClassifier, TransformerSeq2Seq
 
 VOCAB = 30
 
@@ -44,13 +48,13 @@ def config_id(entry):
     return kind + ("-" + "-".join(f"{k}={v}" for k, v in config.items()) if config else "")
 
 
-def small_model(kind, config, dropout=0.1):
+def small_model(kind, config, dropout=0.1, dtype=None):
     """A tiny model of the given configuration, with dropout layers present."""
     if kind == "rnn":
-        return RNNSeq2Seq(VOCAB, VOCAB, embed_dim=8, units=12, dropout=dropout, **config)
+        return RNNSeq2Seq(VOCAB, VOCAB, embed_dim=8, units=12, dropout=dropout, dtype=dtype, **config)
     return TransformerSeq2Seq(
         VOCAB, VOCAB, num_layers=2, d_model=16, num_heads=2, ff_dim=24,
-        dropout=dropout, max_length=32, **config,
+        dropout=dropout, max_length=32, dtype=dtype, **config,
     )
 
 
@@ -64,6 +68,18 @@ def random_batch(batch=3, source_length=7, target_length=6, seed=0, low=4, high=
         source[row, source_length - row :] = 0
         target[row, target_length - row :] = 0
     return {"source_ids": source, "target_ids": target}
+
+
+# How far results computed with these matmuls may sit from float32 ones, as a
+# fraction of the outputs' scale, through a few layers: bfloat16 keeps 8
+# mantissa bits (2-3 significant digits), TF32 and float16 keep 11.
+RELATIVE_TOLERANCE = {"float32": 1e-5, "tf32": 1e-2, "float16": 1e-2, "bfloat16": 3e-2}
+
+
+def relative_tolerance(compute):
+    """The tolerance for results whose matmuls ran in `compute` ("float32",
+    "tf32", "float16" or "bfloat16"), relative to the outputs' scale."""
+    return RELATIVE_TOLERANCE[compute]
 
 
 def assert_close(a, b, atol=1e-5):
@@ -149,3 +165,118 @@ def graph_op_types(concrete_function):
 
 def cudnn_ops(concrete_function):
     return sorted(op for op in graph_op_types(concrete_function) if op.startswith("CudnnRNN"))
+
+
+def pad_right(ids, extra):
+    return np.concatenate([ids, np.zeros((ids.shape[0], extra), ids.dtype)], axis=1)
+
+
+def check_padding_invariance(model):
+    """Extra padding changes no logit at a real position, and a row's logits
+    do not depend on the other rows of its batch."""
+    batch = random_batch()
+    logits = np.asarray(model(batch))
+    padded = {"source_ids": pad_right(batch["source_ids"], 4), "target_ids": pad_right(batch["target_ids"], 3)}
+    padded_logits = np.asarray(model(padded))[:, : logits.shape[1]]
+    real = batch["target_ids"] != 0
+    assert_close(padded_logits[real], logits[real])
+    alone = np.asarray(model({k: v[2:3, : 7 - 2] if k == "source_ids" else v[2:3, :4] for k, v in batch.items()}))
+    assert_close(alone[0], logits[2, :4])
+
+
+def check_step_equals_call(model, atol=2e-5):
+    """Decoding step by step on the teacher-forced tokens gives the logits
+    of the teacher-forced call at every real position."""
+    batch = random_batch()
+    logits = np.asarray(model(batch))
+    state = model.initial_state(
+        model.encode(batch["source_ids"]), padding_mask(batch["source_ids"]), max_length=8
+    )
+    steps = []
+    for index in range(batch["target_ids"].shape[1]):
+        step_logits, state = model.step(tf.constant(batch["target_ids"][:, index]), state, index)
+        steps.append(step_logits)
+    real = batch["target_ids"] != 0
+    assert_close(np.stack(steps, 1)[real], logits[real], atol=atol)
+
+
+def check_encoder_final_states(encoder, width):
+    """With right-padded masks, each row's final states are its states at
+    its last real token: row 0 padded gives what row 0 alone gives."""
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(2, 6, 4)).astype("float32")
+    mask = np.array([[1, 1, 1, 0, 0, 0], [1, 1, 1, 1, 1, 1]], bool)
+    outputs, states = encoder(x, padding_mask=mask)
+    assert outputs.shape == (2, 6, width)
+    alone_outputs, alone_states = encoder(x[:1, :3])
+    for layer, alone_layer in zip(states, alone_states):
+        for state, alone in zip(layer, alone_layer):
+            assert state.shape == (2, width)
+            assert_close(state[:1], alone)
+    assert_close(outputs[:1, :3], alone_outputs)
+    return states
+
+
+# Mixed precision, per model family (tests/models/test_mixed_precision.py, tests/test_gpu.py).
+
+def build_family(family, policy):
+    """(model, inputs, labels, loss) of one model family under `policy`."""
+    batch = random_batch()
+    if family in ("transformer", "rnn"):
+        # Dropout makes keras' attention take its explicit-softmax path.
+        kind, config = family, dict(norm_first=False) if family == "transformer" else dict(cell="lstm", attention="general")
+        model = small_model(kind, config, dropout=0.1, dtype=policy)
+        return model, batch, np.roll(batch["target_ids"], -1, axis=1), MaskedSparseCategoricalCrossentropy(0.1)
+    ids = batch["target_ids"]
+    if family == "language_model":
+        model = RNNLanguageModel(30, embed_dim=8, units=8, cell="lstm", carry_state=False, dtype=policy)
+        return model, ids, np.roll(ids, -1, axis=1), MaskedSparseCategoricalCrossentropy()
+    model = SequenceClassifier(30, 2, encoder="rnn", pooling="attention", embed_dim=8, units=8,
+                               dtype=policy)
+    return model, ids, np.array([0, 1, 0]), keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+
+
+FAMILIES = ["transformer", "rnn", "language_model", "classifier"]
+
+
+def check_mixed_training(model, inputs, labels, loss, steps=8):
+    """Variables stay float32, the loss is float32 and falls over a few steps
+    of fit; mixed_float16 trains through keras' loss scaling."""
+    policy = model.dtype_policy.name
+    outputs = model(inputs)
+    assert outputs.dtype == policy.split("_")[-1], (outputs.dtype, policy)
+    assert all(v.dtype == "float32" for v in model.trainable_variables)
+    assert loss(labels, outputs).dtype == "float32"
+    model.compile(keras.optimizers.Adam(1e-2), loss)
+    if policy == "mixed_float16":
+        assert isinstance(model.optimizer, keras.optimizers.LossScaleOptimizer)
+    losses = model.fit(inputs, labels, epochs=steps, verbose=0).history["loss"]
+    assert np.all(np.isfinite(losses)) and losses[-1] < losses[0], losses
+    assert all(v.dtype == "float32" for v in model.trainable_variables)
+
+
+def check_float32_softmax(model, inputs, labels, loss):
+    """Every softmax of a train step (attention weights, the loss) and of a
+    greedy search (attention over the cache or the source) runs in float32."""
+    model(inputs)
+
+    @tf.function
+    def train_step(inputs, labels):
+        with tf.GradientTape() as tape:
+            value = loss(labels, model(inputs, training=True))
+        return tape.gradient(value, model.trainable_variables)
+
+    functions = [train_step.get_concrete_function(inputs, labels)]
+    if hasattr(model, "search"):
+        ids = inputs["source_ids"] if isinstance(inputs, dict) else inputs
+        search = tf.function(lambda ids: model.search(ids, GreedySearch(4)))
+        functions.append(search.get_concrete_function(tf.constant(ids)))
+    softmax = []
+    for function in functions:
+        graph = function.graph.as_graph_def()
+        nodes = list(graph.node) + [node for f in graph.library.function for node in f.node_def]
+        softmax += [node for node in nodes if "Softmax" in node.op and "Grad" not in node.op]
+    assert softmax, "no softmax found: the check would pass vacuously"
+    half = [f"{node.op} {node.name}" for node in softmax
+            if node.attr["T"].type != tf.float32.as_datatype_enum]
+    assert not half, half

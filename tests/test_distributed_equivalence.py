@@ -146,6 +146,12 @@ MODELS = {
     "transformer", "lstm-general", pytest.param("gru-bahdanau", marks=pytest.mark.slow)
 ])
 def test_fit_under_two_replicas_matches_one_device(name):
+    check_two_replicas_match_one(name, DEVICES)
+
+
+def check_two_replicas_match_one(name, devices):
+    """`fit` of model `name` on `devices` (two) and on one device: the same
+    losses and weights. tests/test_gpu.py runs it on two logical GPUs."""
     data = dataset()
     reference = MODELS[name]()
     reference.build()
@@ -156,7 +162,7 @@ def test_fit_under_two_replicas_matches_one_device(name):
         MODELS[name], initial_weights, data, tf.distribute.get_strategy()
     )
     two_losses, two_weights = train(
-        MODELS[name], initial_weights, data, tf.distribute.MirroredStrategy(DEVICES)
+        MODELS[name], initial_weights, data, tf.distribute.MirroredStrategy(devices)
     )
     # The replicas sum the same float32 terms in another order: measured,
     # the losses (about 2.6) agree to 1e-7 relative and the weights to

@@ -5,27 +5,17 @@ import pytest
 import tensorflow as tf
 
 from kseq.layers.masking import padding_mask
-from support import ALL_CONFIGS, assert_close, config_id, random_batch, roundtrip, small_model
+from support import (
+    ALL_CONFIGS, assert_close, check_padding_invariance, check_step_equals_call, config_id,
+    random_batch, roundtrip, small_model,
+)
 
 CONFIGS = pytest.mark.parametrize("entry", ALL_CONFIGS, ids=config_id)
 
 
-def pad_right(ids, extra):
-    return np.concatenate([ids, np.zeros((ids.shape[0], extra), ids.dtype)], axis=1)
-
-
 @CONFIGS
 def test_padding_changes_no_logit_at_real_positions(entry):
-    model = small_model(*entry)
-    batch = random_batch()
-    logits = np.asarray(model(batch))
-    padded = {"source_ids": pad_right(batch["source_ids"], 4), "target_ids": pad_right(batch["target_ids"], 3)}
-    padded_logits = np.asarray(model(padded))[:, : logits.shape[1]]
-    real = batch["target_ids"] != 0
-    assert_close(padded_logits[real], logits[real])
-    # A row's logits do not depend on the other rows of the batch either.
-    alone = np.asarray(model({k: v[2:3, : 7 - 2] if k == "source_ids" else v[2:3, :4] for k, v in batch.items()}))
-    assert_close(alone[0], logits[2, :4])
+    check_padding_invariance(small_model(*entry))
 
 
 @CONFIGS
@@ -55,18 +45,7 @@ def test_no_causal_leak_in_training_mode(entry):
 
 @CONFIGS
 def test_step_by_step_equals_teacher_forced_call(entry):
-    model = small_model(*entry)
-    batch = random_batch()
-    logits = np.asarray(model(batch))
-    state = model.initial_state(
-        model.encode(batch["source_ids"]), padding_mask(batch["source_ids"]), max_length=8
-    )
-    steps = []
-    for index in range(batch["target_ids"].shape[1]):
-        step_logits, state = model.step(tf.constant(batch["target_ids"][:, index]), state, index)
-        steps.append(step_logits)
-    real = batch["target_ids"] != 0
-    assert_close(np.stack(steps, 1)[real], logits[real], atol=2e-5)
+    check_step_equals_call(small_model(*entry))
 
 
 @CONFIGS

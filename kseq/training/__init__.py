@@ -1,0 +1,1 @@
+"""Training pieces: precision, XLA, evaluation cadence."""
