@@ -42,3 +42,28 @@ def sublayers(layer):
     """`layer` and every layer under it, depth first (keras' private
     `Layer._flatten_layers`, the walk its own `model_supports_jit` uses)."""
     return list(layer._flatten_layers(include_self=True, recursive=True))
+
+
+class _EndOfEpoch:
+    """A true `stop_training` that ends only the epoch in progress."""
+
+    def __bool__(self):
+        return True
+
+
+def end_epoch_early(model):
+    """Ends the epoch in progress of `model.fit` after this batch, keeping the
+    run going: keras 3.15's fit loop leaves an epoch when `stop_training` is
+    true after a batch, runs validation and `on_epoch_end`, and only then
+    leaves the run if it is still true; `continue_after_epoch` (called in
+    an `on_epoch_end`) clears this marker, never a real stop. With
+    `steps_per_epoch` set, the next epoch continues the same data iterator.
+    """
+    if not model.stop_training:
+        model.stop_training = _EndOfEpoch()
+
+
+def continue_after_epoch(model):
+    """Clears `end_epoch_early`'s marker (a real stop stays)."""
+    if isinstance(model.stop_training, _EndOfEpoch):
+        model.stop_training = False

@@ -1,6 +1,9 @@
-"""Corpus BLEU and chrF with sacrebleu, signatures included."""
+"""Corpus BLEU and chrF with sacrebleu, and batched translation for scoring."""
+
+import time
 
 import sacrebleu
+import tensorflow as tf
 
 
 def translation_scores(hypotheses, references):
@@ -33,3 +36,36 @@ def translation_scores(hypotheses, references):
         "bleu_signature": str(bleu.get_signature()),
         "chrf_signature": str(chrf.get_signature()),
     }
+
+
+class BatchTranslator:
+    """strings -> strings through an in-graph translate function (what the
+    export serves, `kseq.export.translate_function`), in batches of one size.
+
+    The last batch is padded with empty strings, so the function sees one
+    batch shape (one XLA compilation per source width when compiled). With
+    `seconds`, no batch starts once that much time has passed: the outputs
+    then cover the first sentences only (a bounded evaluation).
+
+    Args:
+        translate: strings (B,) -> {"translation": strings (B,), ...}.
+        batch_size: sentences per call. Defaults to 64.
+        seconds: the time bound, or None.
+    """
+
+    def __init__(self, translate, batch_size=64, seconds=None):
+        self.function = tf.function(
+            translate, input_signature=[tf.TensorSpec([None], tf.string)], autograph=False
+        )
+        self.batch_size, self.seconds = batch_size, seconds
+
+    def __call__(self, texts):
+        texts, outputs, start = list(texts), [], time.monotonic()
+        for first in range(0, len(texts), self.batch_size):
+            if self.seconds is not None and outputs and time.monotonic() - start > self.seconds:
+                break
+            batch = texts[first : first + self.batch_size]
+            padded = batch + [""] * (self.batch_size - len(batch))
+            translated = self.function(tf.constant(padded))["translation"].numpy()
+            outputs += [t.decode("utf-8") for t in translated[: len(batch)]]
+        return outputs

@@ -8,19 +8,22 @@ import time
 import keras
 import tensorflow as tf
 
+from kseq._compat import continue_after_epoch, end_epoch_early
 from kseq.atomic import write_json_atomic
 from kseq.validation import check_positive_int
 
 
 class TrainingPosition:
-    """The epoch in progress and the batches of it already trained on.
+    """The data epoch in progress and the batches of it already trained on.
 
     A data pipeline built with a position (e.g. `bucketed_pair_dataset(...,
-    position=p)`) reads it each time an epoch's iterator starts: the epoch
+    position=p)`) reads it each time an iterator over it starts: the epoch
     fixes the shuffle, so every run sees the same batches in the same order,
-    and `skip` drops the ones a resumed run has already trained on.
-    `ResumableBackup` keeps it up to date. Create it outside
-    `strategy.scope()`: the pipeline needs plain variables.
+    and `skip` drops the ones a resumed run has already trained on. The
+    pipeline sets `steps_per_epoch`, its batches per data epoch, so that a
+    position can also follow a global step. `ResumableBackup` keeps it up to
+    date. Create it outside `strategy.scope()`: the pipeline needs plain
+    variables.
     """
 
     def __init__(self):
@@ -29,23 +32,23 @@ class TrainingPosition:
         with tf.device("/cpu:0"):
             self.epoch = tf.Variable(0, dtype=tf.int64, trainable=False, name="position_epoch")
             self.skip = tf.Variable(0, dtype=tf.int64, trainable=False, name="position_skip")
+        self.steps_per_epoch = None
 
     def set(self, epoch, skip=0):
         self.epoch.assign(epoch)
         self.skip.assign(skip)
 
-
-class _EndOfResumedEpoch:
-    """A true `stop_training` that only ends the epoch: fit stops when it is
-    still this object at the epoch's end, so a real stop (another callback
-    setting True) is never undone."""
-
-    def __bool__(self):
-        return True
+    def set_step(self, step):
+        """The position after `step` batches from the start of training."""
+        if not self.steps_per_epoch:
+            raise ValueError(
+                "`steps_per_epoch` is unknown: build the data pipeline with this position first."
+            )
+        self.set(*divmod(int(step), self.steps_per_epoch))
 
 
 class ResumableBackup(keras.callbacks.BackupAndRestore):
-    """keras' BackupAndRestore, resuming in the middle of an epoch.
+    """keras' BackupAndRestore, resuming at the step of the last save.
 
     keras 3.15 restarts an interrupted epoch from its first batch (so a
     resumed run trains more steps than an uninterrupted one) and records
@@ -54,10 +57,17 @@ class ResumableBackup(keras.callbacks.BackupAndRestore):
     published by an atomic rename of a pointer file (a kill mid-save leaves
     the previous save intact). On resume it restores the weights and the
     optimizer (its step count included), and with a `position` the data
-    continues with the batch after the last saved one and the resumed epoch
-    ends after the batches it has left, so the run trains exactly the steps
-    an uninterrupted one would. The backup is deleted when training ends
-    normally, as in keras; it stays when `fit` raises.
+    continues with the batch after the last saved one, so the run trains
+    exactly the steps an uninterrupted one would. The backup is deleted
+    when training ends normally, as in keras; it stays when `fit` raises.
+
+    Two ways to lay out training:
+    - keras epochs are data epochs (the default): the position follows
+      (epoch, batch), and a resumed epoch ends after the batches it had left;
+    - `steps_position=True`: one pass of `fit` reads a dataset of several
+      data epochs (`bucketed_pair_dataset(..., epochs=N)`) and keras epochs
+      are evaluation periods (`kseq.callbacks.EvaluationPeriods`); the
+      position follows the global step.
 
     Put it last in the callback list, so that an epoch's logs are written
     before the epoch counts as saved.
@@ -68,13 +78,17 @@ class ResumableBackup(keras.callbacks.BackupAndRestore):
             (then a resumed epoch starts again from its first batch). The
             data must have a known number of batches.
         save_freq: batches between saves. Defaults to 200.
+        steps_position: the position follows the global step (see above).
     """
 
     POINTER = "latest.json"
 
-    def __init__(self, backup_dir, position=None, save_freq=200):
+    def __init__(self, backup_dir, position=None, save_freq=200, steps_position=False):
         super().__init__(backup_dir, save_freq=check_positive_int("save_freq", save_freq))
+        if steps_position and position is None:
+            raise ValueError("`steps_position=True` needs the `position` the data reads.")
         self.position = position
+        self.steps_position = bool(steps_position)
         self.restored = self.saved_state(backup_dir)
         self._offset = 0  # batches of the current epoch trained before this run
         self.initial_epoch = 0  # the epoch this run started in
@@ -96,6 +110,7 @@ class ResumableBackup(keras.callbacks.BackupAndRestore):
     def on_train_begin(self, logs=None):
         self._started = time.monotonic()
         self._seconds_before = self.restored["train_seconds"] if self.restored else 0.0
+        self._resume_at = (0, 0)
         if self.restored is None:
             return
         if not self.model.built:
@@ -104,7 +119,14 @@ class ResumableBackup(keras.callbacks.BackupAndRestore):
             self.model.optimizer.build(self.model.trainable_variables)
         folder = os.path.join(self.backup_dir, self.restored["folder"])
         self.model.load_weights(os.path.join(folder, "model.weights.h5"))
-        epoch, batch = self.restored["epoch"], self.restored["batch"]
+        epoch, batch, step = self.restored["epoch"], self.restored["batch"], self.restored["step"]
+        if self.steps_position:
+            self.position.set_step(step)
+            self._resume_at = (epoch, 0)  # the period in progress starts again, shorter
+            self.initial_epoch = self.model._initial_epoch = epoch
+            data_epoch, skip = divmod(step, self.position.steps_per_epoch)
+            print(f"resuming from {folder}: step {step}, data epoch {data_epoch + 1}, batch {skip}")
+            return
         steps = (self.params or {}).get("steps")
         if batch and (self.position is None or not steps):
             print("the data cannot skip batches: the interrupted epoch starts again")
@@ -113,24 +135,24 @@ class ResumableBackup(keras.callbacks.BackupAndRestore):
             epoch, batch = epoch + 1, 0
         self._resume_at = (epoch, batch)
         self.initial_epoch = self.model._initial_epoch = epoch
-        print(f"resuming from {folder}: step {self.restored['step']}, epoch {epoch + 1}, batch {batch}")
+        print(f"resuming from {folder}: step {step}, epoch {epoch + 1}, batch {batch}")
 
     def on_epoch_begin(self, epoch, logs=None):
         self._current_epoch = epoch
         resumed = self.restored is not None and epoch == self._resume_at[0]
         self._offset = self._resume_at[1] if resumed else 0
-        if self.position is not None:
+        if self.position is not None and not self.steps_position:
             self.position.set(epoch, self._offset)
 
     def on_train_batch_end(self, batch, logs=None):
-        if self._offset and batch + 1 + self._offset >= self.params["steps"] and not self.model.stop_training:
-            self.model.stop_training = _EndOfResumedEpoch()
+        if self._offset and batch + 1 + self._offset >= self.params["steps"]:
+            end_epoch_early(self.model)
         if self._should_save_on_batch(batch):
             self._save(self._current_epoch, self._offset + batch + 1)
 
     def on_epoch_end(self, epoch, logs=None):
-        if isinstance(self.model.stop_training, _EndOfResumedEpoch):
-            self.model.stop_training = False
+        if self._offset:
+            continue_after_epoch(self.model)
         self._last_batch_seen = 0
         self._batches_seen_since_last_saving = 0
         self._offset = 0

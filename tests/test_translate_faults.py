@@ -21,7 +21,8 @@ RECIPE = os.path.join(os.path.dirname(__file__), "..", "recipes", "translate.py"
 FAST = ["--num-layers", "1", "--d-model", "32", "--num-heads", "2", "--ff-dim", "64",
         "--vocab-size", "300", "--epochs", "2", "--token-budget", "192", "--max-length", "24",
         "--valid-bleu-sentences", "4", "--attention-plots", "1", "--beam-size", "1",
-        "--max-test-sentences", "4", "--save-every", "5", "--warmup-steps", "50"]
+        "--max-test-sentences", "4", "--save-every", "5", "--warmup-steps", "50",
+        "--eval-every", "20", "--jit-compile", "off"]
 
 
 @pytest.fixture(scope="module")
@@ -75,26 +76,33 @@ def test_a_run_killed_mid_epoch_resumes_with_the_same_command_and_ends_like_an_u
             saved = json.loads(pointer.read_text())
         except (FileNotFoundError, json.JSONDecodeError):
             saved = None
-        if saved and saved["epoch"] == 1 and saved["batch"] > 0:
+        if saved and saved["step"] > per_epoch and saved["step"] % 20:  # mid-period, second epoch
             process.send_signal(signal.SIGKILL)
             break
         time.sleep(0.02)
     process.wait(timeout=60)
     assert process.returncode == -signal.SIGKILL, "killed in the second epoch"
     saved = json.loads(pointer.read_text())
-    assert saved["epoch"] == 1 and 0 < saved["batch"] < per_epoch
+    assert per_epoch < saved["step"] < reference["steps"]
     assert not (killed / "runs" / "metrics.json").exists() and not (killed / "export").exists()
 
     output = finish(subprocess.Popen(argv, env=environment(), stdout=subprocess.PIPE,
                                      stderr=subprocess.STDOUT, text=True))
-    assert "resuming from" in output and f"step {saved['step']}, epoch 2, batch {saved['batch']}" in output
+    assert "resuming from" in output
+    assert f"step {saved['step']}, data epoch 2, batch {saved['step'] - per_epoch}" in output
     resumed = metrics(killed)
     assert resumed["steps"] == reference["steps"] and resumed["epochs_run"] == reference["epochs_run"] == 2
     assert resumed["resumed_from_step"] == saved["step"]
     # The same batches in the same order: equal up to float32 summation order.
     assert resumed["valid_loss"] == pytest.approx(reference["valid_loss"], rel=1e-3)
-    assert epoch_points(killed / "runs") == [0, 1], "the curve continues, one point per epoch"
-    assert epoch_points(killed / "runs", "validation") == [0, 1]
+    # The curves continue: the killed run's points, then the resumed run's,
+    # one per evaluation at its global step, up to the last step.
+    whole_points = epoch_points(whole / "runs")
+    for run in ("train", "validation"):
+        points = epoch_points(killed / "runs", run)
+        assert points == sorted(set(points)) and points[-1] == reference["steps"], points
+        before = [point for point in points if point <= saved["step"]]
+        assert before and before == [point for point in whole_points if point <= saved["step"]]
     assert os.listdir(killed / "export") == ["1"]
     assert not (killed / "runs" / "backup").exists(), "the backup goes once training completes"
 

@@ -3,6 +3,7 @@
 import json
 import os
 import random
+import re
 import socket
 import subprocess
 import sys
@@ -21,9 +22,12 @@ from support import serve_with_text_ops  # noqa: E402
 pytestmark = pytest.mark.long
 WORDS = {"cat": "chat", "dog": "chien", "house": "maison", "red": "rouge", "blue": "bleu",
          "small": "petit", "big": "grand", "the": "le", "runs": "court", "eats": "mange"}
+# 300 pairs make 5 batches an epoch: 10 steps, evaluated at steps 5 and 10.
 TINY = ["--num-layers", "1", "--d-model", "32", "--num-heads", "2", "--ff-dim", "64",
         "--vocab-size", "300", "--epochs", "2", "--token-budget", "512", "--max-length", "24",
-        "--valid-bleu-sentences", "6", "--attention-plots", "2", "--beam-size", "2"]
+        "--valid-bleu-sentences", "6", "--attention-plots", "2", "--beam-size", "2",
+        "--eval-every", "5", "--jit-compile", "off"]
+
 
 def write_pairs(path, count, seed, bad_lines=()):
     rng = random.Random(seed)
@@ -56,6 +60,12 @@ def test_metrics_json(run):
     for key in ("test_bleu", "test_chrf", "valid_loss", "train_seconds", "steps"):
         assert isinstance(saved[key], (int, float)) and np.isfinite(saved[key]), key
     assert saved["bleu_signature"].startswith("nrefs:1|") and saved["epochs_run"] == 2
+    assert saved["steps"] == 10 and saved["evaluations"] == 2
+    # What ran, and where the time went.
+    assert saved["precision"] == "float32" and saved["jit_compile"] is False
+    assert saved["eval_every"] == "every 5 steps"
+    assert 0 < saved["train_step_seconds"] <= saved["fit_seconds"] <= saved["wall_seconds"]
+    assert saved["train_step_share"] == round(saved["train_step_seconds"] / saved["wall_seconds"], 3)
     assert os.path.isfile(os.path.join(run["logdir"], "spm.model"))
     assert os.path.isfile(os.path.join(run["logdir"], "checkpoints", "last.weights.h5"))
 
@@ -67,9 +77,11 @@ def test_tensorboard_events_hold_curves_text_images_graph_and_hparams(run):
     tags = {name: {kind: value for kind, value in found.items() if value} for name, found in runs.Runs().items()}
     for tag in ("epoch_loss", "epoch_masked_accuracy", "epoch_perplexity", "epoch_learning_rate"):
         assert tag in tags["train"]["tensors"]
-        assert len(runs.Tensors("train", tag)) == 2, "one point per epoch"
+        steps = [event.step for event in runs.Tensors("train", tag)]
+        assert steps == [5, 10], "one point per evaluation, at its global step"
     for tag in ("epoch_loss", "epoch_bleu", "epoch_chrf"):
         assert tag in tags["validation"]["tensors"]
+        assert [event.step for event in runs.Tensors("validation", tag)] == [5, 10]
     assert {"bleu", "chrf", "samples"} <= set(tags["generation"]["tensors"])
     sample = runs.Tensors("generation", "samples")[-1].tensor_proto.string_val[0].decode()
     assert "| source | output | reference |" in sample
@@ -123,7 +135,7 @@ def test_tensorboard_server_serves_the_loss_curve(run):
             except (OSError, ValueError):
                 time.sleep(1)
         assert points is not None, "tensorboard did not answer within 90 s"
-        assert [step for _, step, _ in points] == [0, 1]
+        assert [step for _, step, _ in points] == [5, 10]
         assert all(np.isfinite(value) for _, _, value in points)
     finally:
         server.kill()
@@ -159,25 +171,55 @@ def test_saved_model_cli_runs_the_export(run):
     assert "Result for output key translation:" in result.stdout
 
 
-def test_jit_compile_on_trains_full_batches_with_xla(tmp_path, capsys):
-    """--jit-compile on (XLA on a CPU): every bucket's remainder is left out,
-    so the epoch has exactly the full batches, and the run ends as usual."""
+def test_xla_trains_every_pair_in_few_shapes_and_a_repeated_run_compiles_nothing(tmp_path):
+    """--jit-compile on (XLA on a CPU): coarse buckets whose last batch is
+    padded, so an epoch trains every pair in one shape per bucket; the
+    compiled programs go to --xla-cache, and the same command run again
+    (here into a new logdir) loads every one of them instead of compiling.
+    In subprocesses: TensorFlow reads the cache flag when it starts, and
+    logs what its persistent cache loads and saves."""
     train = write_pairs(tmp_path / "train.tsv", 300, 0)
     valid = write_pairs(tmp_path / "valid.tsv", 12, 1)
-    argv = ["--train-tsv", train, "--valid-tsv", valid, "--logdir", str(tmp_path / "runs"),
-            "--export-dir", str(tmp_path / "export"), "--max-test-sentences", "2"] + TINY
-    argv[argv.index("--epochs") + 1] = "1"
+    cache = tmp_path / "xla"
+
+    def argv(name):
+        return ["--train-tsv", train, "--valid-tsv", valid, "--logdir", str(tmp_path / name),
+                "--export-dir", str(tmp_path / f"export-{name}"), "--max-test-sentences", "2",
+                "--xla-cache", str(cache)] + TINY[:-2] + ["--jit-compile", "on", "--epochs", "1"]
+
     # The tests' two logical CPUs cannot hold XLA replicas: a named error.
     with pytest.raises(SystemExit, match="--jit-compile on cannot train 2 replicas on CPU"):
-        translate.main(argv + ["--jit-compile", "on"])
-    metrics = translate.main(argv + ["--jit-compile", "on", "--strategy", "default"])
-    assert "train step compiled with XLA" in capsys.readouterr().out
-    config = translate.parse_args(argv)
+        translate.main(argv("refused"))
+
+    def run(name):
+        environment = {k: v for k, v in os.environ.items() if k != "TF_XLA_FLAGS"}
+        environment.update(TF_CPP_MIN_LOG_LEVEL="0", TF_CPP_VMODULE="device_executable_persistor=3")
+        result = subprocess.run([sys.executable, translate.__file__, *argv(name), "--strategy", "default"],
+                                capture_output=True, text=True, timeout=600, env=environment)
+        assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+        with open(tmp_path / name / "metrics.json") as f:
+            metrics = json.load(f)
+        programs = lambda verb: sorted(set(re.findall(verb + r" ?(__inference_[\w<>]+?)_\d+\[", result.stderr)))  # noqa: E731
+        return result.stdout, metrics, programs("Serializing and saving cache entry:"), programs("Loading cached entry for:")
+
+    output, metrics, saved, _ = run("first")
+    assert "XLA for the train step: on (asked for)" in output
+    assert metrics["jit_compile"] is True and metrics["jit_compile_requested"] == "on"
+    assert saved == ["__inference_<lambda>", "__inference_one_step_on_data"], "train step, decoding"
+    config = translate.parse_args(argv("first"))
+    tokenizer = translate.SubwordTokenizer.load(str(tmp_path / "first" / "spm.model"))
     sources, targets = translate.load_data(config)["train"]
-    tokenizer = translate.SubwordTokenizer.load(str(tmp_path / "runs" / "spm.model"))
-    budget = dict(token_budget=config["token_budget"], max_length=config["max_length"])
-    full, _ = translate.bucketed_pair_dataset(sources, targets, tokenizer, tokenizer,
-                                              drop_remainder=True, **budget)
-    every, _ = translate.bucketed_pair_dataset(sources, targets, tokenizer, tokenizer, **budget)
-    assert metrics["steps"] == int(full.cardinality()) < int(every.cardinality())
+    data, report = translate.bucketed_pair_dataset(
+        sources, targets, tokenizer, tokenizer, token_budget=config["token_budget"],
+        max_length=config["max_length"], boundaries=translate.xla_boundaries(config["max_length"]),
+        pad_remainder=True, shuffle=False)
+    shapes = {tuple(labels.shape) for _, labels in data}
+    assert metrics["batch_shapes"] == report.batch_shapes == len(shapes) <= 2
+    assert sum(int(np.count_nonzero(labels.numpy().any(axis=1))) for _, labels in data) == 300
+    assert metrics["steps"] == report.batches_per_epoch
     assert np.isfinite(metrics["valid_loss"])
+
+    _, again, saved_again, loaded_again = run("again")
+    assert saved_again == [], "the repeated run compiled none of its functions"
+    assert loaded_again == saved, "it loaded each of them from the cache"
+    assert again["weights_sha256"] == metrics["weights_sha256"]

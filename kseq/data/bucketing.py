@@ -12,7 +12,7 @@ from kseq.validation import check_choice, check_positive_int
 
 @dataclasses.dataclass
 class PipelineReport:
-    """What the pipeline kept and why it left pairs out."""
+    """What the pipeline kept and why it left pairs out, and its batches."""
 
     pairs: int
     kept: int
@@ -20,11 +20,14 @@ class PipelineReport:
     over_long: int  # dropped or truncated, see `over_long_action`
     over_long_action: str
     max_length: int
+    batches_per_epoch: int = 0
+    batch_shapes: int = 0  # distinct (rows, width) shapes of an epoch
 
     def __str__(self):
         return (
             f"{self.kept} of {self.pairs} pairs kept; {self.empty} with an empty side "
-            f"dropped; {self.over_long} over {self.max_length} tokens {self.over_long_action}"
+            f"dropped; {self.over_long} over {self.max_length} tokens {self.over_long_action}; "
+            f"{self.batches_per_epoch} batches of {self.batch_shapes} shapes per epoch"
         )
 
 
@@ -35,6 +38,17 @@ def default_boundaries(max_length):
     while edge <= max_length:
         edges.append(edge)
         edge = max(edge + 4, int(edge * 1.3) // 4 * 4)
+    return edges + [max_length + 1]
+
+
+def xla_boundaries(max_length):
+    """Fewer, coarser bucket edges for XLA, which compiles once per batch
+    shape: widths of 16, 24, 32, 48, 72, 96, ... (1.33-1.5x apart), the last
+    one max_length + 1. More padding, far fewer compilations."""
+    edges, width = [], 16
+    while width < max_length:
+        edges.append(width + 1)
+        width = width * 3 // 2 if width % 16 == 0 else width * 4 // 3
     return edges + [max_length + 1]
 
 
@@ -57,7 +71,8 @@ def tokenize_pairs(sources, targets, source_tokenizer, target_tokenizer, chunk=4
 
 def bucketed_pair_dataset(
     sources, targets, source_tokenizer, target_tokenizer, token_budget=4096, max_length=128,
-    boundaries=None, shuffle=True, seed=None, over_long="drop", drop_remainder=False, position=None,
+    boundaries=None, shuffle=True, seed=None, over_long="drop", drop_remainder=False,
+    pad_remainder=False, epochs=1, position=None,
 ):
     """Batches of ({"source_ids", "target_ids"}, labels) with little padding.
 
@@ -65,36 +80,103 @@ def bucketed_pair_dataset(
     bucket's batches hold about `token_budget` padded tokens (so short
     sentences come in big batches and long ones in small), padded to the
     bucket's edge, which bounds the number of distinct shapes (one trace
-    each) and keeps padding small (both sides of a batch share its width). Targets get BOS (decoder input) and EOS
-    (labels).
+    each) and keeps padding small (both sides of a batch share its width).
+    Targets get BOS (decoder input) and EOS (labels).
 
     Args:
         sources, targets: parallel lists of strings.
         source_tokenizer, target_tokenizer: kseq tokenizers.
         token_budget: padded tokens per batch (per side).
         max_length: the longest source, or target with BOS/EOS, kept.
-        boundaries: bucket edges (default: `default_boundaries`).
+        boundaries: bucket edges (default: `default_boundaries`; for XLA
+            `xla_boundaries`).
         shuffle: reshuffle pairs every epoch (the batches differ each epoch).
         seed: shuffle seed.
         over_long: "drop" pairs over `max_length`, or "truncate" them.
-        drop_remainder: drop each bucket's last, smaller batch of an epoch
-            (training under XLA then sees one shape per bucket).
+        drop_remainder: drop each bucket's last, smaller batch of an epoch.
+        pad_remainder: pad each bucket's last batch with all-PAD rows to the
+            bucket's batch size instead: one shape per bucket (for XLA)
+            without leaving data out; PAD rows add nothing to kseq's losses.
+        epochs: data epochs in one pass over the dataset (each reshuffled).
         position: a `kseq.resume.TrainingPosition`, or None. When given,
-            epoch e's order is a fixed function of (seed, e) and the first
-            `position.skip` batches are left out, so a resumed run trains on
-            exactly the batches an uninterrupted one would.
+            epoch e's order is a fixed function of (seed, e), the pass starts
+            at `position.epoch` and its first `position.skip` batches are
+            left out, so a resumed run trains on exactly the batches an
+            uninterrupted one would; the position learns `steps_per_epoch`.
 
     Returns:
         (dataset, PipelineReport).
     """
     check_positive_int("token_budget", token_budget)
     check_positive_int("max_length", max_length)
+    check_positive_int("epochs", epochs)
     check_choice("over_long", over_long, ("drop", "truncate"))
     if token_budget < max_length:
         raise ValueError(
             f"`token_budget` ({token_budget}) must be >= `max_length` ({max_length}) so "
             "that the longest pair fits in a batch."
         )
+    if drop_remainder and pad_remainder:
+        raise ValueError("`drop_remainder` and `pad_remainder` exclude each other; pass one.")
+    source_ids, target_ids, lengths, report = _kept_pairs(
+        sources, targets, source_tokenizer, target_tokenizer, max_length, over_long)
+    boundaries = list(boundaries or default_boundaries(max_length))
+    if boundaries[-1] <= max_length:
+        raise ValueError(
+            f"The last bucket boundary ({boundaries[-1]}) must be > `max_length` ({max_length})."
+        )
+    # Bucket i holds lengths in [edge[i-1], edge[i]) and is padded to
+    # edge[i] - 1; tf.data adds a bucket past the last edge, empty here.
+    batch_sizes = [max(1, token_budget // max(edge - 1, 1)) for edge in boundaries]
+    counts = np.bincount(np.searchsorted(boundaries, lengths, side="right"), minlength=len(boundaries))
+    sizes = np.asarray(batch_sizes)
+    full, remainders = counts // sizes, (counts % sizes) > 0
+    report.batches_per_epoch = int((full + (0 if drop_remainder else remainders)).sum())
+    if drop_remainder:
+        report.batch_shapes = int((full > 0).sum())
+    elif pad_remainder:
+        report.batch_shapes = int((counts > 0).sum())
+    else:
+        report.batch_shapes = int((full > 0).sum() + remainders.sum())
+    if not report.batches_per_epoch:
+        raise ValueError(
+            f"`drop_remainder=True` leaves no batch: no length bucket holds a full batch of "
+            f"`token_budget`={token_budget} tokens ({report}); lower `token_budget` or keep "
+            "the remainders."
+        )
+
+    def batched(pairs):
+        return _bucket(pairs, boundaries, batch_sizes, drop_remainder, pad_remainder)
+
+    count = len(lengths)
+    if position is None:
+        pairs = tf.data.Dataset.from_tensor_slices((source_ids, target_ids))
+        if shuffle:
+            pairs = pairs.shuffle(count, seed=seed, reshuffle_each_iteration=True)
+        dataset = batched(pairs).repeat(epochs)
+        batches = epochs * report.batches_per_epoch
+    else:
+        position.steps_per_epoch = report.batches_per_epoch
+
+        def epoch_batches(index):  # traced once, run as each epoch starts
+            epoch = position.epoch + index
+            order = tf.range(count, dtype=tf.int64)
+            if shuffle:
+                order = tf.random.experimental.stateless_shuffle(
+                    order, seed=tf.stack([tf.constant(seed or 0, tf.int64), epoch]))
+            pairs = tf.data.Dataset.from_tensor_slices((tf.gather(source_ids, order), tf.gather(target_ids, order)))
+            return batched(pairs).skip(tf.where(index == 0, position.skip, 0))
+
+        dataset = tf.data.Dataset.range(epochs).flat_map(epoch_batches)
+        batches = epochs * report.batches_per_epoch - int(position.skip.numpy())
+    # Bucket membership depends on lengths only, so the batch count is fixed
+    # whatever the shuffle; telling tf.data lets Keras show progress.
+    dataset = dataset.apply(tf.data.experimental.assert_cardinality(batches))
+    return dataset.prefetch(tf.data.AUTOTUNE), report
+
+
+def _kept_pairs(sources, targets, source_tokenizer, target_tokenizer, max_length, over_long):
+    """Tokenized pairs that fit: (source ids, target ids, padded lengths, report)."""
     source_ids, target_ids = tokenize_pairs(sources, targets, source_tokenizer, target_tokenizer)
     source_lengths = source_ids.row_lengths().numpy()
     target_lengths = target_ids.row_lengths().numpy() + 1  # with BOS or EOS
@@ -108,69 +190,41 @@ def bucketed_pair_dataset(
     if not keep.any():
         raise ValueError(f"No pair is left to train on: {report}.")
     indices = np.flatnonzero(keep)
-    source_ids = tf.gather(source_ids, indices)[:, :max_length]
-    target_ids = tf.gather(target_ids, indices)[:, : max_length - 1]
-
-    boundaries = list(boundaries or default_boundaries(max_length))
-    if boundaries[-1] <= max_length:
-        raise ValueError(
-            f"The last bucket boundary ({boundaries[-1]}) must be > `max_length` ({max_length})."
-        )
-    # Bucket i holds lengths in [edge[i-1], edge[i]) and is padded to
-    # edge[i] - 1; tf.data adds a bucket past the last edge, empty here.
-    batch_sizes = [max(1, token_budget // max(edge - 1, 1)) for edge in boundaries]
-
-    def batched(pairs):
-        def with_specials(source, target):
-            decoder_input, labels = add_specials(tf.RaggedTensor.from_tensor(target[None]))
-            return source, decoder_input[0], labels[0]
-
-        pairs = pairs.map(with_specials, num_parallel_calls=tf.data.AUTOTUNE)
-        batches = pairs.bucket_by_sequence_length(
-            element_length_func=lambda s, d, l: tf.maximum(tf.shape(s)[0], tf.shape(d)[0]),
-            bucket_boundaries=boundaries,
-            bucket_batch_sizes=batch_sizes + [1],
-            padded_shapes=([None], [None], [None]),
-            padding_values=(PAD_ID, PAD_ID, PAD_ID),
-            pad_to_bucket_boundary=True,
-            drop_remainder=drop_remainder,
-        )
-        return batches.map(
-            lambda source, decoder_input, labels: ({"source_ids": source, "target_ids": decoder_input}, labels),
-            num_parallel_calls=tf.data.AUTOTUNE,
-        )
-
-    if position is None:
-        pairs = tf.data.Dataset.from_tensor_slices((source_ids, target_ids))
-        if shuffle:
-            pairs = pairs.shuffle(len(indices), seed=seed, reshuffle_each_iteration=True)
-        dataset = batched(pairs)
-    else:
-        def epoch_batches(_):  # traced once, run at the start of every epoch
-            order = tf.range(len(indices), dtype=tf.int64)
-            if shuffle:
-                key = tf.stack([tf.constant(seed or 0, tf.int64), position.epoch])
-                order = tf.random.experimental.stateless_shuffle(order, seed=key)
-            pairs = tf.data.Dataset.from_tensor_slices((tf.gather(source_ids, order), tf.gather(target_ids, order)))
-            return batched(pairs).skip(position.skip)
-
-        dataset = tf.data.Dataset.range(1).flat_map(epoch_batches)
-    # Bucket membership depends on lengths only, so the batch count is fixed
-    # whatever the shuffle; telling tf.data lets Keras show progress.
     lengths = np.maximum(np.minimum(source_lengths[indices], max_length),
                          np.minimum(target_lengths[indices], max_length))
-    buckets = np.searchsorted(boundaries, lengths, side="right")
-    counts = np.bincount(buckets, minlength=len(boundaries))
-    sizes = np.asarray(batch_sizes)
-    batches = (counts // sizes if drop_remainder else -(-counts // sizes)).sum()
-    if not batches:
-        raise ValueError(
-            f"`drop_remainder=True` leaves no batch: no length bucket holds a full batch of "
-            f"`token_budget`={token_budget} tokens ({report}); lower `token_budget` or keep "
-            "the remainders."
-        )
-    dataset = dataset.apply(tf.data.experimental.assert_cardinality(int(batches)))
-    return dataset.prefetch(tf.data.AUTOTUNE), report
+    return (tf.gather(source_ids, indices)[:, :max_length],
+            tf.gather(target_ids, indices)[:, : max_length - 1], lengths, report)
+
+
+def _bucket(pairs, boundaries, batch_sizes, drop_remainder, pad_remainder):
+    """(source, target) pairs -> bucketed, padded model batches."""
+
+    def with_specials(source, target):
+        decoder_input, labels = add_specials(tf.RaggedTensor.from_tensor(target[None]))
+        return source, decoder_input[0], labels[0]
+
+    batches = pairs.map(with_specials, num_parallel_calls=tf.data.AUTOTUNE).bucket_by_sequence_length(
+        element_length_func=lambda s, d, l: tf.maximum(tf.shape(s)[0], tf.shape(d)[0]),
+        bucket_boundaries=boundaries,
+        bucket_batch_sizes=batch_sizes + [1],
+        padded_shapes=([None], [None], [None]),
+        padding_values=(PAD_ID, PAD_ID, PAD_ID),
+        pad_to_bucket_boundary=True,
+        drop_remainder=drop_remainder,
+    )
+    if pad_remainder:
+        widths = tf.constant([edge - 1 for edge in boundaries], tf.int32)
+        rows = tf.constant(batch_sizes, tf.int32)
+
+        def full_rows(*parts):  # every part is (rows, width) at the bucket's width
+            wanted = tf.gather(rows, tf.searchsorted(widths, tf.shape(parts[0])[1:2]))[0]
+            return tuple(tf.pad(part, [[0, wanted - tf.shape(part)[0]], [0, 0]]) for part in parts)
+
+        batches = batches.map(full_rows, num_parallel_calls=tf.data.AUTOTUNE)
+    return batches.map(
+        lambda source, decoder_input, labels: ({"source_ids": source, "target_ids": decoder_input}, labels),
+        num_parallel_calls=tf.data.AUTOTUNE,
+    )
 
 
 def padding_fraction(dataset):

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from kseq.data.bucketing import bucketed_pair_dataset, default_boundaries, padding_fraction
+from kseq.data.bucketing import bucketed_pair_dataset, default_boundaries, padding_fraction, xla_boundaries
 from kseq.data.subword_tokenizer import SubwordTokenizer
 
 FRENCH = [
@@ -128,3 +128,48 @@ def test_over_long_and_empty_pairs_are_counted(tokenizer):
         bucketed_pair_dataset([""], ["x"], tokenizer, tokenizer, 256, 16)
     with pytest.raises(ValueError, match="same length"):
         bucketed_pair_dataset(["a"], [], tokenizer, tokenizer, 256, 16)
+
+
+def test_pad_remainder_keeps_every_pair_in_one_shape_per_bucket(tokenizer):
+    """What training under XLA reads: coarse buckets, and each bucket's last
+    batch filled with all-PAD rows, so every pair trains and each bucket has
+    one shape."""
+    sources, targets = corpus()
+    boundaries = xla_boundaries(64)
+    assert boundaries == [17, 25, 33, 49, 65] and len(boundaries) < len(default_boundaries(64))
+    padded, report = bucketed_pair_dataset(sources, targets, tokenizer, tokenizer, 1024, 64, seed=1,
+                                           boundaries=boundaries, pad_remainder=True)
+    plain, _ = bucketed_pair_dataset(sources, targets, tokenizer, tokenizer, 1024, 64, seed=1,
+                                     boundaries=boundaries)
+    shapes = [tuple(labels.shape) for _, labels in padded]
+    assert len(shapes) == int(padded.cardinality()) == int(plain.cardinality()) == report.batches_per_epoch
+    assert len(set(shapes)) == report.batch_shapes == len({width for _, width in shapes})
+    real = lambda data: sorted(  # noqa: E731
+        tuple(row[row != 0]) for _, labels in data for row in labels.numpy() if row.any())
+    assert real(padded) == real(plain), "the same pairs, none left out"
+    with pytest.raises(ValueError, match="exclude each other"):
+        bucketed_pair_dataset(sources, targets, tokenizer, tokenizer, 1024, 64, drop_remainder=True,
+                              pad_remainder=True)
+
+
+def test_several_epochs_in_one_pass_follow_the_position(tokenizer):
+    """epochs=3 with a position: epoch e's batches are the one-epoch
+    pipeline's at position e, and a position set from a global step skips
+    exactly the batches before it."""
+    from kseq.resume import TrainingPosition
+
+    sources, targets = corpus()
+    ids = lambda data: [x["source_ids"].numpy().tolist() for x, _ in data]  # noqa: E731
+    position = TrainingPosition()
+    three, report = bucketed_pair_dataset(sources, targets, tokenizer, tokenizer, 1024, 64, seed=4,
+                                          epochs=3, position=position)
+    per_epoch = report.batches_per_epoch
+    assert position.steps_per_epoch == per_epoch and int(three.cardinality()) == 3 * per_epoch
+    every = ids(three)
+    single = TrainingPosition()
+    one, _ = bucketed_pair_dataset(sources, targets, tokenizer, tokenizer, 1024, 64, seed=4, position=single)
+    for epoch in range(3):
+        single.set(epoch)
+        assert every[epoch * per_epoch : (epoch + 1) * per_epoch] == ids(one)
+    position.set_step(per_epoch + 2)
+    assert ids(three.take(5)) == every[per_epoch + 2 : per_epoch + 7]

@@ -1,0 +1,68 @@
+"""Evaluation periods on a step or time cadence, and where fit's time goes."""
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from kseq.callbacks import Cadence, EvaluationPeriods, StepTimer, parse_cadence
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("500", Cadence(steps=500)), ("2m", Cadence(minutes=2.0)), ("1.5min", Cadence(minutes=1.5)),
+    ("auto", Cadence(minutes=2.0)),
+])
+def test_parse_cadence(text, expected):
+    assert parse_cadence(text, budget_minutes=12.0) == expected
+
+
+def test_auto_without_a_budget_and_bad_values():
+    assert parse_cadence("auto") == Cadence(minutes=10.0)
+    for bad in ("0", "-3", "2.5", "often", "3h"):
+        with pytest.raises(ValueError, match="`eval_every` must be"):
+            parse_cadence(bad)
+
+
+class Recorder(keras.callbacks.Callback):
+    def __init__(self):
+        super().__init__()
+        self.period_ends, self.validated, self.batches = [], [], []
+
+    def on_train_batch_begin(self, batch, logs=None):
+        self.batches.append(int(self.model.optimizer.iterations.numpy()))
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.period_ends.append(int(self.model.optimizer.iterations.numpy()))
+        self.validated.append("val_loss" in logs)
+
+
+def fit_in_periods(cadence, total_steps, batches=7, epochs=3, clock=None):
+    """A dataset of `epochs` passes over `batches` distinct batches, fit in one pass."""
+    x = np.arange(batches * 2, dtype="float32").reshape(batches, 2, 1)
+    data = tf.data.Dataset.from_tensor_slices((x, x)).repeat(epochs)
+    data = data.apply(tf.data.experimental.assert_cardinality(batches * epochs))
+    model = keras.Sequential([keras.Input((1,)), keras.layers.Dense(1)])
+    model.compile("sgd", "mse")
+    recorder, timer = Recorder(), StepTimer()
+    periods = EvaluationPeriods(cadence, total_steps, show=False, **({"clock": clock} if clock else {}))
+    model.fit(data, validation_data=data.take(1), epochs=total_steps, steps_per_epoch=batches * epochs,
+              callbacks=[timer, recorder, periods], verbose=0)
+    return model, recorder, periods, timer
+
+
+def test_periods_end_on_the_step_cadence_and_training_at_the_total():
+    model, recorder, periods, timer = fit_in_periods(Cadence(steps=5), total_steps=17)
+    assert recorder.period_ends == [5, 10, 15, 17] and all(recorder.validated)
+    assert recorder.batches == list(range(17)), "one data iterator across the periods"
+    assert periods.periods == 4 and int(model.optimizer.iterations.numpy()) == 17
+    assert timer.steps == 17 and 0 < timer.train_step_seconds <= timer.fit_seconds
+    assert 0 < timer.train_step_share <= 1
+
+
+def test_periods_end_on_a_time_cadence():
+    readings = iter(np.arange(0.0, 1e4, 25.0))  # every reading 25 s later
+    _, recorder, _, _ = fit_in_periods(Cadence(minutes=1.0), total_steps=9,
+                                       clock=lambda: float(next(readings)))
+    # Readings: period start, then one per batch end: 25, 50, 75 s -> a
+    # period ends every third batch.
+    assert recorder.period_ends == [3, 6, 9]

@@ -1,0 +1,58 @@
+"""Choosing precision and XLA: by request, or by the measured table."""
+
+import os
+
+import pytest
+
+from kseq.training.precision import MEASURED_FASTEST, resolve_precision
+from kseq.training.xla import (
+    MEASURED, XlaCost, decide_jit_compile, enable_persistent_cache, keras_jit_status,
+)
+
+
+def test_precision_is_taken_as_asked_or_looked_up_per_device_class():
+    assert resolve_precision("mixed_float16").policy == "mixed_float16"
+    for device, (policy, _) in MEASURED_FASTEST.items():
+        chosen = resolve_precision("auto", device=device)
+        assert chosen.policy == policy and chosen.reason.startswith(f"auto on {device}")
+    assert resolve_precision("auto").as_dict()["precision"] == MEASURED_FASTEST["cpu"][0]
+    with pytest.raises(ValueError, match="`precision` must be one of"):
+        resolve_precision("float16")
+
+
+def test_auto_xla_weighs_the_budget_against_compile_time():
+    fast = {"cpu": XlaCost(1.25, 10.0, "a device where XLA is 1.25x faster")}
+    # 6 shapes cost 60 s; each minute of budget saves 12 s: it pays beyond 5 minutes.
+    assert decide_jit_compile("auto", 6, budget_minutes=6, device="cpu", measured=fast).use
+    assert not decide_jit_compile("auto", 6, budget_minutes=4, device="cpu", measured=fast).use
+    assert decide_jit_compile("auto", 6, budget_minutes=None, device="cpu", measured=fast).use
+    # As measured here, neither device class trains faster under XLA.
+    for device in ("cpu", "gpu"):
+        assert MEASURED[device].speedup < 1
+        assert not decide_jit_compile("auto", 1, budget_minutes=600, device=device).use
+    assert decide_jit_compile("on", 50, budget_minutes=1).use
+    assert not decide_jit_compile("off", 1, budget_minutes=None).use
+    with pytest.raises(ValueError, match="`jit_compile` must be one of"):
+        decide_jit_compile("yes", 1)
+
+
+def test_keras_declining_xla_is_reported():
+    class Declined:
+        jit_compile = False
+
+    decision = decide_jit_compile("on", 3)
+    ran, reason = keras_jit_status(Declined(), decision)
+    assert not ran and "keras declined XLA" in reason
+
+
+def test_the_persistent_cache_goes_into_tf_xla_flags(tmp_path, monkeypatch):
+    monkeypatch.setenv("TF_XLA_FLAGS", "--tf_xla_auto_jit=0")
+    assert enable_persistent_cache(str(tmp_path / "a")) == str(tmp_path / "a")
+    assert os.environ["TF_XLA_FLAGS"] == f"--tf_xla_auto_jit=0 --tf_xla_persistent_cache_directory={tmp_path / 'a'}"
+    assert enable_persistent_cache() == str(tmp_path / "a"), "None keeps the folder already named"
+    assert enable_persistent_cache(str(tmp_path / "b")) == str(tmp_path / "b"), "a named folder wins"
+    assert os.environ["TF_XLA_FLAGS"] == f"--tf_xla_auto_jit=0 --tf_xla_persistent_cache_directory={tmp_path / 'b'}"
+    assert os.path.isdir(tmp_path / "a") and os.path.isdir(tmp_path / "b")
+    monkeypatch.setenv("TF_XLA_FLAGS", "")
+    monkeypatch.setenv("KSEQ_CACHE_DIR", str(tmp_path / "kseq"))
+    assert enable_persistent_cache().startswith(str(tmp_path / "kseq" / "xla" / "tf-"))
