@@ -154,7 +154,9 @@ def child(config, size, steps, warmup, profile):
 
 
 def top_ops(logdir, count=15):
-    """(op, milliseconds) summed over a profile's device (or host) op events."""
+    """(op type, milliseconds) summed over a profile's op events: a GPU's
+    "TensorFlow Ops"/"XLA Ops" lines, else the CPU's op executions
+    ("node:Type" events on the tf_Compute threads)."""
     from tensorflow.tsl.profiler.protobuf import xplane_pb2
 
     path = sorted(glob.glob(os.path.join(logdir, "plugins", "profile", "*", "*.xplane.pb")))[-1]
@@ -162,12 +164,16 @@ def top_ops(logdir, count=15):
     with open(path, "rb") as f:
         space.ParseFromString(f.read())
     totals = collections.Counter()
-    device_planes = [p for p in space.planes if p.name.startswith("/device:GPU")]
-    for plane in device_planes or [p for p in space.planes if p.name.startswith("/host:CPU")]:
+    gpu = [plane for plane in space.planes if plane.name.startswith("/device:GPU")]
+    for plane in gpu or [plane for plane in space.planes if plane.name.startswith("/host:CPU")]:
         for line in plane.lines:
-            if device_planes or "TensorFlow Ops" in line.name or "XLA Ops" in line.name:
-                for event in line.events:
-                    name = plane.event_metadata[event.metadata_id].name
+            if gpu and line.name not in ("TensorFlow Ops", "XLA Ops"):
+                continue
+            if not gpu and not line.name.startswith("tf_Compute"):
+                continue
+            for event in line.events:
+                name = plane.event_metadata[event.metadata_id].name
+                if gpu or (":" in name and "::" not in name):
                     totals[name.split(":")[-1]] += event.duration_ps / 1e9
     return [(name, round(ms, 1)) for name, ms in totals.most_common(count)]
 

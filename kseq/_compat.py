@@ -9,6 +9,7 @@ which entry to revisit.
 import importlib
 
 import keras
+import tensorflow as tf
 
 
 def keras_uses_cudnn(layer):
@@ -67,3 +68,164 @@ def continue_after_epoch(model):
     """Clears `end_epoch_early`'s marker (a real stop stays)."""
     if isinstance(model.stop_training, _EndOfEpoch):
         model.stop_training = False
+
+
+class FirstShardBuild:
+    """Mixin for keras models trained under a strategy with several replicas.
+
+    keras 3.15's `fit`/`evaluate` build metrics from the first batch by
+    averaging the replicas' shards (`Trainer._maybe_symbolic_build` with
+    `strategy.reduce`), which fails when they differ in size (an odd
+    bucketed batch) and turns int ids into floats. The first replica's shard
+    has the same structure and dtypes, so that is what is used.
+    """
+
+    def _maybe_symbolic_build(self, iterator=None, data_batch=None):
+        strategy = self._distribute_strategy
+        if strategy is not None and iterator is not None:
+            for _, _, batches in iterator:
+                data_batch = tf.nest.map_structure(
+                    lambda value: strategy.experimental_local_results(value)[0]
+                    if isinstance(value, tf.distribute.DistributedValues) else value,
+                    next(batches),
+                )
+                break
+            iterator = None
+        return super()._maybe_symbolic_build(iterator=iterator, data_batch=data_batch)
+
+
+def fix_keras_multi_worker_logs():
+    """Lets keras 3.15's `fit` run under MultiWorkerMirroredStrategy.
+
+    keras averages each logged value over the workers with
+    `strategy.reduce("MEAN", value, axis=0)` (private
+    `keras.src.backend.tensorflow.trainer.reduce_per_replica`), which fails
+    on the scalar losses and metrics every model logs ("Invalid reduction
+    dimension 0 for input with 0 dimensions", tensorflow/tensorflow#72388;
+    checked on keras 3.15.1, TensorFlow 2.21.0). This averages scalars over
+    the workers only. `kseq.distribution.make_strategy("multiworker")` calls
+    it; call it yourself when you create the strategy another way.
+    """
+    from keras.src.backend.tensorflow import trainer
+
+    keras_reduce = trainer.reduce_per_replica
+    if getattr(keras_reduce, "kseq_fix", False):
+        return
+
+    def reduce_per_replica(values, strategy, reduction):
+        if reduction in ("auto", "mean") and trainer._collective_all_reduce_multi_worker(strategy):
+            return tf.nest.map_structure(
+                lambda value: strategy.reduce("MEAN", value, axis=0 if value.shape.rank else None), values
+            )
+        return keras_reduce(values, strategy, reduction)
+
+    reduce_per_replica.kseq_fix = True
+    trainer.reduce_per_replica = reduce_per_replica
+
+
+def clip_after_all_reduce(optimizer):
+    """Makes a keras optimizer clip the gradient summed over the replicas,
+    as it would on one device; returns the optimizer.
+
+    keras 3.15 clips (`clipnorm`, `global_clipnorm`, `clipvalue`) each
+    replica's gradient before summing them
+    (`BaseOptimizer._backend_apply_gradients` clips, then
+    `TFOptimizer._backend_update_step` all-reduces; checked on keras 3.15.1),
+    so two replicas with gradients (3, 0) and (0, 4) step by (1, 1) instead
+    of (0.6, 0.8). Here the sum is taken first and clipped after, through the
+    private `_clip_gradients` and `_all_reduce_sum_gradients`. It changes
+    only this object: an optimizer loaded from a `.keras` file needs the
+    call again.
+    """
+    clip = optimizer._clip_gradients
+    all_reduce_sum = optimizer._all_reduce_sum_gradients
+
+    def sum_then_clip(grads_and_vars):
+        pairs = list(all_reduce_sum(grads_and_vars))
+        return list(zip(clip([grad for grad, _ in pairs]), [var for _, var in pairs]))
+
+    optimizer._clip_gradients = lambda grads: grads
+    optimizer._all_reduce_sum_gradients = sum_then_clip
+    return optimizer
+
+
+def is_empty_batch(x):
+    """True when `x` has a static batch of 0 rows, which keras 3.15.1's
+    recurrent cells cannot run: their TensorFlow `ops.add` takes the (0, N)
+    recurrent term for a bias ("Biases must be 1D: [0, N]"). Models return
+    their (0, ...) output directly instead."""
+    return x.shape[0] == 0
+
+
+def call_recreating_lost_resource(call, recreate):
+    """`call()`, and in eager mode once more after `recreate()` if TensorFlow
+    lost the resource behind it: tensorflow_text 2.21.1's SentencepieceOp
+    keeps its model in a kernel-owned resource, which `tf.random.set_seed`
+    (and keras.utils.set_random_seed) drops when it clears the eager kernel
+    cache (checked on TensorFlow 2.21.0)."""
+    try:
+        return call()
+    except tf.errors.NotFoundError:
+        if not tf.executing_eagerly():
+            raise
+        recreate()
+        return call()
+
+
+def forget_traced_function(model, name):
+    """Makes keras trace `model`'s "train", "test" or "predict" function
+    again: keras 3.15 keeps the function it traced (`model.train_function`
+    and the like) across `fit` calls, with the variables it captured, so a
+    model that swaps a variable its `call` reads must drop it."""
+    setattr(model, f"{name}_function", None)
+
+
+def resume_fit_at_epoch(model, epoch):
+    """Makes the next `fit` start at `epoch`: keras 3.15's BackupAndRestore
+    does it through the private `Trainer._initial_epoch`, which `fit` reads
+    in place of its `initial_epoch` argument."""
+    model._initial_epoch = epoch
+
+
+def fresh_collective_keys_per_strategy():
+    """Gives every new MirroredStrategy of this process its own range of
+    collective keys. Each one numbers its collectives from the same keys and
+    TensorFlow 2.21 remembers a key's shape for the whole process, so
+    strategies created one after another (tests) can collide ("Shape
+    mismatch in the collective instance"); TensorFlow's own tests move the
+    private `MirroredStrategy._collective_key_base` per strategy. For test
+    processes, not for training."""
+    from tensorflow.python.distribute import mirrored_strategy
+
+    init = mirrored_strategy.MirroredStrategy.__init__
+    if getattr(init, "kseq_fresh_keys", False):
+        return
+
+    def fresh(self, *args, **kwargs):
+        mirrored_strategy.MirroredStrategy._collective_key_base += 100000
+        init(self, *args, **kwargs)
+
+    fresh.kseq_fresh_keys = True
+    mirrored_strategy.MirroredStrategy.__init__ = fresh
+
+
+VERIFIED = {"keras": ("3.15.1",), "tensorflow": ("2.21.0",)}
+
+
+def check_versions():
+    """Warns when the installed keras or TensorFlow is not one the entries
+    above were checked on: tests/test_compat.py then says which still hold."""
+    import warnings
+
+    found = {"keras": keras.__version__, "tensorflow": tf.__version__}
+    for package, version in found.items():
+        if version not in VERIFIED[package]:
+            warnings.warn(
+                f"kseq's workarounds for private {package} behaviour (kseq/_compat.py) were "
+                f"checked on {package} {', '.join(VERIFIED[package])}; {version} is installed. Run "
+                "tests/test_compat.py to see which still apply.",
+                stacklevel=2,
+            )
+
+
+check_versions()

@@ -6,7 +6,13 @@ import hashlib
 import numpy as np
 import tensorflow as tf
 
+from kseq._compat import clip_after_all_reduce, fix_keras_multi_worker_logs
 from kseq.validation import check_choice
+
+__all__ = [
+    "STRATEGIES", "clip_after_all_reduce", "distribute_batches", "fix_keras_multi_worker_logs",
+    "is_chief", "make_strategy", "task", "weights_fingerprint",
+]
 
 STRATEGIES = ("default", "mirrored", "multiworker")
 
@@ -22,33 +28,6 @@ def make_strategy(name):
         fix_keras_multi_worker_logs()
         return tf.distribute.MultiWorkerMirroredStrategy()
     return tf.distribute.get_strategy()
-
-
-def fix_keras_multi_worker_logs():
-    """Lets keras 3.15's `fit` run under MultiWorkerMirroredStrategy.
-
-    keras averages each logged value over the workers with
-    `strategy.reduce("MEAN", value, axis=0)`, which fails on the scalar
-    losses and metrics every model logs ("Invalid reduction dimension 0 for
-    input with 0 dimensions", tensorflow/tensorflow#72388). This averages
-    scalars over the workers only. `make_strategy("multiworker")` calls it;
-    call it yourself when you create the strategy another way.
-    """
-    from keras.src.backend.tensorflow import trainer
-
-    keras_reduce = trainer.reduce_per_replica
-    if getattr(keras_reduce, "kseq_fix", False):
-        return
-
-    def reduce_per_replica(values, strategy, reduction):
-        if reduction in ("auto", "mean") and trainer._collective_all_reduce_multi_worker(strategy):
-            return tf.nest.map_structure(
-                lambda value: strategy.reduce("MEAN", value, axis=0 if value.shape.rank else None), values
-            )
-        return keras_reduce(values, strategy, reduction)
-
-    reduce_per_replica.kseq_fix = True
-    trainer.reduce_per_replica = reduce_per_replica
 
 
 def task(strategy):
@@ -114,25 +93,3 @@ def weights_fingerprint(model):
     for weight in model.weights:
         digest.update(np.ascontiguousarray(weight.numpy()).tobytes())
     return digest.hexdigest()
-
-
-def clip_after_all_reduce(optimizer):
-    """Makes a keras optimizer clip the gradient summed over the replicas,
-    as it would on one device; returns the optimizer.
-
-    keras 3.15 clips (`clipnorm`, `global_clipnorm`, `clipvalue`) each
-    replica's gradient before summing them, so two replicas with gradients
-    (3, 0) and (0, 4) step by (1, 1) instead of (0.6, 0.8). Here the sum is
-    taken first and clipped after. It changes only this object: an optimizer
-    loaded from a `.keras` file needs the call again.
-    """
-    clip = optimizer._clip_gradients
-    all_reduce_sum = optimizer._all_reduce_sum_gradients
-
-    def sum_then_clip(grads_and_vars):
-        pairs = list(all_reduce_sum(grads_and_vars))
-        return list(zip(clip([grad for grad, _ in pairs]), [var for _, var in pairs]))
-
-    optimizer._clip_gradients = lambda grads: grads
-    optimizer._all_reduce_sum_gradients = sum_then_clip
-    return optimizer

@@ -260,8 +260,7 @@ def classify_function(model, tokenizer, labels, max_length=256):
     (never more than a Transformer encoder's own `max_length`) classified,
     in TensorFlow ops (an empty text gets the model's prior)."""
     label_table = tf.constant(list(labels))
-    limit = model.max_length if model.encoder == "transformer" else None
-    max_length = _length_within(limit, max_length, "max_length")
+    max_length = _length_within(model.length_limit, max_length, "max_length")
 
     def classify(text):
         ids = id_matrix(tokenizer.tokenize(text)[:, :max_length])

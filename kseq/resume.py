@@ -8,7 +8,7 @@ import time
 import keras
 import tensorflow as tf
 
-from kseq._compat import continue_after_epoch, end_epoch_early
+from kseq._compat import continue_after_epoch, end_epoch_early, resume_fit_at_epoch
 from kseq.atomic import write_json_atomic
 from kseq.validation import check_positive_int
 
@@ -91,6 +91,7 @@ class ResumableBackup(keras.callbacks.BackupAndRestore):
         self.steps_position = bool(steps_position)
         self.restored = self.saved_state(backup_dir)
         self._offset = 0  # batches of the current epoch trained before this run
+        self._since_save = 0  # batches since the last save
         self.initial_epoch = 0  # the epoch this run started in
 
     @classmethod
@@ -123,7 +124,8 @@ class ResumableBackup(keras.callbacks.BackupAndRestore):
         if self.steps_position:
             self.position.set_step(step)
             self._resume_at = (epoch, 0)  # the period in progress starts again, shorter
-            self.initial_epoch = self.model._initial_epoch = epoch
+            self.initial_epoch = epoch
+            resume_fit_at_epoch(self.model, epoch)
             data_epoch, skip = divmod(step, self.position.steps_per_epoch)
             print(f"resuming from {folder}: step {step}, data epoch {data_epoch + 1}, batch {skip}")
             return
@@ -134,7 +136,8 @@ class ResumableBackup(keras.callbacks.BackupAndRestore):
         elif batch and batch >= steps:  # saved after its last batch, before its end
             epoch, batch = epoch + 1, 0
         self._resume_at = (epoch, batch)
-        self.initial_epoch = self.model._initial_epoch = epoch
+        self.initial_epoch = epoch
+        resume_fit_at_epoch(self.model, epoch)
         print(f"resuming from {folder}: step {step}, epoch {epoch + 1}, batch {batch}")
 
     def on_epoch_begin(self, epoch, logs=None):
@@ -147,18 +150,18 @@ class ResumableBackup(keras.callbacks.BackupAndRestore):
     def on_train_batch_end(self, batch, logs=None):
         if self._offset and batch + 1 + self._offset >= self.params["steps"]:
             end_epoch_early(self.model)
-        if self._should_save_on_batch(batch):
+        self._since_save += 1
+        if self._since_save >= self.save_freq:
             self._save(self._current_epoch, self._offset + batch + 1)
 
     def on_epoch_end(self, epoch, logs=None):
         if self._offset:
             continue_after_epoch(self.model)
-        self._last_batch_seen = 0
-        self._batches_seen_since_last_saving = 0
         self._offset = 0
         self._save(epoch + 1, 0)
 
     def _save(self, epoch, batch):
+        self._since_save = 0
         step = int(self.model.optimizer.iterations.numpy()) if self.model.optimizer else 0
         folder = f"step-{step}-epoch-{epoch}-batch-{batch}"
         path = os.path.join(self.backup_dir, folder)

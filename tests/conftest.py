@@ -7,7 +7,8 @@ sys.path.insert(0, os.path.dirname(__file__))  # for `import support`
 import keras  # noqa: E402
 import pytest  # noqa: E402
 import tensorflow as tf  # noqa: E402
-from tensorflow.python.distribute import mirrored_strategy  # noqa: E402
+
+from kseq._compat import fresh_collective_keys_per_strategy  # noqa: E402
 
 # Two logical CPUs, so MirroredStrategy tests run with two replicas, and on
 # a GPU two logical GPUs (tests/test_gpu.py). This must happen before
@@ -60,20 +61,5 @@ def float32_is_float32(request):
         tf.config.experimental.enable_tensor_float_32_execution(before)
 
 
-def _with_fresh_collective_keys(init):
-    """Every MirroredStrategy numbers its collectives from the same keys, and
-    the runtime remembers a key's shape for the whole process, so strategies
-    of different tests can collide ("Shape mismatch in the collective
-    instance"). TensorFlow's own tests give each strategy a fresh key range
-    through `_collective_key_base`; here every new strategy gets one."""
-
-    def fresh(self, *args, **kwargs):
-        mirrored_strategy.MirroredStrategy._collective_key_base += 100000
-        init(self, *args, **kwargs)
-
-    return fresh
-
-
-mirrored_strategy.MirroredStrategy.__init__ = _with_fresh_collective_keys(
-    mirrored_strategy.MirroredStrategy.__init__
-)
+# Many MirroredStrategy objects in one process: each its own collective keys.
+fresh_collective_keys_per_strategy()

@@ -6,6 +6,7 @@ import sentencepiece
 import tensorflow as tf
 import tensorflow_text
 
+from kseq._compat import call_recreating_lost_resource
 from kseq.atomic import write_bytes_atomic
 from kseq.data.pipeline import output_ids_to_text_ids
 from kseq.special_ids import BOS_ID, EOS_ID, PAD_ID, UNK_ID
@@ -57,17 +58,12 @@ class SubwordTokenizer(tf.Module):
         return tensorflow_text.SentencepieceTokenizer(model=self.proto, out_type=tf.int32)
 
     def _run(self, method, values):
-        """Calls the op; in eager mode, recreates it once if TensorFlow lost
-        it. Its model lives in a kernel-owned resource, which
-        `tf.random.set_seed` (and keras.utils.set_random_seed) drops when it
-        clears the eager kernel cache."""
-        try:
-            return getattr(self._model, method)(values)
-        except tf.errors.NotFoundError:
-            if not tf.executing_eagerly():
-                raise
+        """Calls the op (recreated if TensorFlow lost its resource, see
+        kseq._compat.call_recreating_lost_resource)."""
+        def recreate():
             self._model = self._make_op()
-            return getattr(self._model, method)(values)
+
+        return call_recreating_lost_resource(lambda: getattr(self._model, method)(values), recreate)
 
     @property
     def vocab_size(self):

@@ -3,6 +3,7 @@
 import tensorflow as tf
 
 from kseq.decoding.constraints import suppress_special_tokens
+from kseq.decoding.state import gather_beams, tile_beams
 from kseq.special_ids import BOS_ID, EOS_ID, PAD_ID
 from kseq.validation import check_float, check_positive_int
 
@@ -10,17 +11,6 @@ from kseq.validation import check_float, check_positive_int
 def length_penalty(length, alpha):
     """GNMT's ((5 + |Y|) / 6) ** alpha; scores are log P(Y) / penalty."""
     return tf.pow((5.0 + tf.cast(length, tf.float32)) / 6.0, alpha)
-
-
-def tile_beams(state, beam_size):
-    """Repeats every row of every tensor in `state` `beam_size` times:
-    (B, ...) -> (B * beam_size, ...), the beams of a row side by side."""
-    return tf.nest.map_structure(lambda t: tf.repeat(t, beam_size, axis=0), state)
-
-
-def gather_beams(state, indices):
-    """Default state reordering: row i of the result is row indices[i]."""
-    return tf.nest.map_structure(lambda t: tf.gather(t, indices), state)
 
 
 class BeamSearch:
@@ -83,7 +73,7 @@ class BeamSearch:
             )
         self.eos_id, self.bos_id, self.pad_id = int(eos_id), int(bos_id), int(pad_id)
 
-    def __call__(self, step_fn, state, batch_size, reorder_state=None):
+    def __call__(self, step_fn, state, batch_size, reorder_state=None, start_tokens=None):
         """Decodes a batch.
 
         Args:
@@ -94,6 +84,7 @@ class BeamSearch:
             reorder_state: `(state, indices (B*K,)) -> state` picking rows
                 (a model can skip parts that are equal across beams, such as
                 the source); defaults to gathering every tensor.
+            start_tokens: (B,) int32 tokens fed at the first step (default BOS).
 
         Returns:
             (ids, scores): ids (B, N, max_length) int32, best first, no BOS,
@@ -117,7 +108,10 @@ class BeamSearch:
         )
         finished_ids = alive_ids
         finished_scores = tf.fill([batch_size, beams], neg_inf)
-        tokens = tf.fill([batch_size * beams], tf.constant(self.bos_id, tf.int32))
+        if start_tokens is None:
+            tokens = tf.fill([batch_size * beams], tf.constant(self.bos_id, tf.int32))
+        else:
+            tokens = tf.repeat(tf.cast(start_tokens, tf.int32), beams)
 
         def keep_going(index, tokens, alive_ids, alive_logp, finished_ids, finished_scores, state):
             reachable = tf.maximum(length_penalty(index + 1, alpha), best_penalty_at_max)

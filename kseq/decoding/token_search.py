@@ -30,16 +30,18 @@ class TokenSearch:
         called once per search (a sampler draws its seed there)."""
         raise NotImplementedError
 
-    def __call__(self, step_fn, state, batch_size, reorder_state=None):
+    def __call__(self, step_fn, state, batch_size, reorder_state=None, start_tokens=None):
         """Decodes a batch.
 
         Args:
             step_fn: `(token_ids (B,), state, index) -> (logits (B, V), state)`;
-                `index` is the position of `token_ids` (0 for BOS).
-            state: the decoder state from the model's `initial_state`.
+                `index` is the position of `token_ids` (0 for the first).
+            state: the decoder state before the first step.
             batch_size: B (int or scalar tensor).
             reorder_state: unused (one hypothesis per row); accepted so that
                 every search has the same call.
+            start_tokens: (B,) int32 tokens fed at the first step (default
+                BOS; a language model feeds each prompt's last token).
 
         Returns:
             (ids, scores): ids (B, max_length) int32 with no BOS, EOS kept and
@@ -48,7 +50,8 @@ class TokenSearch:
         """
         del reorder_state
         length = self.max_length
-        tokens = tf.fill([batch_size], tf.constant(self.bos_id, tf.int32))
+        tokens = start_tokens if start_tokens is not None else tf.fill([batch_size], self.bos_id)
+        tokens = tf.cast(tokens, tf.int32)
         finished = tf.zeros([batch_size], tf.bool)
         output = tf.fill([batch_size, length], tf.constant(self.pad_id, tf.int32))
         scores = tf.zeros([batch_size], tf.float32)

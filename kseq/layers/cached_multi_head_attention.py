@@ -100,20 +100,21 @@ class CachedMultiHeadAttention(keras.layers.MultiHeadAttention):
             key, value = self._key_dense(value if key is None else key), self._value_dense(value)
         return {"key": _heads_first(key), "value": _heads_first(value)}
 
-    def attend(self, query, memory, attention_mask=None, training=None):
+    def attend(self, query, memory, attention_mask=None, training=None, return_attention_scores=False):
         """Attention of (B, T, D) queries over projected `memory`.
 
         `attention_mask` broadcasts to (B, T, S); True means "may attend".
         The parent's masked softmax and dropout, on head-major keys/values.
+        Returns (B, T, D), and the (B, H, T, S) weights when asked.
         """
         query = self._query_dense(query) * ops.cast(self._inverse_sqrt_key_dim, query.dtype)
         scores = ops.einsum("bthd,bhsd->bhts", query, memory["key"])
         if attention_mask is not None:
             attention_mask = ops.cast(attention_mask, "bool")
         weights = self._masked_softmax(scores, attention_mask)
-        weights = self._dropout_layer(weights, training=training)
-        output = ops.einsum("bhts,bhsd->bthd", weights, memory["value"])
-        return self._output_dense(output)
+        output = ops.einsum("bhts,bhsd->bthd", self._dropout_layer(weights, training=training), memory["value"])
+        output = self._output_dense(output)
+        return (output, weights) if return_attention_scores else output
 
     def init_cache(self, batch_size, max_length):
         """Zeroed self-attention cache: {"key", "value"} of (B, H, L, D/H)."""

@@ -99,11 +99,3 @@ def _recurrent_layers(layer):
     """The keras LSTM/GRU layers in `layer` (itself included), e.g. both
     directions of a Bidirectional."""
     return [sub for sub in sublayers(layer) if isinstance(sub, (keras.layers.LSTM, keras.layers.GRU))]
-
-
-def is_empty_batch(x):
-    """True when `x` has a static batch of 0 rows, which keras 3.15's
-    recurrent cells cannot run: its TensorFlow `ops.add` takes the (0, N)
-    recurrent term for a bias ("Biases must be 1D: [0, N]"). Models return
-    their (0, ...) output directly instead."""
-    return x.shape[0] == 0

@@ -203,16 +203,6 @@ class RNNDecoder(keras.layers.Layer):
         return self._with_context(x, state)
 
     def call(self, inputs, initial_state, memory=None, memory_mask=None, context=None, training=None):
-        features, _ = self._decode(inputs, initial_state, memory, memory_mask, context, training)
-        return features
-
-    def call_with_attention(self, inputs, initial_state, memory, memory_mask=None, context=None):
-        """Inference pass returning (features (B, T, F), weights (B, T, S))."""
-        if self.attention is None:
-            raise ValueError("This decoder has no attention (attention=None).")
-        return self._decode(inputs, initial_state, memory, memory_mask, context, False)
-
-    def _decode(self, inputs, initial_state, memory, memory_mask, context, training):
         state = self.initial_decoding_state(initial_state, memory, memory_mask, context)
         if self.attention == "bahdanau":
             return self._decode_stepwise(inputs, state, training)
@@ -223,12 +213,12 @@ class RNNDecoder(keras.layers.Layer):
             if i > 0:
                 x = self.dropout_layer(x, training=training)
             x = layer(x, initial_state=state["rnn"][i], training=training)[0]
-        attended = weights = None
+        attended = None
         if self.attention is not None:
-            attended, weights = self.attention_layer.attend(
+            attended, _ = self.attention_layer.attend(
                 x, state["keys"], state["memory"], state["memory_mask"]
             )
-        return self._features(x, attended, state), weights
+        return self._features(x, attended, state)
 
     def _decode_stepwise(self, inputs, state, training):
         """Teacher-forced Bahdanau decoding: the recurrence scanned over time,
@@ -238,22 +228,17 @@ class RNNDecoder(keras.layers.Layer):
         # Only the recurrent states are carried: tf.scan stacks its carry at
         # every step, and the source memory is constant.
         def body(carry, x_t):
-            top, context, weights, new_state = self._recur(
-                x_t, dict(state, rnn=carry[0]), training=training
-            )
-            return new_state["rnn"], top, context, weights
+            top, context, _, new_state = self._recur(x_t, dict(state, rnn=carry[0]), training=training)
+            return new_state["rnn"], top, context
 
         init = (
             state["rnn"],
             ops.zeros((batch, self.units), self.compute_dtype),
             ops.zeros((batch, ops.shape(state["memory"])[-1]), self.compute_dtype),
-            ops.zeros(ops.shape(state["memory_mask"]), self.compute_dtype),
         )
-        _, tops, contexts, weights = tf.scan(
-            body, ops.transpose(inputs, (1, 0, 2)), initializer=init
-        )
-        tops, contexts, weights = (ops.transpose(t, (1, 0, 2)) for t in (tops, contexts, weights))
-        return self._features(tops, contexts, state), weights
+        _, tops, contexts = tf.scan(body, ops.transpose(inputs, (1, 0, 2)), initializer=init)
+        tops, contexts = (ops.transpose(t, (1, 0, 2)) for t in (tops, contexts))
+        return self._features(tops, contexts, state)
 
     def compute_output_shape(self, inputs_shape, *args, **kwargs):
         return tuple(inputs_shape[:-1]) + (self.output_dim,)

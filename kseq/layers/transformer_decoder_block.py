@@ -26,9 +26,10 @@ class TransformerDecoderBlock(TransformerBlock):
     Returns:
         (B, T, D).
 
-    Decoding: `init_cache`, `precompute_memory` and `step` run the block one
-    token at a time with a preallocated key/value cache; `step` on the
-    teacher-forced tokens gives the same outputs as `call`.
+    Decoding: `initial_decoding_state` and `step` run the block one token at
+    a time with a preallocated key/value cache (the RNNDecoder's decoding
+    API too); `step` on the teacher-forced tokens gives the same outputs as
+    `call`, and its cross-attention weights.
 
     Example:
     >>> block = TransformerDecoderBlock(num_heads=2, ff_dim=32)
@@ -81,77 +82,56 @@ class TransformerDecoderBlock(TransformerBlock):
         encoder_padding_mask=None,
         training=None,
     ):
-        outputs, _ = self._call_impl(
-            inputs, encoder_outputs, padding_mask, encoder_padding_mask, training, False
-        )
-        return outputs
-
-    def call_with_attention_scores(
-        self, inputs, encoder_outputs, padding_mask=None, encoder_padding_mask=None
-    ):
-        """Inference pass that also returns the (B, H, T, S) cross-attention weights."""
-        return self._call_impl(
-            inputs, encoder_outputs, padding_mask, encoder_padding_mask, False, True
-        )
-
-    def _call_impl(
-        self, inputs, encoder_outputs, padding_mask, encoder_padding_mask, training, scores
-    ):
         self_mask, cross_mask = self._masks(
             inputs, encoder_outputs, padding_mask, encoder_padding_mask
         )
-        found = []
 
         def self_attend(x):
             return self.self_attention.attend_sequence(x, attention_mask=self_mask, training=training)
 
         def cross_attend(x):
-            if not scores:
-                return self.cross_attention.attend_sequence(
-                    x, encoder_outputs, attention_mask=cross_mask, training=training
-                )
-            output, weights = self.cross_attention.attend_sequence(
-                x, encoder_outputs, attention_mask=cross_mask, return_attention_scores=True
+            return self.cross_attention.attend_sequence(
+                x, encoder_outputs, attention_mask=cross_mask, training=training
             )
-            found.append(weights)
-            return output
 
-        outputs = self._forward(inputs, self_attend, cross_attend, training)
-        return outputs, (found[0] if scores else None)
+        return self._forward(inputs, self_attend, cross_attend, training)
 
-    def init_cache(self, batch_size, max_length):
-        """Zeroed self-attention key/value cache for `max_length` positions."""
-        return self.self_attention.init_cache(batch_size, max_length)
+    def initial_decoding_state(self, encoder_outputs, max_length):
+        """{"cache": a zeroed (B, H, L, D/H) self-attention key/value cache
+        for L = `max_length` positions, "memory": the source's
+        cross-attention keys/values, computed once per source}."""
+        batch = ops.shape(encoder_outputs)[0]
+        return {
+            "cache": self.self_attention.init_cache(batch, max_length),
+            "memory": self.cross_attention.project_memory(encoder_outputs),
+        }
 
-    def precompute_memory(self, encoder_outputs):
-        """Cross-attention keys/values of the source, computed once per source."""
-        return self.cross_attention.project_memory(encoder_outputs)
-
-    def step(self, inputs, cache, memory, index, encoder_padding_mask, training=False):
+    def step(self, inputs, state, index, encoder_padding_mask, training=False):
         """Runs the (B, T, D) inputs at positions index..index+T-1.
 
         Args:
             inputs: (B, T, D), usually T = 1.
-            cache: self-attention cache from `init_cache` (or a previous step).
-            memory: cross-attention keys/values from `precompute_memory`.
+            state: from `initial_decoding_state` (or a previous step).
             index: position of the first input (scalar int or tensor).
             encoder_padding_mask: (B, S) bool.
 
         Returns:
-            (outputs (B, T, D), updated cache).
+            (outputs (B, T, D), state, cross-attention weights (B, H, T, S)).
         """
         cross_mask = attention_mask(encoder_padding_mask, ops.shape(inputs)[1])
-        updated = {}
+        found = {}
 
         def self_attend(x):
-            output, new_cache = self.self_attention.cached_self_attention(
-                x, cache, index, training=training
+            output, found["cache"] = self.self_attention.cached_self_attention(
+                x, state["cache"], index, training=training
             )
-            updated.update(new_cache)
             return output
 
         def cross_attend(x):
-            return self.cross_attention.attend(x, memory, cross_mask, training=training)
+            output, found["weights"] = self.cross_attention.attend(
+                x, state["memory"], cross_mask, training=training, return_attention_scores=True
+            )
+            return output
 
         outputs = self._forward(inputs, self_attend, cross_attend, training)
-        return outputs, updated
+        return outputs, dict(state, cache=found["cache"]), found["weights"]

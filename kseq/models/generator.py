@@ -5,21 +5,19 @@ import random
 
 import tensorflow as tf
 
-from kseq.decoding.beam_search import gather_beams
 from kseq.decoding.factory import make_search, trim_padding
+from kseq.decoding.protocol import Decoder
 from kseq.validation import check_positive_int
 
 
-class Generator:
-    """Mixin for keras models that decode with kseq.decoding searches.
-
-    The model provides `search(ids, search)` (runs a search in TensorFlow
-    ops), `_check_prompt(ids)`, `output_vocab_size` and `length_limit`
-    (the longest sequence it accepts, None for no limit); this class adds
-    `generate`, with one traced function per set of search options.
+class Generator(Decoder):
+    """Mixin for kseq models that implement the decoder protocol
+    (`kseq.decoding.Decoder`): adds `generate`, with one traced function per
+    set of search options. The model provides `_check_prompt(ids)`,
+    `output_vocab_size` and `length_limit` (the longest sequence it accepts,
+    None for no limit).
     """
 
-    length_limit = None
     output_vocab_name = "the vocabulary size"  # how errors name `output_vocab_size`
 
     def generate(
@@ -89,11 +87,6 @@ class Generator:
         ids = trim_padding(ids)
         return (ids, scores) if return_scores else ids
 
-    def _ensure_built(self):
-        """Builds the model for entry points that do not go through __call__."""
-        if not self.built:
-            self.build()
-
     def _generate_function(self, options, jit_compile):
         """One traced function per set of search options: later calls with the
         same options (any batch, any seed) do not retrace."""
@@ -116,11 +109,6 @@ class Generator:
 
             self._generate_cache.put(key, function)
         return function
-
-    def reorder_state(self, state, indices):
-        """Beam search's state reordering: row i becomes row indices[i].
-        Subclasses skip the parts that are equal across a row's beams."""
-        return gather_beams(state, indices)
 
 
 class _FunctionCache:

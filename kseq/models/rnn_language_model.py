@@ -6,19 +6,17 @@ import keras
 import tensorflow as tf
 from keras import ops
 
+from kseq._compat import forget_traced_function, is_empty_batch
 from kseq.layers.masking import padding_mask
-from kseq.layers.recurrent import (
-    CELL_TYPES, call_recurrent, is_empty_batch, make_rnn_layer, num_states, portable_recurrence, run_cell,
-)
-from kseq.models.checked_weights import CheckedWeightLoading
-from kseq.models.first_shard_build import FirstShardBuild
+from kseq.layers.recurrent import CELL_TYPES, call_recurrent, make_rnn_layer, num_states, run_cell
+from kseq.models.base import KseqModel, check_vocab_size
 from kseq.models.generator import Generator
-from kseq.special_ids import EOS_ID, NUM_SPECIAL_IDS
-from kseq.validation import as_id_array, check_choice, check_positive_int, check_rate, check_token_ids
+from kseq.special_ids import EOS_ID
+from kseq.validation import check_choice, check_positive_int, check_rate, check_token_ids
 
 
 @keras.saving.register_keras_serializable("kseq")
-class RNNLanguageModel(CheckedWeightLoading, FirstShardBuild, Generator, keras.Model):
+class RNNLanguageModel(Generator, KseqModel):
     """Embedding -> stacked RNN -> affine -> softmax over the next token.
 
     With `carry_state=True` (the default), `fit` and `evaluate` train and
@@ -66,17 +64,15 @@ class RNNLanguageModel(CheckedWeightLoading, FirstShardBuild, Generator, keras.M
         al., 2010; Zaremba, Sutskever and Vinyals, 2014.
     """
 
+    config_names = ("vocab_size", "embed_dim", "units", "cell", "num_layers", "dropout",
+                    "tie_weights", "carry_state")
+
     def __init__(
         self, vocab_size, embed_dim=256, units=256, cell="lstm", num_layers=1, dropout=0.0,
         tie_weights=False, carry_state=True, **kwargs,
     ):
         super().__init__(**kwargs)
-        self.vocab_size = check_positive_int("vocab_size", vocab_size)
-        if vocab_size <= NUM_SPECIAL_IDS:
-            raise ValueError(
-                f"`vocab_size` must be > {NUM_SPECIAL_IDS}: ids 0-3 are PAD, BOS, EOS and "
-                f"UNK; got {vocab_size}."
-            )
+        self.vocab_size = check_vocab_size("vocab_size", vocab_size)
         self.embed_dim = check_positive_int("embed_dim", embed_dim)
         self.units = check_positive_int("units", units)
         self.cell = check_choice("cell", cell, CELL_TYPES)
@@ -107,10 +103,6 @@ class RNNLanguageModel(CheckedWeightLoading, FirstShardBuild, Generator, keras.M
     def output_vocab_size(self):
         return self.vocab_size
 
-    @property
-    def _default_save_signature(self):
-        return None  # ids are ints; kseq.export writes the real signature
-
     def build(self, inputs_shape=None):
         self.embedding.build((None, None))
         width = self.embed_dim
@@ -124,9 +116,6 @@ class RNNLanguageModel(CheckedWeightLoading, FirstShardBuild, Generator, keras.M
         else:
             self.output_projection.build((None, None, self.units))
         self.built = True
-
-    def __call__(self, inputs, *args, **kwargs):
-        return super().__call__(as_id_array(inputs, "token_ids"), *args, **kwargs)
 
     def call(self, token_ids, training=None):
         token_ids = check_token_ids(token_ids, "token_ids", self.vocab_size)
@@ -214,40 +203,25 @@ class RNNLanguageModel(CheckedWeightLoading, FirstShardBuild, Generator, keras.M
     def _check_prompt(self, prompt_ids):
         return check_token_ids(prompt_ids, "prompt_ids", self.vocab_size)
 
-    def search(self, prompt_ids, search):
-        """Continues each right-padded prompt row with a kseq.decoding search.
-
-        The prompt is read up to its last real token, which the search's
-        first step feeds (an empty row starts from EOS, the start of a
-        document). Returns the search's fixed-shape (ids, scores).
-        """
+    def begin_decoding(self, prompt_ids, max_length):
+        """Reads each right-padded prompt row up to its last real token, which
+        the first step reads (an empty row starts from EOS, the start of a
+        document): (state {"rnn": per layer [h(, c)]}, those tokens)."""
         mask = padding_mask(prompt_ids)
         lengths = tf.reduce_sum(tf.cast(mask, tf.int32), axis=1)
         before_last = tf.range(tf.shape(prompt_ids)[1])[None, :] < (lengths - 1)[:, None]
-        with portable_recurrence(self):  # no cuDNN op: compiles with XLA, exports
-            _, states = self._run(self.embedding(prompt_ids), before_last, None, training=False)
+        _, states = self._run(self.embedding(prompt_ids), before_last, None, training=False)
         last = tf.gather(prompt_ids, tf.maximum(lengths - 1, 0), batch_dims=1)
-        last = tf.where(lengths > 0, last, EOS_ID)
+        return {"rnn": states}, tf.where(lengths > 0, last, EOS_ID)
 
-        def step(token_ids, state, index):
-            token_ids = tf.where(index == 0, state["last"], token_ids)
-            x = self.embedding(token_ids)
-            new_states = []
-            for layer, layer_states in zip(self.rnn_layers, state["rnn"]):
-                x, layer_states = run_cell(layer, x, layer_states)
-                new_states.append(layer_states)
-            return self._project(x), {"rnn": new_states, "last": state["last"]}
-
-        state = {"rnn": states, "last": last}
-        return search(step, state, tf.shape(prompt_ids)[0], reorder_state=self.reorder_state)
-
-    def get_config(self):
-        return {
-            **super().get_config(), "vocab_size": self.vocab_size,
-            "embed_dim": self.embed_dim, "units": self.units, "cell": self.cell,
-            "num_layers": self.num_layers, "dropout": self.dropout,
-            "tie_weights": self.tie_weights, "carry_state": self.carry_state,
-        }
+    def step_with_attention(self, token_ids, state, index):
+        """(B,) tokens -> (next-token logits (B, V), state, None: no attention)."""
+        x = self.embedding(token_ids)
+        new_states = []
+        for layer, layer_states in zip(self.rnn_layers, state["rnn"]):
+            x, layer_states = run_cell(layer, x, layer_states)
+            new_states.append(layer_states)
+        return self._project(x), {"rnn": new_states}, None
 
 
 class _Streams:
@@ -287,8 +261,7 @@ class _Streams:
                 for i in range(model.num_layers)
             ]
         if existing:  # the function traced with the old variables must trace again
-            function = {"train": "train_function", "eval": "test_function"}.get(name)
-            setattr(model, function or "predict_function", None)
+            forget_traced_function(model, {"train": "train", "eval": "test"}.get(name, "predict"))
 
     def read(self, name):
         return [[ops.convert_to_tensor(v) for v in layer] for layer in self.variables[name]]

@@ -3,9 +3,10 @@
 import keras
 from keras import ops
 
-from kseq.decoding.beam_search import gather_beams
+from kseq.decoding.state import gather_beams
 from kseq.layers.masking import padding_mask, reverse_real_steps
-from kseq.layers.recurrent import is_empty_batch, num_states
+from kseq._compat import is_empty_batch
+from kseq.layers.recurrent import num_states
 from kseq.layers.rnn_decoder import RNNDecoder
 from kseq.layers.rnn_encoder import RNNEncoder
 from kseq.models.seq2seq import Seq2Seq
@@ -55,6 +56,11 @@ class RNNSeq2Seq(Seq2Seq):
         Sutskever, Vinyals and Le, 2014; Cho et al., 2014; Bahdanau, Cho and
         Bengio, 2015; Luong, Pham and Manning, 2015.
     """
+
+    config_names = Seq2Seq.config_names + (
+        "embed_dim", "units", "cell", "num_layers", "bidirectional", "attention", "peeky",
+        "reverse_source", "dropout",
+    )
 
     def __init__(
         self,
@@ -152,11 +158,15 @@ class RNNSeq2Seq(Seq2Seq):
             **self._decoder_args(encoder_outputs, source_padding_mask)
         )
 
-    def step(self, token_ids, state, index):
-        """(B,) previous tokens -> (logits (B, V), state). `index` is unused:
-        the recurrent state already knows the position."""
-        features, state, _ = self.decoder.step(self.target_embedding(token_ids), state)
-        return self.output_projection(features), state
+    def step_with_attention(self, token_ids, state, index):
+        """(B,) previous tokens -> (logits (B, V), state, attention (B, S) or
+        None). `index` is unused: the recurrent state knows the position."""
+        features, state, weights = self.decoder.step(self.target_embedding(token_ids), state)
+        return self.output_projection(features), state, weights
+
+    @property
+    def has_attention(self):
+        return self.attention is not None
 
     def reorder_state(self, state, indices):
         """Reorders the recurrent states only: the source memory and context
@@ -175,25 +185,3 @@ class RNNSeq2Seq(Seq2Seq):
         embedded, decoder_args = self._decoder_inputs(source_ids, target_ids, training)
         features = self.decoder(embedded, training=training, **decoder_args)
         return self.output_projection(features)
-
-    def _cross_attention(self, source_ids, target_ids):
-        if self.attention is None:
-            raise ValueError("attention_weights needs a model with attention; attention=None.")
-        if is_empty_batch(source_ids):  # (0, T, S)
-            return ops.zeros((0, target_ids.shape[1], source_ids.shape[1]), self.compute_dtype)
-        embedded, decoder_args = self._decoder_inputs(source_ids, target_ids, False)
-        return self.decoder.call_with_attention(embedded, **decoder_args)[1]
-
-    def get_config(self):
-        return {
-            **super().get_config(),
-            "embed_dim": self.embed_dim,
-            "units": self.units,
-            "cell": self.cell,
-            "num_layers": self.num_layers,
-            "bidirectional": self.bidirectional,
-            "attention": self.attention,
-            "peeky": self.peeky,
-            "reverse_source": self.reverse_source,
-            "dropout": self.dropout,
-        }

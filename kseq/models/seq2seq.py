@@ -1,47 +1,35 @@
 """What RNNSeq2Seq and TransformerSeq2Seq share: inputs, decoding, plots."""
 
-import keras
 import tensorflow as tf
+from keras import ops
 
 from kseq.layers.masking import padding_mask
-from kseq.layers.recurrent import portable_recurrence
-from kseq.models.checked_weights import CheckedWeightLoading
-from kseq.models.first_shard_build import FirstShardBuild
+from kseq.models.base import KseqModel, check_vocab_size
 from kseq.models.generator import Generator
-from kseq.special_ids import EOS_ID, NUM_SPECIAL_IDS, PAD_ID
-from kseq.validation import as_id_array, check_positive_int, check_token_ids
+from kseq.special_ids import BOS_ID, EOS_ID, PAD_ID
+from kseq.validation import check_token_ids
 
 
-class Seq2Seq(CheckedWeightLoading, FirstShardBuild, Generator, keras.Model):
+class Seq2Seq(Generator, KseqModel):
     """Base of the encoder-decoder models.
 
-    Subclasses implement the decoder protocol:
-    - `encode(source_ids, training=False)` -> encoder outputs (a dict);
-    - `initial_state(encoder_outputs, source_padding_mask, max_length=None)`
-      -> decoder state (a nest of batch-major tensors, source included);
-    - `step(token_ids, state, index)` -> (logits (B, V), state);
-    and `_cross_attention(source_ids, target_ids)` for plotting.
+    Subclasses implement `encode(source_ids, training=False)` -> encoder
+    outputs (a dict), `initial_state(encoder_outputs, source_padding_mask,
+    max_length=None)` -> the decoder state (a nest of batch-major tensors,
+    source included) and the decoder protocol's `step_with_attention`
+    (kseq.decoding.Decoder); this class turns them into `begin_decoding`,
+    `generate`, `search` and `attention_weights`.
     """
+
+    config_names = ("source_vocab_size", "target_vocab_size")
+    output_vocab_name = "target_vocab_size"
+    input_name = "source_ids"
+    has_attention = True  # False for a context-vector RNN model
 
     def __init__(self, source_vocab_size, target_vocab_size, **kwargs):
         super().__init__(**kwargs)
-        self.source_vocab_size = _check_vocab_size("source_vocab_size", source_vocab_size)
-        self.target_vocab_size = _check_vocab_size("target_vocab_size", target_vocab_size)
-
-    @property
-    def _default_save_signature(self):
-        # Keras would trace `call` with float32 inputs for a default SavedModel
-        # signature (and TensorFlow evaluates this property whenever it walks
-        # the model); ids are ints, and kseq.export writes the real signature.
-        return None
-
-    def __call__(self, inputs, *args, **kwargs):
-        # Keras would reject nested Python lists before `call` could explain.
-        if isinstance(inputs, dict):
-            inputs = {name: as_id_array(value, name) for name, value in inputs.items()}
-        return super().__call__(inputs, *args, **kwargs)
-
-    output_vocab_name = "target_vocab_size"
+        self.source_vocab_size = check_vocab_size("source_vocab_size", source_vocab_size)
+        self.target_vocab_size = check_vocab_size("target_vocab_size", target_vocab_size)
 
     @property
     def output_vocab_size(self):
@@ -50,20 +38,16 @@ class Seq2Seq(CheckedWeightLoading, FirstShardBuild, Generator, keras.Model):
     def _check_prompt(self, source_ids):
         return self._check_source(source_ids)
 
-    def search(self, source_ids, search):
-        """Runs a kseq.decoding search on a batch of sources, in TensorFlow ops
-        (callable inside any tf.function); returns its fixed-shape output.
-        A source with no tokens (all PAD, e.g. an empty string) translates to
-        nothing: EOS at once, score 0. Recurrent layers run keras' portable
-        loop (no cuDNN op), so the search compiles with XLA and exports."""
-        mask = padding_mask(source_ids)
-        with portable_recurrence(self):
-            encoded = self.encode(source_ids, training=False)
-            state = self.initial_state(encoded, mask, max_length=search.max_length)
-            ids, scores = search(
-                self.step, state, tf.shape(source_ids)[0], reorder_state=self.reorder_state
-            )
-        return _end_empty_sources(ids, scores, tf.reduce_any(mask, axis=1))
+    def begin_decoding(self, source_ids, max_length):
+        """Encodes the sources: (decoder state, BOS for every row)."""
+        encoded = self.encode(source_ids, training=False)
+        state = self.initial_state(encoded, padding_mask(source_ids), max_length=max_length)
+        return state, tf.fill(tf.shape(source_ids)[:1], BOS_ID)
+
+    def finish_search(self, source_ids, ids, scores):
+        """A source with no tokens (all PAD, e.g. an empty string) translates
+        to nothing: EOS at once, score 0."""
+        return _end_empty_sources(ids, scores, tf.reduce_any(padding_mask(source_ids), axis=1))
 
     def _check_source(self, source_ids):
         return check_token_ids(
@@ -90,32 +74,20 @@ class Seq2Seq(CheckedWeightLoading, FirstShardBuild, Generator, keras.Model):
             )
         return source_ids, target_ids
 
-    def get_config(self):
-        return {
-            **super().get_config(),  # name, trainable, dtype (its policy)
-            "source_vocab_size": self.source_vocab_size,
-            "target_vocab_size": self.target_vocab_size,
-        }
-
     def attention_weights(self, inputs):
         """Decoder-to-source attention (B, T, S) of a teacher-forced pass.
 
         Rows sum to 1 over the source and are 0 on source padding. For the
-        Transformer: the last decoder layer, averaged over heads.
+        Transformer: the last decoder layer, averaged over heads. Computed
+        by the decoding steps themselves (`attention_by_steps`), eagerly.
         """
         source_ids, target_ids = self._split_inputs(inputs)
         self._ensure_built()
-        return self._cross_attention(source_ids, target_ids)
-
-
-def _check_vocab_size(name, value):
-    value = check_positive_int(name, value)
-    if value <= NUM_SPECIAL_IDS:
-        raise ValueError(
-            f"`{name}` must be > {NUM_SPECIAL_IDS}: ids 0-3 are PAD, BOS, EOS "
-            f"and UNK; got {value}."
-        )
-    return value
+        if not self.has_attention:
+            raise ValueError("attention_weights needs a model with attention; attention=None.")
+        if source_ids.shape[0] == 0:  # (0, T, S)
+            return ops.zeros((0, target_ids.shape[1], source_ids.shape[1]), self.compute_dtype)
+        return self.attention_by_steps(source_ids, target_ids)
 
 
 def _end_empty_sources(ids, scores, has_tokens):

@@ -4,21 +4,20 @@ import keras
 from keras import ops
 
 from kseq.layers.masking import masked_softmax, padding_mask
-from kseq.layers.recurrent import CELL_TYPES, is_empty_batch
+from kseq._compat import is_empty_batch
+from kseq.layers.recurrent import CELL_TYPES
 from kseq.layers.rnn_encoder import RNNEncoder
 from kseq.layers.token_and_position_embedding import TokenAndPositionEmbedding
 from kseq.layers.transformer_encoder_block import TransformerEncoderBlock
-from kseq.models.checked_weights import CheckedWeightLoading
-from kseq.models.first_shard_build import FirstShardBuild
-from kseq.special_ids import NUM_SPECIAL_IDS
-from kseq.validation import as_id_array, check_choice, check_positive_int, check_rate, check_token_ids
+from kseq.models.base import KseqModel, check_vocab_size
+from kseq.validation import check_choice, check_positive_int, check_rate, check_token_ids
 
 ENCODERS = ("rnn", "transformer")
 POOLINGS = ("last", "mean", "max", "attention")
 
 
 @keras.saving.register_keras_serializable("kseq")
-class SequenceClassifier(CheckedWeightLoading, FirstShardBuild, keras.Model):
+class SequenceClassifier(KseqModel):
     """Encodes a padded batch of token ids and classifies each sequence.
 
     Padding never changes the result: the encoder masks it and every pooling
@@ -57,15 +56,16 @@ class SequenceClassifier(CheckedWeightLoading, FirstShardBuild, keras.Model):
     (3, 2)
     """
 
+    config_names = ("vocab_size", "num_classes", "encoder", "pooling", "embed_dim", "units", "cell",
+                    "num_layers", "bidirectional", "num_heads", "ff_dim", "dropout", "max_length")
+
     def __init__(
         self, vocab_size, num_classes, encoder="rnn", pooling="last", embed_dim=128, units=128,
         cell="lstm", num_layers=1, bidirectional=False, num_heads=4, ff_dim=256, dropout=0.0,
         max_length=512, **kwargs,
     ):
         super().__init__(**kwargs)
-        self.vocab_size = check_positive_int("vocab_size", vocab_size)
-        if vocab_size <= NUM_SPECIAL_IDS:
-            raise ValueError(f"`vocab_size` must be > {NUM_SPECIAL_IDS}; got {vocab_size}.")
+        self.vocab_size = check_vocab_size("vocab_size", vocab_size)
         self.num_classes = check_positive_int("num_classes", num_classes)
         if num_classes < 2:
             raise ValueError(f"`num_classes` must be >= 2; got {num_classes}.")
@@ -120,8 +120,9 @@ class SequenceClassifier(CheckedWeightLoading, FirstShardBuild, keras.Model):
         return self.units * (2 if self.bidirectional else 1)
 
     @property
-    def _default_save_signature(self):
-        return None  # ids are ints; kseq.export writes the real signature
+    def length_limit(self):
+        """The Transformer encoder's position table; an RNN takes any length."""
+        return self.max_length if self.encoder == "transformer" else None
 
     def build(self, inputs_shape=None):
         self.embedding.build((None, None))
@@ -134,13 +135,6 @@ class SequenceClassifier(CheckedWeightLoading, FirstShardBuild, keras.Model):
             self.pool_score.build((None, None, self.feature_dim))
         self.classifier.build((None, self.feature_dim))
         self.built = True
-
-    def _ensure_built(self):
-        if not self.built:
-            self.build()
-
-    def __call__(self, inputs, *args, **kwargs):
-        return super().__call__(as_id_array(inputs, "token_ids"), *args, **kwargs)
 
     def call(self, token_ids, training=None):
         features, _ = self._encode_and_pool(token_ids, training)
@@ -155,10 +149,7 @@ class SequenceClassifier(CheckedWeightLoading, FirstShardBuild, keras.Model):
 
     def _encode_and_pool(self, token_ids, training):
         """-> (features (B, F), attention pooling weights (B, S) or None)."""
-        token_ids = check_token_ids(
-            token_ids, "token_ids", self.vocab_size,
-            self.max_length if self.encoder == "transformer" else None,
-        )
+        token_ids = check_token_ids(token_ids, "token_ids", self.vocab_size, self.length_limit)
         if self.encoder == "rnn" and is_empty_batch(token_ids):
             empty = ops.zeros((0, token_ids.shape[1]), self.compute_dtype)  # (0, S)
             features = ops.zeros((0, self.feature_dim), self.compute_dtype)
@@ -183,13 +174,3 @@ class SequenceClassifier(CheckedWeightLoading, FirstShardBuild, keras.Model):
         scores = self.pool_score(self.pool_projection(outputs))[:, :, 0]  # (B, S)
         weights = masked_softmax(scores, mask)
         return ops.einsum("bs,bsf->bf", weights, outputs), weights
-
-    def get_config(self):
-        return {
-            **super().get_config(), "vocab_size": self.vocab_size,
-            "num_classes": self.num_classes, "encoder": self.encoder, "pooling": self.pooling,
-            "embed_dim": self.embed_dim, "units": self.units, "cell": self.cell,
-            "num_layers": self.num_layers, "bidirectional": self.bidirectional,
-            "num_heads": self.num_heads, "ff_dim": self.ff_dim, "dropout": self.dropout,
-            "max_length": self.max_length,
-        }

@@ -3,7 +3,7 @@
 import keras
 from keras import ops
 
-from kseq.decoding.beam_search import gather_beams
+from kseq.decoding.state import gather_beams
 from kseq.layers.masking import padding_mask
 from kseq.layers.token_and_position_embedding import TokenAndPositionEmbedding
 from kseq.layers.transformer_decoder_block import TransformerDecoderBlock
@@ -54,6 +54,11 @@ class TransformerSeq2Seq(Seq2Seq):
         Vaswani et al., 2017, "Attention Is All You Need"; Press and Wolf,
         2017 (tied output embeddings); Xiong et al., 2020 (pre-norm).
     """
+
+    config_names = Seq2Seq.config_names + (
+        "num_layers", "d_model", "num_heads", "ff_dim", "dropout", "norm_first", "max_length",
+        "position", "share_embeddings",
+    )
 
     def __init__(
         self,
@@ -167,23 +172,15 @@ class TransformerSeq2Seq(Seq2Seq):
             x = self.encoder_norm(x)
         return {"memory": x}
 
-    def _decode(self, target_ids, memory, source_mask, training, last_scores=False):
-        target_mask = padding_mask(target_ids)
-        x = self.embedding_dropout(self.target_embedding(target_ids), training=training)
-        scores = None
-        for i, block in enumerate(self.decoder_blocks):
-            if last_scores and i == self.num_layers - 1:
-                x, scores = block.call_with_attention_scores(x, memory, target_mask, source_mask)
-            else:
-                x = block(x, memory, target_mask, source_mask, training=training)
-        if self.decoder_norm is not None:
-            x = self.decoder_norm(x)
-        return x, scores
-
     def call(self, inputs, training=None):
         source_ids, target_ids = self._split_inputs(inputs)
         memory = self.encode(source_ids, training)["memory"]
-        x, _ = self._decode(target_ids, memory, padding_mask(source_ids), training)
+        source_mask, target_mask = padding_mask(source_ids), padding_mask(target_ids)
+        x = self.embedding_dropout(self.target_embedding(target_ids), training=training)
+        for block in self.decoder_blocks:
+            x = block(x, memory, target_mask, source_mask, training=training)
+        if self.decoder_norm is not None:
+            x = self.decoder_norm(x)
         return self._project(x)
 
     def initial_state(self, encoder_outputs, source_padding_mask, max_length=None):
@@ -191,27 +188,22 @@ class TransformerSeq2Seq(Seq2Seq):
         L = max_length positions and the source's cross-attention keys/values."""
         memory = encoder_outputs["memory"]
         length = max_length or self.max_length
-        batch = ops.shape(memory)[0]
         return {
             "source_mask": ops.cast(source_padding_mask, "bool"),
-            "layers": [
-                {"cache": block.init_cache(batch, length), "memory": block.precompute_memory(memory)}
-                for block in self.decoder_blocks
-            ],
+            "layers": [block.initial_decoding_state(memory, length) for block in self.decoder_blocks],
         }
 
-    def step(self, token_ids, state, index):
-        """(B,) tokens at position `index` -> (next-token logits (B, V), state)."""
+    def step_with_attention(self, token_ids, state, index):
+        """(B,) tokens at position `index` -> (next-token logits (B, V), state,
+        the last layer's cross-attention averaged over heads (B, S))."""
         x = self.target_embedding(ops.expand_dims(token_ids, 1), start_index=index)
         layers = []
         for block, layer_state in zip(self.decoder_blocks, state["layers"]):
-            x, cache = block.step(
-                x, layer_state["cache"], layer_state["memory"], index, state["source_mask"]
-            )
-            layers.append({"cache": cache, "memory": layer_state["memory"]})
+            x, layer_state, weights = block.step(x, layer_state, index, state["source_mask"])
+            layers.append(layer_state)
         if self.decoder_norm is not None:
             x = self.decoder_norm(x)
-        return self._project(x)[:, 0], dict(state, layers=layers)
+        return self._project(x)[:, 0], dict(state, layers=layers), ops.mean(weights[:, :, 0], axis=1)
 
     def reorder_state(self, state, indices):
         """Reorders the self-attention caches only: the source mask and its
@@ -220,23 +212,3 @@ class TransformerSeq2Seq(Seq2Seq):
             dict(layer, cache=gather_beams(layer["cache"], indices)) for layer in state["layers"]
         ]
         return dict(state, layers=layers)
-
-    def _cross_attention(self, source_ids, target_ids):
-        source_mask = padding_mask(source_ids)
-        memory = self.encode(source_ids)["memory"]
-        _, scores = self._decode(target_ids, memory, source_mask, False, last_scores=True)
-        return ops.mean(scores, axis=1)  # (B, H, T, S) -> (B, T, S)
-
-    def get_config(self):
-        return {
-            **super().get_config(),
-            "num_layers": self.num_layers,
-            "d_model": self.d_model,
-            "num_heads": self.num_heads,
-            "ff_dim": self.ff_dim,
-            "dropout": self.dropout,
-            "norm_first": self.norm_first,
-            "max_length": self.max_length,
-            "position": self.position,
-            "share_embeddings": self.share_embeddings,
-        }

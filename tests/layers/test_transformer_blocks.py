@@ -96,16 +96,17 @@ def test_decoder_step_and_scores_paths_equal_call(norm_first, data):
     x, memory, _, memory_mask = data
     block = TransformerDecoderBlock(num_heads=2, ff_dim=16, norm_first=norm_first)
     expected = block(x, memory, encoder_padding_mask=memory_mask)
-    outputs, scores = block.call_with_attention_scores(x, memory, encoder_padding_mask=memory_mask)
+    state = block.initial_decoding_state(memory, max_length=8)
+    steps, step_scores = [], []
+    for t in range(5):
+        out, state, weights = block.step(x[:, t : t + 1], state, t, memory_mask)
+        steps.append(out)
+        step_scores.append(weights)
+    outputs, scores = np.concatenate(steps, 1), np.concatenate(step_scores, 2)
     assert_close(outputs, expected)
     assert scores.shape == (2, 2, 5, 6)
-    assert np.all(np.asarray(scores)[0, :, :, 3:] == 0)
-    cache, projected = block.init_cache(2, 8), block.precompute_memory(memory)
-    steps = []
-    for t in range(5):
-        out, cache = block.step(x[:, t : t + 1], cache, projected, t, memory_mask)
-        steps.append(out)
-    assert_close(np.concatenate(steps, 1), expected)
+    assert np.all(scores[0, :, :, 3:] == 0)
+    assert_close(scores.sum(-1), np.ones((2, 2, 5)))
 
 
 def test_width_must_divide_into_heads():

@@ -1,0 +1,76 @@
+"""The decoder protocol: what a model implements so that searches drive it."""
+
+import abc
+
+import tensorflow as tf
+
+from kseq.decoding.state import gather_beams
+from kseq.layers.recurrent import portable_recurrence
+
+
+class Decoder(abc.ABC):
+    """A model that decodes one token at a time, for kseq's searches.
+
+    A model implements two methods:
+    - `begin_decoding(input_ids, max_length) -> (state, start_tokens)`: the
+      state before the first step (a nest of batch-major tensors, the
+      encoded source included) and the (B,) tokens the first step reads
+      (BOS for a translator, each prompt's last token for a language model).
+      The Seq2Seq models build it with `encode` and `initial_state`.
+    - `step_with_attention(token_ids, state, index) -> (logits (B, V),
+      state, attention (B, S) or None)`: one step; `index` is the position
+      of `token_ids`. The attention is over the source, for plots.
+
+    and inherits `step(token_ids, state, index) -> (logits, state)` (what a
+    search calls), `reorder_state` (beam search's row gathering; a model can
+    skip the parts that are equal across a row's beams), `search` (runs a
+    search in TensorFlow ops, with recurrent layers on their portable loop so
+    that it compiles with XLA and exports to any device) and
+    `attention_by_steps` (the attention of every step of a teacher-forced
+    target, through the same `step_with_attention`).
+    """
+
+    @abc.abstractmethod
+    def begin_decoding(self, input_ids, max_length):
+        """(B, S) ids -> (state, start tokens (B,) int32)."""
+
+    @abc.abstractmethod
+    def step_with_attention(self, token_ids, state, index):
+        """(B,) tokens at position `index` -> (logits (B, V), state, attention)."""
+
+    def step(self, token_ids, state, index):
+        """(B,) tokens at position `index` -> (next-token logits (B, V), state)."""
+        logits, state, _ = self.step_with_attention(token_ids, state, index)
+        return logits, state
+
+    def reorder_state(self, state, indices):
+        """Row i of the new state is row indices[i] of `state`."""
+        return gather_beams(state, indices)
+
+    def finish_search(self, input_ids, ids, scores):
+        """The search's (ids, scores), adjusted to the inputs (a hook)."""
+        return ids, scores
+
+    def search(self, input_ids, search):
+        """Runs a kseq.decoding search on a batch, in TensorFlow ops (callable
+        inside any tf.function); returns its fixed-shape (ids, scores)."""
+        with portable_recurrence(self):
+            state, start_tokens = self.begin_decoding(input_ids, search.max_length)
+            ids, scores = search(
+                self.step, state, tf.shape(input_ids)[0], reorder_state=self.reorder_state,
+                start_tokens=start_tokens,
+            )
+        return self.finish_search(input_ids, ids, scores)
+
+    def attention_by_steps(self, input_ids, target_ids):
+        """(B, T, S) attention of each step over the inputs, the steps fed
+        `target_ids` (B, T) (teacher forcing), or None for a model without
+        attention. A Python loop of T steps: for plots of a few sentences."""
+        state, _ = self.begin_decoding(input_ids, max_length=target_ids.shape[1])
+        weights = []
+        for index in range(target_ids.shape[1]):
+            _, state, attention = self.step_with_attention(target_ids[:, index], state, index)
+            if attention is None:
+                return None
+            weights.append(attention)
+        return tf.stack(weights, axis=1)

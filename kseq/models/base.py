@@ -1,0 +1,61 @@
+"""What every kseq model shares."""
+
+import keras
+
+from kseq._compat import FirstShardBuild
+from kseq.models.checked_weights import CheckedWeightLoading
+from kseq.special_ids import NUM_SPECIAL_IDS
+from kseq.validation import as_id_array, check_positive_int
+
+
+class KseqModel(CheckedWeightLoading, FirstShardBuild, keras.Model):
+    """Base of kseq's models.
+
+    - `length_limit`: the longest sequence the model accepts (None: no
+      limit); generation and exports cut to it.
+    - Calls take nested Python lists too, as int arrays, with an error that
+      names the input when rows differ in length (keras would reject lists
+      before `call` could explain).
+    - No default SavedModel signature: keras would trace `call` with float32
+      inputs; kseq.export writes the real, string-in signatures.
+    - `get_config`: keras' (name, trainable and the dtype policy, which a
+      mixed-precision model keeps through `.keras` files) plus every
+      constructor argument named in `config_names`.
+    - `load_weights` of another model's `.keras` file names the difference
+      (CheckedWeightLoading); first-batch builds work under a strategy with
+      uneven shards (kseq._compat.FirstShardBuild).
+    """
+
+    config_names = ()
+    length_limit = None
+    input_name = "token_ids"  # how errors name a call's single input
+
+    @property
+    def _default_save_signature(self):
+        return None
+
+    def __call__(self, inputs, *args, **kwargs):
+        if isinstance(inputs, dict):
+            inputs = {name: as_id_array(value, name) for name, value in inputs.items()}
+        else:
+            inputs = as_id_array(inputs, self.input_name)
+        return super().__call__(inputs, *args, **kwargs)
+
+    def _ensure_built(self):
+        """Builds the model for entry points that do not go through __call__."""
+        if not self.built:
+            self.build()
+
+    def get_config(self):
+        return {**super().get_config(), **{name: getattr(self, name) for name in self.config_names}}
+
+
+def check_vocab_size(name, value):
+    """A vocabulary size: an int over the special ids 0-3."""
+    value = check_positive_int(name, value)
+    if value <= NUM_SPECIAL_IDS:
+        raise ValueError(
+            f"`{name}` must be > {NUM_SPECIAL_IDS}: ids 0-3 are PAD, BOS, EOS "
+            f"and UNK; got {value}."
+        )
+    return value
