@@ -29,7 +29,7 @@ def child(mode, batches):
     import numpy as np
     import tensorflow as tf
 
-    from kseq.runtime import tune_cpu_runtime
+    from kseq.training.runtime import tune_cpu_runtime
 
     if mode == "tuned":
         tune_cpu_runtime()

@@ -54,8 +54,8 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from kseq.data.bible import load_bible_pairs  # noqa: E402
-from kseq.evaluation import translation_scores  # noqa: E402
-from kseq.runtime import tune_cpu_runtime  # noqa: E402
+from kseq.training.evaluation import translation_scores  # noqa: E402
+from kseq.training.runtime import tune_cpu_runtime  # noqa: E402
 from load_sampler import LoadSampler  # noqa: E402
 
 # Sub-layers inside KerasHub's layers (position embedding, attention

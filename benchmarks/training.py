@@ -243,7 +243,7 @@ def child_peak(seconds):
 
 
 def kseq_optimizer(keras, kseq, transformer):
-    from kseq.distribution import clip_after_all_reduce
+    from kseq.training.distribution import clip_after_all_reduce
 
     if transformer:
         rate = kseq.schedules.TransformerSchedule(D_MODEL, 400)
@@ -302,7 +302,7 @@ def child_train(name, workdir):
     import numpy as np
     import tensorflow as tf
 
-    from kseq.runtime import tune_cpu_runtime
+    from kseq.training.runtime import tune_cpu_runtime
 
     tuned = tune_cpu_runtime()
     import keras
@@ -408,7 +408,7 @@ def child_main(args):
     if args.child == "prepare":
         result = child_prepare(args.workdir, args.batches)
     elif args.child == "peak":
-        from kseq.runtime import tune_cpu_runtime
+        from kseq.training.runtime import tune_cpu_runtime
 
         tuned = tune_cpu_runtime()
         result = child_peak(args.peak_seconds)

@@ -2,9 +2,16 @@
 
 RNN encoders and decoders (vanilla RNN, LSTM, GRU), Luong and Bahdanau
 attention, the Transformer, decoding and SavedModel export.
+
+Subpackages: `kseq.layers`, `kseq.models`, `kseq.decoding` (searches and the
+decoder protocol), `kseq.data` (tokenizers, pipelines, data sets),
+`kseq.training` (losses, metrics, schedules, callbacks, resuming,
+distribution, precision, XLA, evaluation, recipe plumbing) and `kseq.export`.
 """
 
+import importlib
 import os
+import sys
 
 # kseq builds on tf.data, tf.function and SavedModel: it needs the TensorFlow
 # backend, so choose it unless the user already picked one.
@@ -19,7 +26,29 @@ if keras.backend.backend() != "tensorflow":
     )
 
 from kseq.special_ids import BOS_ID, EOS_ID, PAD_ID, UNK_ID  # noqa: E402
-from kseq import callbacks, data, decoding, export, layers, losses, metrics, models, schedules  # noqa: E402,I001
+from kseq import data, decoding, export, layers, models, training  # noqa: E402,I001
+
+# Modules that moved into kseq.training keep their old names:
+# `kseq.losses.X`, `from kseq.losses import X` and `import kseq.losses` work.
+_MOVED = {
+    "losses": "kseq.training.losses",
+    "metrics": "kseq.training.metrics",
+    "schedules": "kseq.training.schedules",
+    "callbacks": "kseq.training.callbacks",
+    "resume": "kseq.training.resume",
+    "distribution": "kseq.training.distribution",
+    "runtime": "kseq.training.runtime",
+    "evaluation": "kseq.training.evaluation",
+    "plotting": "kseq.training.plotting",
+    "tensorboard_logging": "kseq.training.tensorboard",
+    "recipe_support": "kseq.training.recipe",
+    "atomic": "kseq._atomic",
+    "validation": "kseq._validation",
+}
+for _old, _new in _MOVED.items():
+    sys.modules[f"{__name__}.{_old}"] = globals()[_old] = importlib.import_module(_new)
+
+from kseq.training import callbacks, losses, metrics, schedules  # noqa: E402,F811
 
 __version__ = "0.1.0"
 
@@ -37,5 +66,6 @@ __all__ = [
     "metrics",
     "models",
     "schedules",
+    "training",
     "__version__",
 ]

@@ -112,14 +112,17 @@ def fix_keras_multi_worker_logs():
     if getattr(keras_reduce, "kseq_fix", False):
         return
 
+    def mean(value, strategy):
+        rank = strategy.experimental_local_results(value)[0].shape.rank
+        return strategy.reduce("MEAN", value, axis=0 if rank else None)
+
     def reduce_per_replica(values, strategy, reduction):
         if reduction in ("auto", "mean") and trainer._collective_all_reduce_multi_worker(strategy):
-            return tf.nest.map_structure(
-                lambda value: strategy.reduce("MEAN", value, axis=0 if value.shape.rank else None), values
-            )
+            return tf.nest.map_structure(lambda value: mean(value, strategy), values)
         return keras_reduce(values, strategy, reduction)
 
     reduce_per_replica.kseq_fix = True
+    reduce_per_replica.keras_original = keras_reduce
     trainer.reduce_per_replica = reduce_per_replica
 
 

@@ -13,7 +13,7 @@ import tensorflow as tf
 from kseq.decoding import GreedySearch, trim_padding
 from kseq.layers.recurrent import portable_recurrence
 from kseq.special_ids import PAD_ID
-from kseq.validation import check_positive_int
+from kseq._validation import check_positive_int
 
 SOURCE_SPEC = tf.TensorSpec([None], tf.string, name="source")
 

@@ -34,13 +34,13 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 import kseq  # noqa: E402
-from kseq.distribution import clip_after_all_reduce  # noqa: E402
+from kseq.training.distribution import clip_after_all_reduce  # noqa: E402
 from kseq.data.subword_tokenizer import SubwordTokenizer  # noqa: E402
 from kseq.export import export_classifier  # noqa: E402
-from kseq.recipe_support import check_paths, hold_out, read_tsv_reporting  # noqa: E402
-from kseq.runtime import tune_cpu_runtime  # noqa: E402
+from kseq.training.recipe import check_paths, hold_out, read_tsv_reporting  # noqa: E402
+from kseq.training.runtime import tune_cpu_runtime  # noqa: E402
 from kseq.special_ids import PAD_ID  # noqa: E402
-from kseq.tensorboard_logging import write_hparams  # noqa: E402
+from kseq.training.tensorboard import write_hparams  # noqa: E402
 
 CONFIG = dict(
     encoder="rnn", pooling="attention", cell="lstm", bidirectional=True, num_layers=1,

@@ -35,16 +35,16 @@ import keras  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 import kseq  # noqa: E402
-from kseq.distribution import clip_after_all_reduce  # noqa: E402
-from kseq.callbacks import GenerationMonitor, TimeLimit  # noqa: E402
+from kseq.training.distribution import clip_after_all_reduce  # noqa: E402
+from kseq.training.callbacks import GenerationMonitor, TimeLimit  # noqa: E402
 from kseq.data.streams import join_documents, stream_batches  # noqa: E402
 from kseq.data.subword_tokenizer import SubwordTokenizer  # noqa: E402
 from kseq.data.text import normalize_text  # noqa: E402
 from kseq.decoding import Sampler  # noqa: E402
 from kseq.export import export_language_model  # noqa: E402
-from kseq.recipe_support import check_paths  # noqa: E402
-from kseq.runtime import tune_cpu_runtime  # noqa: E402
-from kseq.tensorboard_logging import write_hparams  # noqa: E402
+from kseq.training.recipe import check_paths  # noqa: E402
+from kseq.training.runtime import tune_cpu_runtime  # noqa: E402
+from kseq.training.tensorboard import write_hparams  # noqa: E402
 
 CONFIG = dict(
     cell="lstm", num_layers=1, embed_dim=256, units=256, dropout=0.3, tie_weights=True,

@@ -28,11 +28,11 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 import kseq  # noqa: E402
-from kseq.distribution import clip_after_all_reduce  # noqa: E402
-from kseq.recipe_support import check_paths  # noqa: E402
-from kseq.callbacks import GenerationMonitor  # noqa: E402
+from kseq.training.distribution import clip_after_all_reduce  # noqa: E402
+from kseq.training.recipe import check_paths  # noqa: E402
+from kseq.training.callbacks import GenerationMonitor  # noqa: E402
 from kseq.data.character_tokenizer import CharacterTokenizer  # noqa: E402
-from kseq.data.pipeline import text_pair_dataset  # noqa: E402
+from kseq.data.text_pairs import text_pair_dataset  # noqa: E402
 from kseq.export import export_translator  # noqa: E402
 
 CONFIG = dict(

@@ -48,24 +48,24 @@ import keras  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 import kseq  # noqa: E402
-from kseq.atomic import write_json_atomic  # noqa: E402
-from kseq.callbacks import (  # noqa: E402
+from kseq._atomic import write_json_atomic  # noqa: E402
+from kseq.training.callbacks import (  # noqa: E402
     AttentionMaps, EvaluationPeriods, GenerationMonitor, NonFiniteLoss, StepTensorBoard, StepTimer,
     StopOnNonFiniteLoss, TimeLimit, parse_cadence,
 )
 from kseq.data.bucketing import bucketed_pair_dataset, xla_boundaries  # noqa: E402
 from kseq.data.subword_tokenizer import SubwordTokenizer  # noqa: E402
 from kseq.decoding import BeamSearch, GreedySearch  # noqa: E402
-from kseq.distribution import (  # noqa: E402
+from kseq.training.distribution import (  # noqa: E402
     STRATEGIES, clip_after_all_reduce, distribute_batches, is_chief, make_strategy, task,
     weights_fingerprint,
 )
-from kseq.evaluation import BatchTranslator, translation_scores  # noqa: E402
+from kseq.training.evaluation import BatchTranslator, translation_scores  # noqa: E402
 from kseq.export import export_translator, translate_function  # noqa: E402
-from kseq.recipe_support import check_paths, hold_out, read_tsv_reporting  # noqa: E402
-from kseq.resume import ResumableBackup, TrainingPosition  # noqa: E402
-from kseq.runtime import tune_cpu_runtime  # noqa: E402
-from kseq.tensorboard_logging import write_hparams, write_model_graph  # noqa: E402
+from kseq.training.recipe import check_paths, hold_out, read_tsv_reporting  # noqa: E402
+from kseq.training.resume import ResumableBackup, TrainingPosition  # noqa: E402
+from kseq.training.runtime import tune_cpu_runtime  # noqa: E402
+from kseq.training.tensorboard import write_hparams, write_model_graph  # noqa: E402
 from kseq.training.precision import PRECISIONS, describe_precision, device_class, resolve_precision  # noqa: E402
 from kseq.training.xla import (  # noqa: E402
     JIT_CHOICES, decide_jit_compile, enable_persistent_cache, keras_jit_status,

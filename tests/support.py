@@ -11,7 +11,7 @@ import tensorflow as tf
 
 from kseq.decoding import GreedySearch
 from kseq.layers.masking import padding_mask
-from kseq.losses import MaskedSparseCategoricalCrossentropy
+from kseq.training.losses import MaskedSparseCategoricalCrossentropy
 from kseq.models import RNNLanguageModel, RNNSeq2Seq, SequenceClassifier, TransformerSeq2Seq
 
 VOCAB = 30

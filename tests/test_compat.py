@@ -51,3 +51,138 @@ def test_fit_ends_an_epoch_early_keeps_its_iterator_and_honours_a_real_stop():
               verbose=0)
     assert callback.epochs == [(3, True), (6, True), (7, True)]
     assert callback.batches == list(range(7)), "each epoch continued the same iterator"
+
+
+def test_sublayers_walks_into_bidirectional_layers():
+    from kseq._compat import sublayers
+
+    layer = keras.layers.Bidirectional(keras.layers.GRU(3))
+    layer.build((None, None, 2))
+    names = [type(sub).__name__ for sub in sublayers(layer)]
+    assert names.count("GRU") == 2, names
+
+
+def test_keras_recurrent_cells_still_fail_on_an_empty_batch():
+    """kseq._compat.is_empty_batch: models answer (0, ...) themselves."""
+    import pytest
+
+    with pytest.raises(Exception, match="Biases must be 1D"):
+        keras.layers.LSTM(3)(np.zeros((0, 2, 4), "float32"))
+
+
+def test_tensorflow_text_still_loses_its_model_when_the_seed_is_set():
+    """kseq._compat.call_recreating_lost_resource."""
+    import pytest
+
+    from kseq.data.subword_tokenizer import SubwordTokenizer
+
+    proto = SubwordTokenizer.train(["a b c d e"] * 20, vocab_size=270).proto
+    import tensorflow_text
+
+    op = tensorflow_text.SentencepieceTokenizer(model=proto)
+    op.tokenize(["a b"])
+    tf.random.set_seed(3)
+    with pytest.raises(tf.errors.NotFoundError):
+        op.tokenize(["a b"])
+    tokenizer = SubwordTokenizer(proto)
+    tf.random.set_seed(4)
+    assert tokenizer.tokenize(["a b"]).shape[0] == 1, "kseq's tokenizer recreates it"
+
+
+def tiny_model():
+    model = keras.Sequential([keras.Input((1,)), keras.layers.Dense(1)])
+    model.compile("sgd", "mse")
+    return model
+
+
+def test_keras_keeps_its_traced_train_function_across_fits():
+    """kseq._compat.forget_traced_function: a model that swaps variables drops it."""
+    from kseq._compat import forget_traced_function
+
+    model = tiny_model()
+    model.fit(np.ones((2, 1)), np.ones((2, 1)), verbose=0)
+    first = model.train_function
+    model.fit(np.ones((2, 1)), np.ones((2, 1)), verbose=0)
+    assert model.train_function is first
+    forget_traced_function(model, "train")
+    model.fit(np.ones((2, 1)), np.ones((2, 1)), verbose=0)
+    assert model.train_function is not first
+
+
+def test_fit_still_reads_the_private_initial_epoch():
+    """kseq._compat.resume_fit_at_epoch (keras' BackupAndRestore does the same)."""
+    from kseq._compat import resume_fit_at_epoch
+
+    model = tiny_model()
+    resume_fit_at_epoch(model, 2)
+    history = model.fit(np.ones((2, 1)), np.ones((2, 1)), epochs=4, verbose=0)
+    assert len(history.history["loss"]) == 2
+
+
+def test_mirrored_strategies_still_share_collective_keys_without_the_fix():
+    """kseq._compat.fresh_collective_keys_per_strategy (conftest.py installs it)."""
+    from tensorflow.python.distribute import mirrored_strategy
+
+    before = mirrored_strategy.MirroredStrategy._collective_key_base
+    tf.distribute.MirroredStrategy(["/cpu:0"])
+    assert mirrored_strategy.MirroredStrategy._collective_key_base == before + 100000
+
+
+def test_keras_still_reduces_scalar_logs_with_an_axis_across_workers(monkeypatch):
+    """kseq._compat.fix_keras_multi_worker_logs: keras' reduction fails on the
+    scalars every model logs once it believes it runs on several workers;
+    the fix averages them."""
+    import pytest
+    from keras.src.backend.tensorflow import trainer
+
+    from kseq._compat import fix_keras_multi_worker_logs
+
+    fix_keras_multi_worker_logs()
+    fixed = trainer.reduce_per_replica
+    monkeypatch.setattr(trainer, "_collective_all_reduce_multi_worker", lambda strategy: True)
+    strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+    values = strategy.run(lambda: tf.constant(2.0))
+    with pytest.raises(Exception, match="(?i)reduction dimension|axis"):
+        fixed.keras_original({"loss": values}, strategy, "auto")
+    assert float(fixed({"loss": values}, strategy, "auto")["loss"]) == 2.0
+
+
+def test_keras_first_batch_build_still_averages_uneven_shards():
+    """kseq._compat.FirstShardBuild: without it, fit's first-batch build
+    under two replicas fails on a batch that splits unevenly."""
+    import pytest
+
+    from kseq._compat import FirstShardBuild
+
+    class Plain(keras.Model):
+        def __init__(self, **kwargs):
+            super().__init__(**kwargs)
+            self.embedding = keras.layers.Embedding(10, 2)
+            self.dense = keras.layers.Dense(1)
+
+        def call(self, ids):
+            return self.dense(keras.ops.mean(self.embedding(ids), axis=1))
+
+    class Fixed(FirstShardBuild, Plain):
+        pass
+
+    data = tf.data.Dataset.from_tensors((np.ones((3, 4), "int32"), np.ones((3, 1), "float32")))
+    for model_class, fails in ((Plain, True), (Fixed, False)):
+        with tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"]).scope():
+            model = model_class()
+            model.compile("sgd", "mse", metrics=["mae"])
+        if fails:
+            with pytest.raises(Exception):
+                model.fit(data, verbose=0)
+        else:
+            model.fit(data, verbose=0)
+
+
+def test_an_unverified_keras_version_is_warned_about(monkeypatch):
+    import pytest
+
+    from kseq import _compat
+
+    monkeypatch.setattr(keras, "__version__", "3.99.0")
+    with pytest.warns(UserWarning, match="checked on keras 3.15.1; 3.99.0 is installed"):
+        _compat.check_versions()

@@ -18,8 +18,8 @@ import pytest
 import tensorflow as tf
 
 from kseq.data import CharacterTokenizer, bucketed_pair_dataset
-from kseq.distribution import clip_after_all_reduce
-from kseq.losses import MaskedSparseCategoricalCrossentropy, token_weights
+from kseq.training.distribution import clip_after_all_reduce
+from kseq.training.losses import MaskedSparseCategoricalCrossentropy, token_weights
 from kseq.models import RNNSeq2Seq, TransformerSeq2Seq
 
 LETTERS = "abcdefghij"

@@ -9,12 +9,12 @@ import pytest
 import tensorflow as tf
 
 import kseq
-from kseq.atomic import write_bytes_atomic
-from kseq.callbacks import NonFiniteLoss, StopOnNonFiniteLoss
+from kseq._atomic import write_bytes_atomic
+from kseq.training.callbacks import NonFiniteLoss, StopOnNonFiniteLoss
 from kseq.data.bucketing import bucketed_pair_dataset
 from kseq.data.character_tokenizer import CharacterTokenizer
 from kseq.export import export_translator
-from kseq.resume import ResumableBackup, TrainingPosition
+from kseq.training.resume import ResumableBackup, TrainingPosition
 from support import serve_with_text_ops
 
 LETTERS = "abcdefghij"

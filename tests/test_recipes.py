@@ -48,7 +48,7 @@ def test_reverse_recipe_rejects_bad_arguments(tmp_path, capsys, argv, message):
 
 
 def test_hold_out_keeps_pairs_aligned_and_takes_every_nth_from_the_first():
-    from kseq.recipe_support import hold_out
+    from kseq.training.recipe import hold_out
 
     kept, held = hold_out(list("abcdefg"), list(range(7)), every=3)
     assert held == (["a", "d", "g"], [0, 3, 6])

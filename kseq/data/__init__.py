@@ -3,13 +3,13 @@
 from kseq.data.bible import load_bible_pairs
 from kseq.data.bucketing import bucketed_pair_dataset, padding_fraction
 from kseq.data.character_tokenizer import CharacterTokenizer
-from kseq.data.pipeline import text_pair_dataset
+from kseq.data.text_pairs import text_pair_dataset
 from kseq.data.rotten_tomatoes import load_rotten_tomatoes
 from kseq.data.subword_tokenizer import SubwordTokenizer
 from kseq.data.streams import join_documents, stream_batches
 from kseq.data.text import normalize_text
 from kseq.data.tsv import format_problems, read_tsv
-from kseq.data.synthetic import exact_match, pad_sequences, reversal_task, teacher_forcing
+from kseq.data.synthetic import pad_sequences, reversal_task, teacher_forcing
 
 __all__ = [
     "CharacterTokenizer",
@@ -23,7 +23,6 @@ __all__ = [
     "padding_fraction",
     "read_tsv",
     "stream_batches",
-    "exact_match",
     "pad_sequences",
     "reversal_task",
     "teacher_forcing",

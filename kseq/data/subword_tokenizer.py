@@ -7,10 +7,10 @@ import tensorflow as tf
 import tensorflow_text
 
 from kseq._compat import call_recreating_lost_resource
-from kseq.atomic import write_bytes_atomic
-from kseq.data.pipeline import output_ids_to_text_ids
+from kseq._atomic import write_bytes_atomic
+from kseq.data.detokenize import output_ids_to_text_ids
 from kseq.special_ids import BOS_ID, EOS_ID, PAD_ID, UNK_ID
-from kseq.validation import check_choice, check_positive_int
+from kseq._validation import check_choice, check_positive_int
 
 
 class SubwordTokenizer(tf.Module):

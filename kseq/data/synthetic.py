@@ -45,13 +45,3 @@ def reversal_task(count, vocab_size=30, min_length=4, max_length=12, seed=0):
     targets = [s[::-1] for s in sources]
     inputs, labels = teacher_forcing(sources, targets)
     return inputs, labels, targets
-
-
-def exact_match(generated, targets):
-    """Fraction of rows of `generated` (B, T') equal to target + EOS."""
-    generated = np.asarray(generated)
-    hits = 0
-    for row, target in zip(generated, targets):
-        expected = [*target, EOS_ID]
-        hits += row[: len(expected)].tolist() == expected
-    return hits / len(targets)

@@ -4,7 +4,7 @@ import codecs
 import os
 
 from kseq.data.text import normalize_text
-from kseq.validation import check_choice
+from kseq._validation import check_choice
 
 # Reasons a line is skipped, as they appear in `problems` and in messages.
 NO_TAB = "no tab"

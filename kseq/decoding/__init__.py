@@ -10,7 +10,8 @@ is what a model implements to be driven by them.
 """
 
 from kseq.decoding.beam_search import BeamSearch, length_penalty
-from kseq.decoding.factory import make_search, trim_padding
+from kseq.decoding.factory import make_search
+from kseq.decoding.output import trim_padding
 from kseq.decoding.greedy import GreedySearch
 from kseq.decoding.protocol import Decoder
 from kseq.decoding.sampling import Sampler

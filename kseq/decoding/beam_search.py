@@ -5,7 +5,7 @@ import tensorflow as tf
 from kseq.decoding.constraints import suppress_special_tokens
 from kseq.decoding.state import gather_beams, tile_beams
 from kseq.special_ids import BOS_ID, EOS_ID, PAD_ID
-from kseq.validation import check_float, check_positive_int
+from kseq._validation import check_float, check_positive_int
 
 
 def length_penalty(length, alpha):

@@ -3,7 +3,7 @@
 import tensorflow as tf
 
 from kseq.decoding.token_search import TokenSearch
-from kseq.validation import check_float, check_positive_int
+from kseq._validation import check_float, check_positive_int
 
 _SEED_RANGE = 2**31 - 1
 

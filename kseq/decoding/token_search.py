@@ -4,7 +4,7 @@ import tensorflow as tf
 
 from kseq.decoding.constraints import suppress_special_tokens
 from kseq.special_ids import BOS_ID, EOS_ID, PAD_ID
-from kseq.validation import check_positive_int
+from kseq._validation import check_positive_int
 
 
 class TokenSearch:

@@ -3,7 +3,7 @@
 import keras
 
 from kseq.layers.scored_attention import ScoredAttention, additive_score
-from kseq.validation import check_positive_int
+from kseq._validation import check_positive_int
 
 
 @keras.saving.register_keras_serializable("kseq")

@@ -2,7 +2,7 @@
 
 import keras
 
-from kseq.validation import check_positive_int
+from kseq._validation import check_positive_int
 
 
 @keras.saving.register_keras_serializable("kseq")

@@ -4,7 +4,7 @@ import keras
 from keras import ops
 
 from kseq.layers.scored_attention import ScoredAttention, additive_score
-from kseq.validation import check_choice
+from kseq._validation import check_choice
 
 LUONG_SCORES = ("dot", "general", "concat")
 

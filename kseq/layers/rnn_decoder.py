@@ -7,7 +7,7 @@ from keras import ops
 from kseq.layers.bahdanau_attention import BahdanauAttention
 from kseq.layers.luong_attention import LUONG_SCORES, LuongAttention
 from kseq.layers.recurrent import CELL_TYPES, make_rnn_layer, run_cell
-from kseq.validation import check_choice, check_positive_int, check_rate
+from kseq._validation import check_choice, check_positive_int, check_rate
 
 ATTENTION_TYPES = (None,) + LUONG_SCORES + ("bahdanau",)
 

@@ -4,7 +4,7 @@ import keras
 from keras import ops
 
 from kseq.layers.recurrent import CELL_TYPES, call_recurrent, make_rnn_layer, num_states
-from kseq.validation import check_choice, check_positive_int, check_rate
+from kseq._validation import check_choice, check_positive_int, check_rate
 
 
 @keras.saving.register_keras_serializable("kseq")

@@ -8,7 +8,7 @@ from keras import ops
 from kseq.layers.masking import padding_mask
 from kseq.layers.position_embedding import PositionEmbedding
 from kseq.layers.sinusoidal_position_encoding import SinusoidalPositionEncoding
-from kseq.validation import check_choice, check_positive_int
+from kseq._validation import check_choice, check_positive_int
 
 POSITION_TYPES = ("sinusoidal", "learned")
 

@@ -5,7 +5,7 @@ from keras import ops
 
 from kseq.layers.cached_multi_head_attention import CachedMultiHeadAttention
 from kseq.layers.feed_forward import PositionwiseFeedForward
-from kseq.validation import check_positive_int, check_rate
+from kseq._validation import check_positive_int, check_rate
 
 
 class TransformerBlock(keras.layers.Layer):

@@ -5,7 +5,7 @@ import keras
 from kseq._compat import FirstShardBuild
 from kseq.models.checked_weights import CheckedWeightLoading
 from kseq.special_ids import NUM_SPECIAL_IDS
-from kseq.validation import as_id_array, check_positive_int
+from kseq._validation import as_id_array, check_positive_int
 
 
 class KseqModel(CheckedWeightLoading, FirstShardBuild, keras.Model):

@@ -5,9 +5,10 @@ import random
 
 import tensorflow as tf
 
-from kseq.decoding.factory import make_search, trim_padding
+from kseq.decoding.factory import make_search
+from kseq.decoding.output import trim_padding
 from kseq.decoding.protocol import Decoder
-from kseq.validation import check_positive_int
+from kseq._validation import check_positive_int
 
 
 class Generator(Decoder):

@@ -12,7 +12,7 @@ from kseq.layers.recurrent import CELL_TYPES, call_recurrent, make_rnn_layer, nu
 from kseq.models.base import KseqModel, check_vocab_size
 from kseq.models.generator import Generator
 from kseq.special_ids import EOS_ID
-from kseq.validation import check_choice, check_positive_int, check_rate, check_token_ids
+from kseq._validation import check_choice, check_positive_int, check_rate, check_token_ids
 
 
 @keras.saving.register_keras_serializable("kseq")

@@ -10,7 +10,7 @@ from kseq.layers.recurrent import num_states
 from kseq.layers.rnn_decoder import RNNDecoder
 from kseq.layers.rnn_encoder import RNNEncoder
 from kseq.models.seq2seq import Seq2Seq
-from kseq.validation import check_positive_int
+from kseq._validation import check_positive_int
 
 
 @keras.saving.register_keras_serializable("kseq")

@@ -7,7 +7,7 @@ from kseq.layers.masking import padding_mask
 from kseq.models.base import KseqModel, check_vocab_size
 from kseq.models.generator import Generator
 from kseq.special_ids import BOS_ID, EOS_ID, PAD_ID
-from kseq.validation import check_token_ids
+from kseq._validation import check_token_ids
 
 
 class Seq2Seq(Generator, KseqModel):

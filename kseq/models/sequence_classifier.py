@@ -10,7 +10,7 @@ from kseq.layers.rnn_encoder import RNNEncoder
 from kseq.layers.token_and_position_embedding import TokenAndPositionEmbedding
 from kseq.layers.transformer_encoder_block import TransformerEncoderBlock
 from kseq.models.base import KseqModel, check_vocab_size
-from kseq.validation import check_choice, check_positive_int, check_rate, check_token_ids
+from kseq._validation import check_choice, check_positive_int, check_rate, check_token_ids
 
 ENCODERS = ("rnn", "transformer")
 POOLINGS = ("last", "mean", "max", "attention")

@@ -9,7 +9,7 @@ from kseq.layers.token_and_position_embedding import TokenAndPositionEmbedding
 from kseq.layers.transformer_decoder_block import TransformerDecoderBlock
 from kseq.layers.transformer_encoder_block import TransformerEncoderBlock
 from kseq.models.seq2seq import Seq2Seq
-from kseq.validation import check_positive_int
+from kseq._validation import check_positive_int
 
 
 @keras.saving.register_keras_serializable("kseq")

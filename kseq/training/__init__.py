@@ -1,1 +1,3 @@
-"""Training pieces: precision, XLA, evaluation cadence."""
+"""Training: losses, metrics, schedules, callbacks (evaluation periods,
+time limits, samples, attention maps), resuming, distribution, precision,
+XLA, evaluation scores and the recipes' plumbing."""

@@ -17,7 +17,7 @@ import dataclasses
 
 import tensorflow as tf
 
-from kseq.validation import check_choice
+from kseq._validation import check_choice
 
 PRECISIONS = ("auto", "float32", "mixed_bfloat16", "mixed_float16")
 

@@ -14,7 +14,7 @@ import tensorflow as tf
 
 from kseq.data.pypi_data import cache_root
 from kseq.training.precision import device_class
-from kseq.validation import check_choice
+from kseq._validation import check_choice
 
 JIT_CHOICES = ("auto", "on", "off")
 

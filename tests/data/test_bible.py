@@ -14,6 +14,7 @@ import zipfile
 import pytest
 
 from kseq.data import bible
+from kseq.data.pypi_data import write_rows
 
 SCHEMA = (
     "CREATE TABLE bible (id INTEGER NOT NULL, bbName TEXT NOT NULL, bNumber INTEGER NOT NULL, "
@@ -185,7 +186,7 @@ def test_interrupted_write_leaves_no_file(tmp_path, monkeypatch):
     monkeypatch.setattr(bible.os, "replace", killed)
     path = str(tmp_path / "sub" / bible.TSV_NAME)
     with pytest.raises(KeyboardInterrupt):
-        bible._write_cache([("1:1:1", "a", "b")], path)
+        write_rows(path, [("1:1:1", "a", "b")])
     assert os.listdir(tmp_path / "sub") == []
 
 

@@ -18,10 +18,11 @@ import keras
 import numpy as np
 import pytest
 
-from kseq.data import exact_match, teacher_forcing
+from kseq.data import teacher_forcing
+from kseq.training.evaluation import exact_match_ids as exact_match
 from kseq.data.synthetic import random_sequences
 from kseq.layers.masking import padding_mask
-from kseq.losses import MaskedSparseCategoricalCrossentropy
+from kseq.training.losses import MaskedSparseCategoricalCrossentropy
 from kseq.models import RNNSeq2Seq, TransformerSeq2Seq
 
 pytestmark = pytest.mark.long

@@ -1,9 +1,13 @@
-"""Corpus BLEU and chrF with sacrebleu, and batched translation for scoring."""
+"""Scores of generated text (sacreBLEU and chrF, exact match), and batched
+translation for scoring."""
 
 import time
 
+import numpy as np
 import sacrebleu
 import tensorflow as tf
+
+from kseq.special_ids import EOS_ID
 
 
 def translation_scores(hypotheses, references):
@@ -36,6 +40,36 @@ def translation_scores(hypotheses, references):
         "bleu_signature": str(bleu.get_signature()),
         "chrf_signature": str(chrf.get_signature()),
     }
+
+
+def exact_match(hypotheses, references):
+    """Share of hypotheses equal to their reference (strings), in [0, 1].
+
+    Example:
+    >>> exact_match(["tac", "god"], ["tac", "dog"])
+    0.5
+    """
+    if len(hypotheses) != len(references):
+        raise ValueError(
+            f"`hypotheses` ({len(hypotheses)}) and `references` ({len(references)}) "
+            "must have the same length."
+        )
+    return float(np.mean([h == r for h, r in zip(hypotheses, references)])) if references else 0.0
+
+
+def exact_match_ids(generated, targets):
+    """Share of rows of `generated` (B, T') ids equal to their target + EOS.
+
+    Example:
+    >>> exact_match_ids([[5, 6, 2, 0], [5, 5, 2, 0]], [[5, 6], [6, 5]])
+    0.5
+    """
+    generated = np.asarray(generated)
+    hits = 0
+    for row, target in zip(generated, targets):
+        expected = [*target, EOS_ID]
+        hits += row[: len(expected)].tolist() == expected
+    return hits / len(targets)
 
 
 class BatchTranslator:

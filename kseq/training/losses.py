@@ -5,7 +5,7 @@ import tensorflow as tf
 from keras import ops
 
 from kseq.special_ids import PAD_ID
-from kseq.validation import check_rate
+from kseq._validation import check_rate
 
 
 def token_log_probs(y_true, logits):

@@ -1,17 +1,8 @@
-"""tf.data pipelines from text pairs to model inputs."""
+"""Text pairs to model inputs: BOS/EOS around targets, padded batches."""
 
 import tensorflow as tf
 
-from kseq.special_ids import BOS_ID, EOS_ID, PAD_ID, UNK_ID
-
-
-def output_ids_to_text_ids(ids, vocab_size):
-    """Generated (B, T) ids -> (ids with out-of-range ids as UNK, (B, T) mask
-    of the positions before the first EOS): what a detokenizer should read."""
-    ids = tf.convert_to_tensor(ids, tf.int32)
-    before_eos = tf.equal(tf.cumsum(tf.cast(tf.equal(ids, EOS_ID), tf.int32), axis=1), 0)
-    in_range = tf.logical_and(ids >= 0, ids < vocab_size)
-    return tf.where(in_range, ids, UNK_ID), before_eos
+from kseq.special_ids import BOS_ID, EOS_ID, PAD_ID
 
 
 def add_specials(target_ids):

@@ -9,7 +9,7 @@ import numpy as np
 import tensorflow as tf
 
 from kseq._compat import continue_after_epoch, end_epoch_early
-from kseq.plotting import attention_image
+from kseq.training.plotting import attention_image
 from kseq.special_ids import BOS_ID
 
 

@@ -9,8 +9,8 @@ import keras
 import tensorflow as tf
 
 from kseq._compat import continue_after_epoch, end_epoch_early, resume_fit_at_epoch
-from kseq.atomic import write_json_atomic
-from kseq.validation import check_positive_int
+from kseq._atomic import write_json_atomic
+from kseq._validation import check_positive_int
 
 
 class TrainingPosition:

@@ -7,7 +7,7 @@ import numpy as np
 import tensorflow as tf
 
 from kseq._compat import clip_after_all_reduce, fix_keras_multi_worker_logs
-from kseq.validation import check_choice
+from kseq._validation import check_choice
 
 __all__ = [
     "STRATEGIES", "clip_after_all_reduce", "distribute_batches", "fix_keras_multi_worker_logs",

@@ -1,22 +1,28 @@
 """Files written whole or not at all: a temporary file beside the target,
 renamed over it once complete (a rename within a folder is atomic)."""
 
+import contextlib
 import json
 import os
+import secrets
 
 
 def write_bytes_atomic(path, data):
-    """Writes `data` to `path` so that readers see the old or the new file."""
-    temporary = f"{path}.tmp-{os.getpid()}"
+    """Writes `data` to `path` so that readers see the old or the new file,
+    never half of one. The temporary name is unique to the process and the
+    call, so parallel writers cannot collide (and it is not mkstemp, whose
+    0600 mode would ignore the umask)."""
+    temporary = f"{path}.{os.getpid()}-{secrets.token_hex(4)}.tmp"
     try:
-        with open(temporary, "wb") as f:
+        with open(temporary, "xb") as f:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
         os.replace(temporary, path)
-    finally:
-        if os.path.exists(temporary):
+    except BaseException:
+        with contextlib.suppress(OSError):
             os.remove(temporary)
+        raise
 
 
 def write_json_atomic(path, value):
