@@ -41,7 +41,7 @@ def translate_function(model, source_tokenizer, target_tokenizer, max_length=64,
     With `jit_compile`, the search (not the tokenizers, which XLA cannot
     compile) is compiled with XLA, once per input shape: requests are padded
     to a power-of-two number of rows and a multiple of 16 source tokens, so
-    few shapes ever compile (20x faster decoding on a GPU).
+    few shapes ever compile (decoding on a GPU is many times faster so).
 
     Raises:
         ValueError: the search would generate more tokens than the model's

@@ -17,68 +17,51 @@ About 7 minutes on 2 CPU cores (6 epochs of about 1 minute, early stopping).
     python recipes/classify.py --train-tsv my_train.tsv --valid-tsv my_valid.tsv
     tensorboard --logdir runs/classify
 
-A TSV line is `text<TAB>label`; labels are any strings.
+A TSV line is `text<TAB>label`; labels are any strings. --precision and
+--jit-compile as in recipes/translate.py.
 """
 
-import argparse
-import json
 import os
-import sys
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 import kseq  # noqa: E402
-from kseq.training.distribution import clip_after_all_reduce  # noqa: E402
 from kseq.data.subword_tokenizer import SubwordTokenizer  # noqa: E402
 from kseq.export import export_classifier  # noqa: E402
-from kseq.training.recipe import check_paths, hold_out, read_tsv_reporting  # noqa: E402
-from kseq.training.runtime import tune_cpu_runtime  # noqa: E402
 from kseq.special_ids import PAD_ID  # noqa: E402
+from kseq.training import recipe  # noqa: E402
+from kseq.training.recipe import hold_out, read_tsv_reporting  # noqa: E402
+from kseq.training.runtime import tune_cpu_runtime  # noqa: E402
 from kseq.training.tensorboard import write_hparams  # noqa: E402
+from kseq.training.xla import decide_jit_compile  # noqa: E402
 
-CONFIG = dict(
+DEFAULTS = dict(
+    recipe.COMMON, train_tsv=None, valid_tsv=None, test_tsv=None,
     encoder="rnn", pooling="attention", cell="lstm", bidirectional=True, num_layers=1,
     embed_dim=128, units=128, num_heads=4, ff_dim=256, dropout=0.5, vocab_size=4000,
     batch_size=32, max_length=128, epochs=10, patience=3, learning_rate=1e-3, clipnorm=1.0,
-    seed=0, logdir="runs/classify", export_dir="savedmodels/classify",
+    logdir="runs/classify", export_dir="savedmodels/classify",
 )
+CHOICES = dict(encoder=("rnn", "transformer"), pooling=("last", "mean", "max", "attention"),
+               cell=("rnn", "lstm", "gru"))
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(
-        description=__doc__.split("\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog=__doc__.split("\n", 2)[2],
+    def check(config):
+        if config["encoder"] == "transformer" and config["pooling"] == "last":
+            return "--pooling last needs --encoder rnn"
+        return None
+
+    return recipe.parse_config(
+        __doc__, DEFAULTS, argv, choices=CHOICES, check=check,
+        positive=("vocab_size", "batch_size", "max_length", "epochs"),
+        files=("train_tsv", "valid_tsv", "test_tsv"),
     )
-    parser.add_argument("--train-tsv")
-    parser.add_argument("--valid-tsv")
-    parser.add_argument("--test-tsv")
-    parser.add_argument("--encoder", choices=["rnn", "transformer"])
-    parser.add_argument("--pooling", choices=["last", "mean", "max", "attention"])
-    parser.add_argument("--cell", choices=["rnn", "lstm", "gru"])
-    parser.add_argument("--unidirectional", dest="bidirectional", action="store_false", default=None)
-    for name in ("num-layers", "embed-dim", "units", "num-heads", "ff-dim", "vocab-size",
-                 "batch-size", "max-length", "epochs", "patience", "seed"):
-        parser.add_argument(f"--{name}", type=int)
-    for name in ("dropout", "learning-rate", "clipnorm"):
-        parser.add_argument(f"--{name}", type=float)
-    parser.add_argument("--logdir")
-    parser.add_argument("--export-dir")
-    args = parser.parse_args(argv)
-    config = dict(CONFIG)
-    config.update({k: v for k, v in vars(args).items() if v is not None})
-    for name in ("vocab_size", "batch_size", "max_length", "epochs"):
-        if config[name] < 1:
-            parser.error(f"--{name.replace('_', '-')} must be >= 1")
-    if config["encoder"] == "transformer" and config["pooling"] == "last":
-        parser.error("--pooling last needs --encoder rnn")
-    check_paths(parser, config, files=("train_tsv", "valid_tsv", "test_tsv"))
-    return config
 
 
 def read_labelled(path, role):
@@ -129,10 +112,25 @@ def make_dataset(texts, labels, tokenizer, config, shuffle):
     return dataset.prefetch(tf.data.AUTOTUNE)
 
 
+def build_model(config, vocab_size, num_classes, precision="float32"):
+    model = kseq.models.SequenceClassifier(
+        vocab_size, num_classes, encoder=config["encoder"], pooling=config["pooling"],
+        embed_dim=config["embed_dim"], units=config["units"], cell=config["cell"],
+        num_layers=config["num_layers"], bidirectional=config["bidirectional"],
+        num_heads=config["num_heads"], ff_dim=config["ff_dim"], dropout=config["dropout"],
+        max_length=config["max_length"], dtype=precision,
+    )
+    model.build()
+    jit = decide_jit_compile(config["jit_compile"], num_shapes=1, budget_minutes=None)
+    return recipe.compile_model(
+        model, keras.optimizers.Adam(config["learning_rate"], global_clipnorm=config["clipnorm"]),
+        keras.losses.SparseCategoricalCrossentropy(from_logits=True), ["accuracy"], jit_compile=jit.use,
+    )
+
+
 def main(argv=None):
     config = parse_args(argv)
-    keras.utils.set_random_seed(config["seed"])
-    os.makedirs(config["logdir"], exist_ok=True)
+    run = recipe.start(config)
     data, names = load_data(config)
     tokenizer = SubwordTokenizer.train(data["train"][0], config["vocab_size"])
     tokenizer.save(os.path.join(config["logdir"], "spm.model"))
@@ -142,25 +140,10 @@ def main(argv=None):
     inputs, labels = next(iter(datasets["train"]))
     print(f"first batch: token_ids {tuple(inputs.shape)}, labels {tuple(labels.shape)}")
 
-    strategy = tf.distribute.MirroredStrategy()
-    with strategy.scope():
-        model = kseq.models.SequenceClassifier(
-            tokenizer.vocab_size, len(names), encoder=config["encoder"], pooling=config["pooling"],
-            embed_dim=config["embed_dim"], units=config["units"], cell=config["cell"],
-            num_layers=config["num_layers"], bidirectional=config["bidirectional"],
-            num_heads=config["num_heads"], ff_dim=config["ff_dim"], dropout=config["dropout"],
-            max_length=config["max_length"],
-        )
-        model.build()
-        model.compile(
-            # The summed gradient of all replicas is clipped, as on one device.
-            optimizer=clip_after_all_reduce(
-                keras.optimizers.Adam(config["learning_rate"], global_clipnorm=config["clipnorm"])),
-            loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-            metrics=["accuracy"],
-        )
+    with run.strategy.scope():
+        model = build_model(config, tokenizer.vocab_size, len(names), run.precision.policy)
     print(f"model: {config['encoder']} + {config['pooling']} pooling, {model.count_params():,} parameters")
-    write_hparams(config["logdir"], config)
+    write_hparams(config["logdir"], config | run.precision.as_dict())
     callbacks = [
         keras.callbacks.TensorBoard(config["logdir"]),
         keras.callbacks.EarlyStopping(monitor="val_accuracy", mode="max", patience=config["patience"],
@@ -174,7 +157,7 @@ def main(argv=None):
     test = model.evaluate(datasets["test"], verbose=0, return_dict=True)
     best = int(np.argmax(history.history["val_accuracy"]))
     majority = float(np.mean(np.asarray(data["test"][1]) == np.bincount(data["train"][1]).argmax()))
-    metrics = {
+    metrics = recipe.write_metrics(config["logdir"], {
         "test_accuracy": round(float(test["accuracy"]), 4),
         "test_loss": float(test["loss"]),
         "valid_accuracy": float(history.history["val_accuracy"][best]),
@@ -183,18 +166,14 @@ def main(argv=None):
         "best_epoch": best + 1,
         "epochs_run": len(history.history["loss"]),
         "train_seconds": round(train_seconds, 1),
+        "wall_seconds": round(run.seconds, 1),
         "labels": names,
-    }
+        **run.precision.as_dict(),
+    })
     print(f"test accuracy {metrics['test_accuracy']:.4f} (majority class {majority:.4f})")
-    with open(os.path.join(config["logdir"], "metrics.json"), "w") as f:
-        json.dump(metrics, f, indent=2)
     path = export_classifier(model, tokenizer, names, config["export_dir"],
                              max_length=config["max_length"], assets={"spm.model": tokenizer.proto})
-    served = tf.saved_model.load(path).signatures["serving_default"]
-    sample = data["test"][0][0]
-    output = served(text=tf.constant([sample]))
-    print(f"exported {path}: {sample!r} -> {output['label'].numpy()[0].decode()} "
-          f"{np.round(output['probabilities'].numpy()[0], 3).tolist()}")
+    recipe.serve_sample(path, {"text": data["test"][0][:1]})
     print(f"TensorBoard: tensorboard --logdir {config['logdir']}")
     return metrics
 

@@ -19,69 +19,52 @@ About 12 minutes on 2 CPU cores (two models of about 5 minutes each).
     python recipes/language_model.py
     python recipes/language_model.py --train-txt my.txt --valid-txt my_valid.txt
     tensorboard --logdir runs/language_model
+
+--precision and --jit-compile as in recipes/translate.py.
 """
 
-import argparse
-import json
 import math
 import os
-import sys
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import keras  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 import kseq  # noqa: E402
-from kseq.training.distribution import clip_after_all_reduce  # noqa: E402
-from kseq.training.callbacks import GenerationMonitor, TimeLimit  # noqa: E402
 from kseq.data.streams import join_documents, stream_batches  # noqa: E402
 from kseq.data.subword_tokenizer import SubwordTokenizer  # noqa: E402
 from kseq.data.text import normalize_text  # noqa: E402
 from kseq.decoding import Sampler  # noqa: E402
 from kseq.export import export_language_model  # noqa: E402
-from kseq.training.recipe import check_paths  # noqa: E402
+from kseq.training import recipe  # noqa: E402
+from kseq.training.callbacks import GenerationMonitor, TimeLimit  # noqa: E402
 from kseq.training.runtime import tune_cpu_runtime  # noqa: E402
 from kseq.training.tensorboard import write_hparams  # noqa: E402
+from kseq.training.xla import decide_jit_compile  # noqa: E402
 
-CONFIG = dict(
+DEFAULTS = dict(
+    recipe.COMMON, train_txt=None, valid_txt=None, test_txt=None,
     cell="lstm", num_layers=1, embed_dim=256, units=256, dropout=0.3, tie_weights=True,
     vocab_size=4000, batch_size=32, bptt=35, epochs=3, learning_rate=2e-3, clipnorm=1.0,
-    max_minutes=5.0, sample_length=40, temperature=0.8, top_k=40, seed=0,
+    max_minutes=5.0, sample_length=40, temperature=0.8, top_k=40,
     logdir="runs/language_model", export_dir="savedmodels/language_model",
     prompts=["In the beginning", "The Lord said to Moses,", "Blessed are"],
 )
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(
-        description=__doc__.split("\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog=__doc__.split("\n", 2)[2],
+    def check(config):
+        if config["tie_weights"] and config["embed_dim"] != config["units"]:
+            return "tied weights need --embed-dim == --units (or pass --no-tie-weights)"
+        return None
+
+    return recipe.parse_config(
+        __doc__, DEFAULTS, argv, choices=dict(cell=("rnn", "lstm", "gru")), check=check,
+        positive=("vocab_size", "batch_size", "bptt", "epochs", "units", "embed_dim"),
+        files=("train_txt", "valid_txt", "test_txt"),
     )
-    parser.add_argument("--train-txt", help="plain text, one document (e.g. verse) per line")
-    parser.add_argument("--valid-txt")
-    parser.add_argument("--test-txt")
-    parser.add_argument("--cell", choices=["rnn", "lstm", "gru"])
-    for name in ("num-layers", "embed-dim", "units", "vocab-size", "batch-size", "bptt",
-                 "epochs", "sample-length", "top-k", "seed"):
-        parser.add_argument(f"--{name}", type=int)
-    for name in ("dropout", "learning-rate", "clipnorm", "max-minutes", "temperature"):
-        parser.add_argument(f"--{name}", type=float)
-    parser.add_argument("--no-tie-weights", dest="tie_weights", action="store_false", default=None)
-    parser.add_argument("--logdir")
-    parser.add_argument("--export-dir")
-    args = parser.parse_args(argv)
-    config = dict(CONFIG)
-    config.update({k: v for k, v in vars(args).items() if v is not None})
-    for name in ("vocab_size", "batch_size", "bptt", "epochs", "units", "embed_dim"):
-        if config[name] < 1:
-            parser.error(f"--{name.replace('_', '-')} must be >= 1")
-    if config["tie_weights"] and config["embed_dim"] != config["units"]:
-        parser.error("tied weights need --embed-dim == --units (or pass --no-tie-weights)")
-    check_paths(parser, config, files=("train_txt", "valid_txt", "test_txt"))
-    return config
 
 
 def read_lines(path):
@@ -115,20 +98,19 @@ def load_texts(config):
     return texts
 
 
-def build_model(config, vocab_size, carry_state):
+def build_model(config, vocab_size, carry_state, precision="float32"):
     model = kseq.models.RNNLanguageModel(
         vocab_size, embed_dim=config["embed_dim"], units=config["units"], cell=config["cell"],
         num_layers=config["num_layers"], dropout=config["dropout"],
-        tie_weights=config["tie_weights"], carry_state=carry_state,
+        tie_weights=config["tie_weights"], carry_state=carry_state, dtype=precision,
     )
     model.build()
-    model.compile(
-        optimizer=clip_after_all_reduce(  # the replicas' summed gradient, as on one device
-            keras.optimizers.Adam(config["learning_rate"], global_clipnorm=config["clipnorm"])),
-        loss=kseq.losses.MaskedSparseCategoricalCrossentropy(),
-        metrics=[kseq.metrics.Perplexity()],
+    jit = decide_jit_compile(config["jit_compile"], num_shapes=1, budget_minutes=config["max_minutes"])
+    return recipe.compile_model(
+        model, keras.optimizers.Adam(config["learning_rate"], global_clipnorm=config["clipnorm"]),
+        kseq.losses.MaskedSparseCategoricalCrossentropy(), [kseq.metrics.Perplexity()],
+        jit_compile=jit.use,
     )
-    return model
 
 
 def make_continuer(model, tokenizer, config):
@@ -143,11 +125,11 @@ def make_continuer(model, tokenizer, config):
     return continue_texts, search
 
 
-def train_one(name, config, streams, tokenizer, strategy, carry_state):
+def train_one(name, config, streams, tokenizer, run, carry_state):
     """Trains one model; returns (model, its metrics)."""
     logdir = os.path.join(config["logdir"], name)
-    with strategy.scope():
-        model = build_model(config, tokenizer.vocab_size, carry_state)
+    with run.strategy.scope():
+        model = build_model(config, tokenizer.vocab_size, carry_state, run.precision.policy)
     print(f"{name}: {model.count_params():,} parameters, carry_state={carry_state}")
     continuer, _ = make_continuer(model, tokenizer, config)
     callbacks = [
@@ -177,8 +159,8 @@ def train_one(name, config, streams, tokenizer, strategy, carry_state):
 
 def main(argv=None):
     config = parse_args(argv)
-    keras.utils.set_random_seed(config["seed"])
-    os.makedirs(config["logdir"], exist_ok=True)
+    # Each replica gets the same rows of every batch: its own streams.
+    run = recipe.start(config)
     texts = load_texts(config)
     tokenizer = SubwordTokenizer.train(texts["train"], config["vocab_size"])
     tokenizer.save(os.path.join(config["logdir"], "spm.model"))
@@ -190,19 +172,16 @@ def main(argv=None):
         batch = config["batch_size"] if split == "train" else min(config["batch_size"], 8)
         streams[split] = stream_batches(tokens, batch, config["bptt"], drop_remainder=split == "train")
         print(f"{split}: {len(tokens):,} tokens in {batch} streams")
-    # Each replica gets the same rows of every batch: its own streams.
-    strategy = tf.distribute.MirroredStrategy()
-    write_hparams(config["logdir"], {k: v for k, v in config.items() if k != "prompts"})
+    write_hparams(config["logdir"], {k: v for k, v in config.items() if k != "prompts"} | run.precision.as_dict())
 
-    model, metrics = train_one("tbptt", config, streams, tokenizer, strategy, carry_state=True)
-    _, baseline = train_one("independent_chunks", config, streams, tokenizer, strategy,
-                            carry_state=False)
+    model, metrics = train_one("tbptt", config, streams, tokenizer, run, carry_state=True)
+    _, baseline = train_one("independent_chunks", config, streams, tokenizer, run, carry_state=False)
     continuer, search = make_continuer(model, tokenizer, config)
     samples = [{"prompt": p, "continuation": c}
                for p, c in zip(config["prompts"], continuer(config["prompts"]))]
     for sample in samples:
         print(f"  {sample['prompt']!r} -> {sample['continuation']!r}")
-    results = {
+    results = recipe.write_metrics(config["logdir"], {
         **metrics,
         "baseline_test_perplexity": baseline["test_perplexity"],
         "baseline_valid_loss": baseline["valid_loss"],
@@ -210,14 +189,12 @@ def main(argv=None):
         "baseline_steps": baseline["steps"],
         "test_cross_entropy": round(math.log(metrics["test_perplexity"]), 4),
         "samples": samples,
-    }
-    with open(os.path.join(config["logdir"], "metrics.json"), "w") as f:
-        json.dump(results, f, indent=2, ensure_ascii=False)
+        "wall_seconds": round(run.seconds, 1),
+        **run.precision.as_dict(),
+    })
     path = export_language_model(model, tokenizer, config["export_dir"], search,
                                  assets={"spm.model": tokenizer.proto})
-    served = tf.saved_model.load(path).signatures["serving_default"]
-    sample = served(prompt=tf.constant(config["prompts"][:1]))["continuation"].numpy()[0].decode()
-    print(f"exported {path}: {config['prompts'][0]!r} -> {sample!r}")
+    recipe.serve_sample(path, {"prompt": config["prompts"][:1]})
     print(f"test perplexity {metrics['test_perplexity']:.2f} with truncated BPTT, "
           f"{baseline['test_perplexity']:.2f} with independent chunks")
     print(f"TensorBoard: tensorboard --logdir {config['logdir']}")

@@ -13,29 +13,26 @@ Time on 2 CPU cores: about 2-4 minutes with the defaults.
     tensorboard --logdir runs/reverse
 """
 
-import argparse
-import json
 import os
 import string
-import sys
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
 
 import kseq  # noqa: E402
-from kseq.training.distribution import clip_after_all_reduce  # noqa: E402
-from kseq.training.recipe import check_paths  # noqa: E402
-from kseq.training.callbacks import GenerationMonitor  # noqa: E402
 from kseq.data.character_tokenizer import CharacterTokenizer  # noqa: E402
 from kseq.data.text_pairs import text_pair_dataset  # noqa: E402
 from kseq.export import export_translator  # noqa: E402
+from kseq.training import recipe  # noqa: E402
+from kseq.training.callbacks import GenerationMonitor  # noqa: E402
+from kseq.training.evaluation import exact_match  # noqa: E402
+from kseq.training.xla import decide_jit_compile  # noqa: E402
 
-CONFIG = dict(
+DEFAULTS = dict(
+    recipe.COMMON,
     arch="transformer",
     attention="bahdanau",  # --arch rnn only
     cell="gru",  # --arch rnn only
@@ -48,33 +45,16 @@ CONFIG = dict(
     learning_rate=2e-3,
     logdir="runs/reverse",
     export_dir="savedmodels/reverse",
-    strategy="mirrored",
-    seed=0,
 )
+CHOICES = dict(arch=("transformer", "rnn"), attention=("none", "dot", "general", "concat", "bahdanau"),
+               cell=("rnn", "lstm", "gru"))
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--arch", choices=["transformer", "rnn"])
-    parser.add_argument("--attention", choices=["none", "dot", "general", "concat", "bahdanau"])
-    parser.add_argument("--cell", choices=["rnn", "lstm", "gru"])
-    parser.add_argument("--train-examples", type=int)
-    parser.add_argument("--valid-examples", type=int)
-    parser.add_argument("--batch-size", type=int)
-    parser.add_argument("--epochs", type=int)
-    parser.add_argument("--learning-rate", type=float)
-    parser.add_argument("--logdir")
-    parser.add_argument("--export-dir")
-    parser.add_argument("--strategy", choices=["mirrored", "default"])
-    parser.add_argument("--seed", type=int)
-    args = parser.parse_args(argv)
-    config = dict(CONFIG)
-    config.update({k: v for k, v in vars(args).items() if v is not None})
-    for name in ("train_examples", "valid_examples", "batch_size", "epochs"):
-        if config[name] < 1:
-            parser.error(f"--{name.replace('_', '-')} must be >= 1")
-    check_paths(parser, config, files=())
-    return config
+    return recipe.parse_config(
+        __doc__, DEFAULTS, argv, choices=CHOICES,
+        positive=("train_examples", "valid_examples", "batch_size", "epochs"),
+    )
 
 
 def random_words(count, config, seed):
@@ -84,25 +64,22 @@ def random_words(count, config, seed):
     return ["".join(rng.choice(letters, n)) for n in lengths]
 
 
-def build_model(config, vocab_size):
+def build_model(config, vocab_size, precision="float32"):
     if config["arch"] == "transformer":
         return kseq.models.TransformerSeq2Seq(
             vocab_size, vocab_size, num_layers=2, d_model=64, num_heads=4, ff_dim=128,
-            dropout=0.0, max_length=64,
+            dropout=0.0, max_length=64, dtype=precision,
         )
     attention = None if config["attention"] == "none" else config["attention"]
     return kseq.models.RNNSeq2Seq(
-        vocab_size, vocab_size, embed_dim=32, units=128, cell=config["cell"], attention=attention
+        vocab_size, vocab_size, embed_dim=32, units=128, cell=config["cell"], attention=attention,
+        dtype=precision,
     )
-
-
-def exact_match(hypotheses, references):
-    return float(np.mean([h == r for h, r in zip(hypotheses, references)]))
 
 
 def main(argv=None):
     config = parse_args(argv)
-    keras.utils.set_random_seed(config["seed"])
+    run = recipe.start(config)
     tokenizer = CharacterTokenizer(string.ascii_lowercase)
     train_words = random_words(config["train_examples"], config, config["seed"] + 1)
     valid_words = random_words(config["valid_examples"], config, config["seed"] + 2)
@@ -117,24 +94,19 @@ def main(argv=None):
     inputs, labels = next(iter(train))
     print({name: tuple(value.shape) for name, value in inputs.items()}, "labels", tuple(labels.shape))
 
-    strategy = (
-        tf.distribute.MirroredStrategy()
-        if config["strategy"] == "mirrored"
-        else tf.distribute.get_strategy()
-    )
-    print(f"strategy: {type(strategy).__name__} with {strategy.num_replicas_in_sync} replica(s)")
-    with strategy.scope():
-        model = build_model(config, tokenizer.vocab_size)
-        model.compile(
-            optimizer=clip_after_all_reduce(keras.optimizers.Adam(config["learning_rate"], clipnorm=1.0)),
-            loss=kseq.losses.MaskedSparseCategoricalCrossentropy(),
-            metrics=[kseq.metrics.MaskedAccuracy(), kseq.metrics.Perplexity()],
-            jit_compile=config["arch"] == "transformer",
+    with run.strategy.scope():
+        model = build_model(config, tokenizer.vocab_size, run.precision.policy)
+        recipe.compile_model(
+            model, keras.optimizers.Adam(config["learning_rate"], clipnorm=1.0),
+            kseq.losses.MaskedSparseCategoricalCrossentropy(),
+            [kseq.metrics.MaskedAccuracy(), kseq.metrics.Perplexity()],
+            jit_compile=decide_jit_compile(config["jit_compile"], num_shapes=config["max_length"]).use,
         )
 
     def translate(words):
         ids = tokenizer.tokenize(words).to_tensor()
-        return tokenizer.detokenize(model.generate(ids, max_length=config["max_length"] + 1))
+        generated = model.generate(ids, max_length=config["max_length"] + 1)
+        return [t.decode() for t in tokenizer.detokenize(generated).numpy()]
 
     monitor = GenerationMonitor(
         valid_words, reverse(valid_words), translate, {"exact_match": exact_match},
@@ -149,22 +121,19 @@ def main(argv=None):
     train_seconds = time.time() - start
 
     test_words = random_words(config["valid_examples"], config, config["seed"] + 3)
-    metrics = {
-        "test_exact_match": exact_match([t.decode() for t in translate(test_words).numpy()], reverse(test_words)),
+    metrics = recipe.write_metrics(config["logdir"], {
+        "test_exact_match": exact_match(translate(test_words), reverse(test_words)),
         "valid_loss": float(history.history["val_loss"][-1]),
+        "valid_losses": [float(value) for value in history.history["val_loss"]],
         "valid_exact_match": monitor.history[-1]["exact_match"],
         "train_seconds": round(train_seconds, 1),
         "epochs": config["epochs"],
-    }
-    os.makedirs(config["logdir"], exist_ok=True)
-    with open(os.path.join(config["logdir"], "metrics.json"), "w") as f:
-        json.dump(metrics, f, indent=2)
-    print(json.dumps(metrics, indent=2))
+        **run.precision.as_dict(),
+    })
+    print(metrics)
 
     path = export_translator(model, tokenizer, tokenizer, config["export_dir"], max_length=config["max_length"] + 1)
-    served = tf.saved_model.load(path).signatures["serving_default"]
-    sample = served(source=tf.constant(["keras", "sequence"]))["translation"].numpy()
-    print(f"exported {path}: 'keras' -> {sample[0].decode()!r}, 'sequence' -> {sample[1].decode()!r}")
+    recipe.serve_sample(path, {"source": ["keras", "sequence"]})
     print(f"TensorBoard: tensorboard --logdir {config['logdir']}")
     return metrics
 

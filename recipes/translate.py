@@ -36,42 +36,32 @@ ran: keras declines XLA for cuDNN LSTM/GRU layers on a GPU.
 measured on this device class, kseq.training.precision).
 """
 
-import argparse
 import os
-import sys
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import keras  # noqa: E402
-import tensorflow as tf  # noqa: E402
 
 import kseq  # noqa: E402
-from kseq._atomic import write_json_atomic  # noqa: E402
+from kseq.data.bucketing import bucketed_pair_dataset, xla_boundaries  # noqa: E402
+from kseq.data.subword_tokenizer import SubwordTokenizer  # noqa: E402
+from kseq.decoding import BeamSearch, GreedySearch  # noqa: E402
+from kseq.export import export_translator, translate_function  # noqa: E402
+from kseq.training import recipe  # noqa: E402
 from kseq.training.callbacks import (  # noqa: E402
     AttentionMaps, EvaluationPeriods, GenerationMonitor, NonFiniteLoss, StepTensorBoard, StepTimer,
     StopOnNonFiniteLoss, TimeLimit, parse_cadence,
 )
-from kseq.data.bucketing import bucketed_pair_dataset, xla_boundaries  # noqa: E402
-from kseq.data.subword_tokenizer import SubwordTokenizer  # noqa: E402
-from kseq.decoding import BeamSearch, GreedySearch  # noqa: E402
-from kseq.training.distribution import (  # noqa: E402
-    STRATEGIES, clip_after_all_reduce, distribute_batches, is_chief, make_strategy, task,
-    weights_fingerprint,
-)
+from kseq.training.distribution import distribute_batches, weights_fingerprint  # noqa: E402
 from kseq.training.evaluation import BatchTranslator, translation_scores  # noqa: E402
-from kseq.export import export_translator, translate_function  # noqa: E402
-from kseq.training.recipe import check_paths, hold_out, read_tsv_reporting  # noqa: E402
+from kseq.training.precision import device_class  # noqa: E402
+from kseq.training.recipe import hold_out, read_tsv_reporting  # noqa: E402
 from kseq.training.resume import ResumableBackup, TrainingPosition  # noqa: E402
 from kseq.training.runtime import tune_cpu_runtime  # noqa: E402
 from kseq.training.tensorboard import write_hparams, write_model_graph  # noqa: E402
-from kseq.training.precision import PRECISIONS, describe_precision, device_class, resolve_precision  # noqa: E402
-from kseq.training.xla import (  # noqa: E402
-    JIT_CHOICES, decide_jit_compile, enable_persistent_cache, keras_jit_status,
-)
+from kseq.training.xla import JitDecision, decide_jit_compile, keras_jit_status  # noqa: E402
 
-STARTED = time.monotonic()
 PRESETS = {
     # Sized for 2 CPU cores and 12 minutes: 2,300-4,000 target tokens/s
     # (the machine is shared), so 1.5-2.5 epochs; a wider or deeper model
@@ -81,73 +71,48 @@ PRESETS = {
         # updates) and no dropout (no overfitting within 3 epochs) learn faster.
         arch="transformer", num_layers=2, d_model=192, num_heads=4, ff_dim=768, dropout=0.0,
         embed_dim=192, units=256, vocab_size=4000, token_budget=2560, max_length=96,
-        epochs=30, max_minutes=12.0, warmup_steps=400, learning_rate=None,
+        epochs=30, max_minutes=12.0, warmup_steps=400,
     ),
     # One GPU, 10 minutes: dozens of passes over the 30k training verses, so
     # a mid-sized model with dropout (not measured on a GPU yet).
     "gpu": dict(
         arch="transformer", num_layers=4, d_model=384, num_heads=6, ff_dim=1536, dropout=0.2,
         embed_dim=384, units=512, vocab_size=8000, token_budget=16384, max_length=128,
-        epochs=200, max_minutes=10.0, warmup_steps=1000, learning_rate=None,
+        epochs=200, max_minutes=10.0, warmup_steps=1000,
     ),
     "base": dict(
         arch="transformer", num_layers=6, d_model=512, num_heads=8, ff_dim=2048, dropout=0.1,
         embed_dim=512, units=512, vocab_size=16000, token_budget=25000, max_length=128,
-        epochs=40, max_minutes=None, warmup_steps=4000, learning_rate=None,
+        epochs=40, max_minutes=None, warmup_steps=4000,
     ),
 }
-COMMON = dict(
-    attention="general", cell="lstm", label_smoothing=0.1, clipnorm=1.0, beam_size=4,
-    length_penalty=0.6, valid_bleu_sentences=200, attention_plots=3, strategy="mirrored", save_every=200,
-    seed=0, logdir="runs/translate", export_dir="savedmodels/translate", max_test_sentences=None,
-    jit_compile="auto", precision="auto", eval_every="auto", eval_seconds=None, xla_cache=None,
-    export_xla=False,
+DEFAULTS = dict(
+    recipe.COMMON, train_tsv=None, valid_tsv=None, test_tsv=None, attention="general", cell="lstm",
+    label_smoothing=0.1, clipnorm=1.0, learning_rate=None, beam_size=4, length_penalty=0.6,
+    valid_bleu_sentences=200, attention_plots=3, save_every=200, max_test_sentences=None,
+    eval_every="auto", eval_seconds=None, export_xla=False,
+    logdir="runs/translate", export_dir="savedmodels/translate",
 )
+CHOICES = dict(arch=("transformer", "rnn"), attention=("none", "dot", "general", "concat", "bahdanau"),
+               cell=("rnn", "lstm", "gru"))
+TYPES = dict(learning_rate=float, max_test_sentences=int, eval_seconds=float, max_minutes=float)
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(
-        description=__doc__.split("\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog=__doc__.split("\n", 2)[2],
+    def check(config):
+        if config["token_budget"] < config["max_length"]:
+            return "--token-budget must be >= --max-length"
+        try:
+            config["cadence"] = parse_cadence(config["eval_every"], config["max_minutes"])
+        except ValueError as error:
+            return f"--eval-every: {error}"
+        return None
+
+    return recipe.parse_config(
+        __doc__, DEFAULTS, argv, presets=PRESETS, choices=CHOICES, types=TYPES, check=check,
+        positive=("epochs", "token_budget", "max_length", "beam_size", "vocab_size", "save_every"),
+        files=("train_tsv", "valid_tsv", "test_tsv"),
     )
-    parser.add_argument("--preset", choices=sorted(PRESETS), default="quick")
-    parser.add_argument("--train-tsv")
-    parser.add_argument("--valid-tsv")
-    parser.add_argument("--test-tsv")
-    parser.add_argument("--arch", choices=["transformer", "rnn"])
-    parser.add_argument("--attention", choices=["none", "dot", "general", "concat", "bahdanau"])
-    parser.add_argument("--cell", choices=["rnn", "lstm", "gru"])
-    for name in ("num-layers", "d-model", "num-heads", "ff-dim", "embed-dim", "units",
-                 "vocab-size", "token-budget", "max-length", "epochs", "warmup-steps",
-                 "beam-size", "valid-bleu-sentences", "attention-plots", "seed",
-                 "max-test-sentences", "save-every"):
-        parser.add_argument(f"--{name}", type=int)
-    for name in ("dropout", "max-minutes", "learning-rate", "label-smoothing", "clipnorm",
-                 "length-penalty", "eval-seconds"):
-        parser.add_argument(f"--{name}", type=float)
-    parser.add_argument("--strategy", choices=STRATEGIES)
-    parser.add_argument("--jit-compile", choices=JIT_CHOICES)
-    parser.add_argument("--precision", choices=PRECISIONS)
-    parser.add_argument("--eval-every", help="steps (500), minutes (2m) or auto")
-    parser.add_argument("--xla-cache", help="folder for compiled XLA programs")
-    parser.add_argument("--export-xla", action="store_true", default=None,
-                        help="serve the search compiled with XLA")
-    parser.add_argument("--logdir")
-    parser.add_argument("--export-dir")
-    args = parser.parse_args(argv)
-    config = {**COMMON, **PRESETS[args.preset], "preset": args.preset}
-    config.update({k: v for k, v in vars(args).items() if v is not None})
-    for name in ("epochs", "token_budget", "max_length", "beam_size", "vocab_size", "save_every"):
-        if config[name] < 1:
-            parser.error(f"--{name.replace('_', '-')} must be >= 1")
-    if config["token_budget"] < config["max_length"]:
-        parser.error("--token-budget must be >= --max-length")
-    try:
-        config["cadence"] = parse_cadence(config["eval_every"], config["max_minutes"])
-    except ValueError as error:
-        parser.error(f"--eval-every: {error}")
-    check_paths(parser, config, files=("train_tsv", "valid_tsv", "test_tsv"))
-    return config
 
 
 def load_data(config):
@@ -203,12 +168,11 @@ def beam_search(config):
 
 
 def decide_xla(config, strategy):
-    """(decision, boundaries or None): XLA for the train step, by request or
-    by measurement; under XLA the batches come in few fixed shapes."""
+    """XLA for the train step, by request or by measurement."""
     shapes = len(xla_boundaries(config["max_length"]))
     decision = decide_jit_compile(config["jit_compile"], shapes, config["max_minutes"])
     if decision.use and config["arch"] == "rnn" and config["jit_compile"] == "auto" and device_class() == "gpu":
-        decision = type(decision)("auto", False, "auto on gpu: keras runs LSTM/GRU with cuDNN, which XLA cannot compile")
+        decision = JitDecision("auto", False, "auto on gpu: keras runs LSTM/GRU with cuDNN, which XLA cannot compile")
     local = strategy.extended.worker_devices if strategy.num_replicas_in_sync > 1 else ()
     replicas_on_cpus = sum("CPU" in device for device in local)
     if decision.use and replicas_on_cpus > 1:
@@ -218,7 +182,7 @@ def decide_xla(config, strategy):
                 "process (XLA cannot read a variable another CPU device holds); use "
                 "--strategy default or --jit-compile off."
             )
-        decision = type(decision)("auto", False, f"auto: {replicas_on_cpus} CPU replicas in one process")
+        decision = JitDecision("auto", False, f"auto: {replicas_on_cpus} CPU replicas in one process")
     return decision
 
 
@@ -256,47 +220,50 @@ def pipelines(config, data, tokenizer, xla):
 
 def main(argv=None):
     config = parse_args(argv)
-    # TensorFlow reads XLA's flags when it sets up its devices: first.
-    cache = enable_persistent_cache(config["xla_cache"])
-    # Then a multi-worker strategy sets up collectives before other TensorFlow work.
-    strategy = make_strategy(config["strategy"])
-    chief = is_chief(strategy)
-    task_type, task_id = task(strategy)
-    print(f"strategy: {type(strategy).__name__} with {strategy.num_replicas_in_sync} replica(s)"
-          + ("" if chief else f"; this is {task_type} {task_id}: logs and exports are the chief's"))
-    precision = resolve_precision(config["precision"])
-    print(describe_precision(precision))
-    decision = decide_xla(config, strategy)
-    decode_xla = decision.use or device_class() == "gpu"  # 20x faster decoding on a GPU
-    keras.utils.set_random_seed(config["seed"])
-    logdir = config["logdir"]
-    # Other workers keep their own backup and tokenizer, as on separate disks.
-    workdir = logdir if chief else os.path.join(logdir, "workers", f"{task_type}-{task_id}")
-    os.makedirs(workdir, exist_ok=True)
-    backup_dir = os.path.join(workdir, "backup")
+    run = recipe.start(config)
+    decision = decide_xla(config, run.strategy)
+    backup_dir = os.path.join(run.workdir, "backup")
     resuming = ResumableBackup.saved_state(backup_dir)
-    data, tokenizer = prepare(config, workdir, resuming)
+    data, tokenizer = prepare(config, run.workdir, resuming)
+    trained = train(config, run, data, tokenizer, decision, resuming)
+    if not run.chief:
+        return trained
+    metrics = {
+        **evaluate(config, trained["model"], tokenizer, data["test"], trained["decode_xla"]),
+        **{name: value for name, value in trained.items() if name != "model"},
+        "wall_seconds": round(run.seconds, 1),
+    }
+    metrics["train_step_share"] = round(metrics["train_step_seconds"] / metrics["wall_seconds"], 3)
+    recipe.write_metrics(config["logdir"], metrics)
+    export(config, trained["model"], tokenizer, data["test"][0])
+    print(f"train steps took {metrics['train_step_share']:.0%} of {metrics['wall_seconds']:.0f} s of wall time")
+    print(f"TensorBoard: tensorboard --logdir {config['logdir']}")
+    return metrics
 
-    with strategy.scope():
-        model = build_model(config, tokenizer.vocab_size, dtype=precision.policy)
+
+def train(config, run, data, tokenizer, decision, resuming):
+    """Builds, compiles and fits the model on the run's cadence; returns the
+    model and what training reports (metrics.json's training part)."""
+    decode_xla = decision.use or device_class() == "gpu"  # 20x faster decoding on a GPU
+    with run.strategy.scope():
+        model = build_model(config, tokenizer.vocab_size, dtype=run.precision.policy)
         model.build()  # variables under the strategy, before the graph is logged
-        model.compile(
-            # The replicas' summed gradient is clipped, as on one device.
-            optimizer=clip_after_all_reduce(keras.optimizers.Adam(
-                learning_rate(config), beta_2=0.98, epsilon=1e-9, clipnorm=config["clipnorm"])),
-            loss=kseq.losses.MaskedSparseCategoricalCrossentropy(label_smoothing=config["label_smoothing"]),
-            metrics=[kseq.metrics.MaskedAccuracy(), kseq.metrics.Perplexity()],
-            jit_compile=decision.use,
+        recipe.compile_model(
+            model, keras.optimizers.Adam(learning_rate(config), beta_2=0.98, epsilon=1e-9,
+                                         clipnorm=config["clipnorm"]),
+            kseq.losses.MaskedSparseCategoricalCrossentropy(label_smoothing=config["label_smoothing"]),
+            [kseq.metrics.MaskedAccuracy(), kseq.metrics.Perplexity()], jit_compile=decision.use,
         )
     xla, xla_reason = keras_jit_status(model, decision)
     print(f"model: {config['arch']}, {model.count_params():,} parameters")
     print(f"XLA for the train step: {'on' if xla else 'off'} ({xla_reason})"
-          + (f"; compiled programs cached in {cache}" if xla else ""))
-    train, valid, position, report = pipelines(config, data, tokenizer, xla)
+          + (f"; compiled programs cached in {run.xla_cache}" if xla else ""))
+    train_data, valid, position, report = pipelines(config, data, tokenizer, xla)
     total_steps = config["epochs"] * report.batches_per_epoch
     if config["strategy"] == "multiworker":
-        train, valid = distribute_batches(strategy, train), distribute_batches(strategy, valid)
+        train_data, valid = distribute_batches(run.strategy, train_data), distribute_batches(run.strategy, valid)
 
+    backup_dir = os.path.join(run.workdir, "backup")
     backup = ResumableBackup(backup_dir, position, save_freq=config["save_every"], steps_position=True)
     timer = StepTimer()
     periods = EvaluationPeriods(config["cadence"], total_steps, steps_per_epoch=report.batches_per_epoch)
@@ -308,28 +275,27 @@ def main(argv=None):
         TimeLimit(config["max_minutes"], spent_seconds=resuming["train_seconds"] if resuming else 0.0),
         StopOnNonFiniteLoss("lower --learning-rate, or clip gradients with --clipnorm (e.g. 1.0)"),
     ]
-    settings = dict(precision.as_dict(), jit_compile_requested=decision.requested, jit_compile=xla,
+    settings = dict(run.precision.as_dict(), jit_compile_requested=decision.requested, jit_compile=xla,
                     jit_compile_reason=xla_reason, decode_xla=decode_xla, eval_every=str(config["cadence"]))
     monitor = None
-    if chief:
+    if run.chief:
         monitor, logging = chief_callbacks(config, model, tokenizer, data["valid"], resuming, settings, decode_xla)
         callbacks += logging
     # Last: a period's line shows its scores, and counts as saved once its logs are written.
     callbacks += [periods, backup]
     try:
-        history = model.fit(train, validation_data=valid, epochs=total_steps, steps_per_epoch=total_steps,
+        history = model.fit(train_data, validation_data=valid, epochs=total_steps, steps_per_epoch=total_steps,
                             callbacks=callbacks, verbose=0, shuffle=False)
     except NonFiniteLoss as error:
         raise SystemExit(f"{error}\nThe last save is kept in {backup_dir}; delete it to start over.")
     steps = int(model.optimizer.iterations.numpy())
     fingerprint = weights_fingerprint(model)
     print(f"trained {steps} steps; weights sha256 {fingerprint}")
-    if not chief:
+    if not run.chief:
         return {"steps": steps, "weights_sha256": fingerprint}
-
     ran = history.history.get("val_loss", [])
-    metrics = {
-        **evaluate(config, model, tokenizer, data["test"], decode_xla),
+    return {
+        "model": model,
         # A run resumed after its last period has no history: evaluate again.
         "valid_loss": float(ran[-1] if ran else model.evaluate(valid, verbose=0, return_dict=True)["loss"]),
         "valid_bleu": monitor.history[-1]["bleu"] if monitor.history else None,
@@ -341,16 +307,9 @@ def main(argv=None):
         "weights_sha256": fingerprint,
         "train_step_seconds": round(timer.train_step_seconds, 1),
         "fit_seconds": round(timer.fit_seconds, 1),
-        "wall_seconds": round(time.monotonic() - STARTED, 1),
         "batch_shapes": report.batch_shapes,
         **settings,
     }
-    metrics["train_step_share"] = round(timer.train_step_seconds / metrics["wall_seconds"], 3)
-    write_json_atomic(os.path.join(logdir, "metrics.json"), metrics)
-    export(config, model, tokenizer, data["test"][0])
-    print(f"train steps took {metrics['train_step_share']:.0%} of {metrics['wall_seconds']:.0f} s of wall time")
-    print(f"TensorBoard: tensorboard --logdir {logdir}")
-    return metrics
 
 
 def evaluate(config, model, tokenizer, test, decode_xla):
@@ -382,9 +341,7 @@ def export(config, model, tokenizer, sources):
         max_source_length=config["max_length"], assets={"spm.model": tokenizer.proto},
         jit_compile=config["export_xla"],
     )
-    served = tf.saved_model.load(path).signatures["serving_default"]
-    sample = served(source=tf.constant(sources[:1]))["translation"].numpy()[0].decode()
-    print(f"exported {path}: {sources[0]!r} -> {sample!r}")
+    recipe.serve_sample(path, {"source": sources[:1]})
     return path
 
 

@@ -16,8 +16,8 @@ class CachedMultiHeadAttention(keras.layers.MultiHeadAttention):
     self-attention's queries, keys and values with one matmul against the
     three kernels side by side, and the keys and values of attention over
     another sequence with one: on a CPU a (tokens x D) @ (D x 3D) product
-    and its gradients run 1.1-1.5x faster per FLOP than three (D x D) ones
-    (benchmarks/README.md). Decoding steps keep separate projections.
+    and its gradients run faster per FLOP than three (D x D) ones (figures
+    in benchmarks/README.md). Decoding steps keep separate projections.
 
     Decoding adds two things:
     - `project_memory`: keys/values of a fixed memory (the encoder outputs),

@@ -79,7 +79,7 @@ class MaskedSparseCategoricalCrossentropy(keras.losses.Loss):
         TensorFlow's fused softmax cross-entropy kernels compute the loss and
         its gradient (softmax minus target) in one pass over the logits; a
         log-softmax and a gather would scatter the gradient back into a
-        (B, T, V) tensor (1.7-2.7x the time on a CPU, benchmarks/loss.py)."""
+        (B, T, V) tensor (slower: benchmarks/loss.py, benchmarks/README.md)."""
         logits = ops.cast(y_pred, "float32")
         labels = ops.cast(y_true, "int32")
         if not self.label_smoothing:

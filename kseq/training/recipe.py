@@ -1,6 +1,150 @@
-"""What the recipes share: argument checks and reading a user's TSV."""
+"""The flow every script in recipes/ shares, so that each holds only its task.
 
+A recipe declares its defaults (a dict, with presets if it has them) and
+runs: `parse_config` (one typed option per default, the shared checks),
+`start` (strategy, precision, seed and logdir, in the order TensorFlow
+needs), `compile_model` (under the strategy, clipping the gradient summed
+over replicas), its own training and evaluation, `write_metrics` (atomic
+metrics.json with what ran) and `serve_sample` (the export, loaded back and
+called). Argument checks and a user's TSV reading live here too.
+"""
+
+import argparse
 import os
+import time
+
+import keras
+import tensorflow as tf
+
+from kseq._atomic import write_json_atomic
+from kseq.training.distribution import clip_after_all_reduce, is_chief, make_strategy, task
+from kseq.training.precision import PRECISIONS, describe_precision, resolve_precision
+from kseq.training.xla import JIT_CHOICES, enable_persistent_cache
+
+# Options every recipe takes, and their defaults.
+COMMON = dict(seed=0, strategy="mirrored", precision="auto", jit_compile="auto", xla_cache=None)
+CHOICES = dict(strategy=("default", "mirrored", "multiworker"), precision=PRECISIONS,
+               jit_compile=JIT_CHOICES)
+
+
+def parse_config(doc, defaults, argv=None, presets=None, choices=None, types=None, positive=(),
+                 files=(), check=None, extra=None):
+    """The recipe's configuration: its defaults, overridden by the command line.
+
+    Args:
+        doc: the recipe's docstring (the first line describes it; the rest
+            is the help's epilog).
+        defaults: {name: default} of every option (`COMMON` included by the
+            recipe); each becomes `--name-with-dashes`, typed by its default
+            (booleans as `--name` / `--no-name`), or by `types` where the
+            default is None.
+        presets: {preset: defaults} chosen with `--preset` (the first is the
+            default), applied over `defaults`.
+        choices: {name: allowed values}.
+        positive: names that must be >= 1.
+        files: names of input files that must exist and be readable.
+        check: `config -> error message or None`, for rules across options.
+        extra: `parser -> None`, to add options that are no config value.
+
+    Returns:
+        The config dict; `parser.error` (exit 2, usage) on bad values.
+    """
+    parser = argparse.ArgumentParser(
+        description=doc.split("\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=doc.split("\n", 2)[2] if doc.count("\n") > 1 else None,
+    )
+    choices = {**CHOICES, **(choices or {})}
+    types = types or {}
+    names = dict(defaults)
+    if presets:
+        parser.add_argument("--preset", choices=sorted(presets), default=next(iter(presets)))
+        for preset in presets.values():
+            names.update({name: value for name, value in preset.items() if names.get(name) is None})
+    for name, default in names.items():
+        flag = "--" + name.replace("_", "-")
+        kind = types.get(name) or (type(default) if default is not None else str)
+        if kind is bool:
+            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=None)
+        elif kind in (list, dict, tuple):
+            continue
+        else:
+            parser.add_argument(flag, type=kind, choices=choices.get(name), default=None)
+    if extra:
+        extra(parser)
+    args = parser.parse_args(argv)
+    config = dict(defaults)
+    if presets:
+        config.update(presets[args.preset], preset=args.preset)
+    config.update({name: value for name, value in vars(args).items() if value is not None})
+    for name in positive:
+        if config[name] is not None and config[name] < 1:
+            parser.error(f"--{name.replace('_', '-')} must be >= 1")
+    problem = check(config) if check else None
+    if problem:
+        parser.error(problem)
+    check_paths(parser, config, files=files)
+    return config
+
+
+class Run:
+    """What `start` sets up: `strategy`, `chief` (whether this process
+    writes logs and exports), `workdir` (the logdir, or this worker's
+    folder under it), `precision` and `xla_cache`."""
+
+    def __init__(self, config):
+        self.started = time.monotonic()
+        # TensorFlow reads XLA's flags when it sets up its devices: first.
+        self.xla_cache = enable_persistent_cache(config.get("xla_cache"))
+        # Then a multi-worker strategy sets up collectives before other TensorFlow work.
+        self.strategy = make_strategy(config["strategy"])
+        self.chief = is_chief(self.strategy)
+        task_type, task_id = task(self.strategy)
+        print(f"strategy: {type(self.strategy).__name__} with {self.strategy.num_replicas_in_sync} "
+              "replica(s)" + ("" if self.chief else f"; this is {task_type} {task_id}: logs and "
+                              "exports are the chief's"))
+        self.precision = resolve_precision(config["precision"])
+        print(describe_precision(self.precision))
+        keras.utils.set_random_seed(config["seed"])
+        # Other workers keep their own files, as on separate disks.
+        logdir = config["logdir"]
+        self.workdir = logdir if self.chief else os.path.join(logdir, "workers", f"{task_type}-{task_id}")
+        os.makedirs(self.workdir, exist_ok=True)
+
+    @property
+    def seconds(self):
+        return time.monotonic() - self.started
+
+
+def start(config):
+    """Sets up a run (see `Run`); call it before any other TensorFlow work."""
+    return Run(config)
+
+
+def compile_model(model, optimizer, loss, metrics=(), jit_compile=False):
+    """Compiles `model` (built under the run's strategy scope); the replicas'
+    summed gradient is clipped, as on one device (`clip_after_all_reduce`)."""
+    model.compile(optimizer=clip_after_all_reduce(optimizer), loss=loss, metrics=list(metrics),
+                  jit_compile=jit_compile)
+    return model
+
+
+def write_metrics(logdir, metrics):
+    """`<logdir>/metrics.json`, written whole or not at all."""
+    write_json_atomic(os.path.join(logdir, "metrics.json"), metrics)
+    return metrics
+
+
+def serve_sample(path, inputs):
+    """Loads the export at `path` as TF Serving would and calls its
+    `serving_default` on `inputs` ({input name: strings}); prints and
+    returns the outputs as Python values."""
+    served = tf.saved_model.load(path).signatures["serving_default"]
+    outputs = {name: value.numpy() for name, value in served(
+        **{name: tf.constant(values) for name, values in inputs.items()}).items()}
+    shown = {name: [v.decode() if isinstance(v, bytes) else v for v in value.tolist()][:1]
+             for name, value in outputs.items() if name != "token_ids"}
+    print(f"exported {path}: {next(iter(inputs.values()))[0]!r} -> {shown}")
+    return outputs
 
 
 def check_paths(parser, config, files, folders=("logdir", "export_dir"), exports=("export_dir",)):

@@ -8,9 +8,8 @@ import tensorflow as tf
 def tune_cpu_runtime(threads=None):
     """Call once at program start, before TensorFlow runs any op.
 
-    Measured on a 2-core machine (benchmarks/cpu_runtime.py), this makes the
-    Transformer train step 1.73x faster, because two TensorFlow defaults
-    cost more than the work on small CPU batches:
+    Two TensorFlow defaults cost more than the work on small CPU batches
+    (measured by benchmarks/cpu_runtime.py, figures in benchmarks/README.md):
     - the default CPU allocator returns every large tensor to the system, so
       each step faults fresh pages in again (41% of the CPU time went to the
       kernel); TensorFlow's BFC allocator keeps and reuses them;
