@@ -35,7 +35,7 @@ from kseq.data.subword_tokenizer import SubwordTokenizer  # noqa: E402
 from kseq.export import export_classifier  # noqa: E402
 from kseq.special_ids import PAD_ID  # noqa: E402
 from kseq.training import recipe  # noqa: E402
-from kseq.training.recipe import hold_out, read_tsv_reporting  # noqa: E402
+from kseq.training.recipe import read_tsv_reporting  # noqa: E402
 from kseq.training.runtime import tune_cpu_runtime  # noqa: E402
 from kseq.training.tensorboard import write_hparams  # noqa: E402
 from kseq.training.xla import decide_jit_compile  # noqa: E402
@@ -74,12 +74,7 @@ def read_labelled(path, role):
 def load_data(config):
     """({split: (texts, class ids)}, label names)."""
     if config.get("train_tsv"):
-        raw = {"train": read_labelled(config["train_tsv"], "train")}
-        if config.get("valid_tsv"):
-            raw["valid"] = read_labelled(config["valid_tsv"], "valid")
-        else:  # hold out every 10th example
-            raw["train"], raw["valid"] = hold_out(*raw["train"], every=10)
-        raw["test"] = read_labelled(config["test_tsv"], "test") if config.get("test_tsv") else raw["valid"]
+        raw = recipe.read_splits(config, "tsv", read_labelled, every=10)
         names = sorted(set(raw["train"][1]))
         if len(names) < 2:
             raise SystemExit(f"{config['train_tsv']}: needs at least 2 labels; found {names}")

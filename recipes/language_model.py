@@ -83,12 +83,8 @@ def read_lines(path):
 def load_texts(config):
     """{split: [documents]} from the text files or the default corpus."""
     if config.get("train_txt"):
-        train = read_lines(config["train_txt"])
-        valid = read_lines(config["valid_txt"]) if config.get("valid_txt") else train[::50]
-        if not config.get("valid_txt"):
-            train = [line for i, line in enumerate(train) if i % 50]
-        test = read_lines(config["test_txt"]) if config.get("test_txt") else valid
-        texts = {"train": train, "valid": valid, "test": test}
+        splits = recipe.read_splits(config, "txt", lambda path, role: (read_lines(path),), every=50)
+        texts = {split: lines for split, (lines,) in splits.items()}
     else:
         from kseq.data.bible import load_bible_pairs
 

@@ -56,7 +56,7 @@ from kseq.training.callbacks import (  # noqa: E402
 from kseq.training.distribution import distribute_batches, weights_fingerprint  # noqa: E402
 from kseq.training.evaluation import BatchTranslator, translation_scores  # noqa: E402
 from kseq.training.precision import device_class  # noqa: E402
-from kseq.training.recipe import hold_out, read_tsv_reporting  # noqa: E402
+from kseq.training.recipe import read_tsv_reporting  # noqa: E402
 from kseq.training.resume import ResumableBackup, TrainingPosition  # noqa: E402
 from kseq.training.runtime import tune_cpu_runtime  # noqa: E402
 from kseq.training.tensorboard import write_hparams, write_model_graph  # noqa: E402
@@ -118,12 +118,7 @@ def parse_args(argv=None):
 def load_data(config):
     """{split: (sources, targets)} from the TSV files or the default corpus."""
     if config.get("train_tsv"):
-        data = {"train": read_tsv_reporting(config["train_tsv"], "train")}
-        if config.get("valid_tsv"):
-            data["valid"] = read_tsv_reporting(config["valid_tsv"], "valid")
-        else:  # hold out every 50th pair
-            data["train"], data["valid"] = hold_out(*data["train"], every=50)
-        data["test"] = read_tsv_reporting(config["test_tsv"], "test") if config.get("test_tsv") else data["valid"]
+        data = recipe.read_splits(config, "tsv", read_tsv_reporting, every=50)
     else:
         from kseq.data.bible import load_bible_pairs
 

@@ -128,16 +128,8 @@ def bucketed_pair_dataset(
     # Bucket i holds lengths in [edge[i-1], edge[i]) and is padded to
     # edge[i] - 1; tf.data adds a bucket past the last edge, empty here.
     batch_sizes = [max(1, token_budget // max(edge - 1, 1)) for edge in boundaries]
-    counts = np.bincount(np.searchsorted(boundaries, lengths, side="right"), minlength=len(boundaries))
-    sizes = np.asarray(batch_sizes)
-    full, remainders = counts // sizes, (counts % sizes) > 0
-    report.batches_per_epoch = int((full + (0 if drop_remainder else remainders)).sum())
-    if drop_remainder:
-        report.batch_shapes = int((full > 0).sum())
-    elif pad_remainder:
-        report.batch_shapes = int((counts > 0).sum())
-    else:
-        report.batch_shapes = int((full > 0).sum() + remainders.sum())
+    report.batches_per_epoch, report.batch_shapes = _count_batches(
+        lengths, boundaries, batch_sizes, drop_remainder, pad_remainder)
     if not report.batches_per_epoch:
         raise ValueError(
             f"`drop_remainder=True` leaves no batch: no length bucket holds a full batch of "
@@ -148,31 +140,56 @@ def bucketed_pair_dataset(
     def batched(pairs):
         return _bucket(pairs, boundaries, batch_sizes, drop_remainder, pad_remainder)
 
-    count = len(lengths)
+    pairs = (source_ids, target_ids)
     if position is None:
-        pairs = tf.data.Dataset.from_tensor_slices((source_ids, target_ids))
-        if shuffle:
-            pairs = pairs.shuffle(count, seed=seed, reshuffle_each_iteration=True)
-        dataset = batched(pairs).repeat(epochs)
+        dataset = _shuffled_epochs(pairs, batched, shuffle, seed, epochs)
         batches = epochs * report.batches_per_epoch
     else:
         position.steps_per_epoch = report.batches_per_epoch
-
-        def epoch_batches(index):  # traced once, run as each epoch starts
-            epoch = position.epoch + index
-            order = tf.range(count, dtype=tf.int64)
-            if shuffle:
-                order = tf.random.experimental.stateless_shuffle(
-                    order, seed=tf.stack([tf.constant(seed or 0, tf.int64), epoch]))
-            pairs = tf.data.Dataset.from_tensor_slices((tf.gather(source_ids, order), tf.gather(target_ids, order)))
-            return batched(pairs).skip(tf.where(index == 0, position.skip, 0))
-
-        dataset = tf.data.Dataset.range(epochs).flat_map(epoch_batches)
+        dataset = _positioned_epochs(pairs, batched, shuffle, seed, epochs, position)
         batches = epochs * report.batches_per_epoch - int(position.skip.numpy())
     # Bucket membership depends on lengths only, so the batch count is fixed
     # whatever the shuffle; telling tf.data lets Keras show progress.
     dataset = dataset.apply(tf.data.experimental.assert_cardinality(batches))
     return dataset.prefetch(tf.data.AUTOTUNE), report
+
+
+def _count_batches(lengths, boundaries, batch_sizes, drop_remainder, pad_remainder):
+    """(batches per epoch, distinct batch shapes) for pairs of these lengths."""
+    counts = np.bincount(np.searchsorted(boundaries, lengths, side="right"), minlength=len(boundaries))
+    sizes = np.asarray(batch_sizes)
+    full, remainders = counts // sizes, (counts % sizes) > 0
+    batches = int((full + (0 if drop_remainder else remainders)).sum())
+    if drop_remainder:
+        return batches, int((full > 0).sum())
+    if pad_remainder:
+        return batches, int((counts > 0).sum())
+    return batches, int((full > 0).sum() + remainders.sum())
+
+
+def _shuffled_epochs(pairs, batched, shuffle, seed, epochs):
+    """`epochs` passes, each reshuffled by tf.data."""
+    dataset = tf.data.Dataset.from_tensor_slices(pairs)
+    if shuffle:
+        dataset = dataset.shuffle(int(pairs[0].nrows()), seed=seed, reshuffle_each_iteration=True)
+    return batched(dataset).repeat(epochs)
+
+
+def _positioned_epochs(pairs, batched, shuffle, seed, epochs, position):
+    """`epochs` passes from `position`: epoch e shuffled by (seed, e), the
+    first pass without its first `position.skip` batches."""
+    count = int(pairs[0].nrows())
+
+    def epoch_batches(index):  # traced once, run as each epoch starts
+        epoch = position.epoch + index
+        order = tf.range(count, dtype=tf.int64)
+        if shuffle:
+            order = tf.random.experimental.stateless_shuffle(
+                order, seed=tf.stack([tf.constant(seed or 0, tf.int64), epoch]))
+        ordered = tf.data.Dataset.from_tensor_slices(tuple(tf.gather(part, order) for part in pairs))
+        return batched(ordered).skip(tf.where(index == 0, position.skip, 0))
+
+    return tf.data.Dataset.range(epochs).flat_map(epoch_batches)
 
 
 def _kept_pairs(sources, targets, source_tokenizer, target_tokenizer, max_length, over_long):

@@ -208,9 +208,25 @@ def read_tsv_reporting(path, role):
     return first, second
 
 
-def hold_out(first, second, every):
-    """Parallel lists split into (kept, held out): every `every`-th item,
-    from the first, is held out (a validation set when none is given)."""
-    held = (first[::every], second[::every])
-    kept = ([x for i, x in enumerate(first) if i % every], [y for i, y in enumerate(second) if i % every])
+def hold_out(*columns, every):
+    """Parallel lists split into (kept, held out), each a tuple of lists:
+    every `every`-th item, from the first, is held out (a validation set
+    when none is given)."""
+    held = tuple(column[::every] for column in columns)
+    kept = tuple([x for i, x in enumerate(column) if i % every] for column in columns)
     return kept, held
+
+
+def read_splits(config, kind, read, every):
+    """{"train", "valid", "test"} of a user's files: `--train-<kind>`, then
+    `--valid-<kind>` or every `every`-th training item held out, then
+    `--test-<kind>` or the valid split. `read(path, role)` returns a tuple
+    of parallel lists (e.g. sources and targets)."""
+    splits = {"train": read(config[f"train_{kind}"], "train")}
+    if config.get(f"valid_{kind}"):
+        splits["valid"] = read(config[f"valid_{kind}"], "valid")
+    else:
+        splits["train"], splits["valid"] = hold_out(*splits["train"], every=every)
+    test = config.get(f"test_{kind}")
+    splits["test"] = read(test, "test") if test else splits["valid"]
+    return splits
