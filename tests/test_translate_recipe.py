@@ -12,7 +12,6 @@ import urllib.request
 
 import numpy as np
 import pytest
-import tensorflow as tf
 from tensorboard.backend.event_processing import event_multiplexer
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "recipes"))

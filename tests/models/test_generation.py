@@ -4,7 +4,6 @@ import functools
 
 import numpy as np
 import pytest
-import tensorflow as tf
 
 from kseq.decoding import length_penalty
 from support import assert_close, config_id, small_model
@@ -48,7 +47,7 @@ def _eos_prone_model(kind, config_items):
             lengths = output_lengths(np.asarray(model.generate(source, max_length=MAX_LENGTH)))
             if len(set(lengths)) >= 3 and any(1 < n < MAX_LENGTH for n in lengths):
                 return model
-    raise AssertionError(f"test setup: no weight scale and EOS bias give mixed lengths")
+    raise AssertionError("test setup: no weight scale and EOS bias give mixed lengths")
 
 
 def _index_of(model, variable):

@@ -1,0 +1,139 @@
+"""Training on a step or time cadence: evaluation periods instead of data
+epochs, where the time goes, and curves at the global step."""
+
+import dataclasses
+import re
+import time
+
+import keras
+import numpy as np
+
+from kseq._compat import continue_after_epoch, end_epoch_early
+
+
+def global_step(model):
+    """The optimizer's step count (0 before it is built): the x-axis of every
+    curve kseq's callbacks write."""
+    optimizer = getattr(model, "optimizer", None)
+    return int(optimizer.iterations.numpy()) if optimizer is not None else 0
+
+
+@dataclasses.dataclass(frozen=True)
+class Cadence:
+    """How often evaluation runs: every `steps` train steps or `minutes` of
+    training (one of the two)."""
+
+    steps: int = None
+    minutes: float = None
+
+    def __str__(self):
+        return f"every {self.steps} steps" if self.steps else f"every {self.minutes:g} min"
+
+
+def parse_cadence(text, budget_minutes=None, periods=6, open_ended_minutes=10.0):
+    """`--eval-every` -> Cadence: "500" (steps), "5m" or "5min" (minutes), or
+    "auto": `periods` evaluations over a `budget_minutes` budget, else every
+    `open_ended_minutes`."""
+    text = str(text).strip().lower()
+    if text == "auto":
+        return Cadence(minutes=budget_minutes / periods if budget_minutes else open_ended_minutes)
+    match = re.fullmatch(r"(\d+(?:\.\d+)?)\s*(m|min|minutes?)?", text)
+    if not match or float(match.group(1)) <= 0 or (not match.group(2) and "." in match.group(1)):
+        raise ValueError(
+            f"`eval_every` must be a number of steps (e.g. 500), minutes (e.g. 5m) or 'auto'; got {text!r}."
+        )
+    if match.group(2):
+        return Cadence(minutes=float(match.group(1)))
+    return Cadence(steps=int(match.group(1)))
+
+
+class EvaluationPeriods(keras.callbacks.Callback):
+    """Turns keras epochs into evaluation periods of a step or time cadence.
+
+    Fit one pass over a dataset of several data epochs (e.g.
+    `bucketed_pair_dataset(..., epochs=N)`) with `steps_per_epoch` set to its
+    batch count: this callback ends each keras epoch after `cadence` (so
+    validation, `on_epoch_end` callbacks such as checkpoints, samples and
+    attention maps, and TensorBoard's epoch curves come at that cadence, not
+    at every pass over a small data set), and ends `fit` after `total_steps`.
+
+    Args:
+        cadence: a `Cadence`.
+        total_steps: the global step at which training ends, or None.
+        show: print a line per period (step, data epoch, logs).
+        steps_per_epoch: batches per data epoch, for the printed line.
+        clock: seconds, e.g. `time.monotonic` (the default).
+    """
+
+    def __init__(self, cadence, total_steps=None, show=True, steps_per_epoch=None, clock=time.monotonic):
+        super().__init__()
+        self.cadence, self.total_steps = cadence, total_steps
+        self.show, self.steps_per_epoch, self.clock = show, steps_per_epoch, clock
+        self.periods = 0
+
+    def on_train_begin(self, logs=None):
+        self._start_period()
+
+    def _start_period(self):
+        self._period_step, self._period_time = global_step(self.model), self.clock()
+
+    def on_train_batch_end(self, batch, logs=None):
+        step = global_step(self.model)
+        if self.total_steps is not None and step >= self.total_steps:
+            self.model.stop_training = True
+        elif self.cadence.steps and step - self._period_step >= self.cadence.steps:
+            end_epoch_early(self.model)
+        elif self.cadence.minutes and self.clock() - self._period_time >= 60.0 * self.cadence.minutes:
+            end_epoch_early(self.model)
+
+    def on_epoch_end(self, epoch, logs=None):
+        continue_after_epoch(self.model)
+        self.periods += 1
+        if self.show:
+            step = global_step(self.model)
+            where = f" (data epoch {step / self.steps_per_epoch:.2f})" if self.steps_per_epoch else ""
+            shown = ", ".join(f"{k} {v:.4g}" for k, v in (logs or {}).items() if np.ndim(v) == 0)
+            print(f"step {step}{where}: {shown}", flush=True)
+        self._start_period()
+
+
+class StepTimer(keras.callbacks.Callback):
+    """Wall time inside train steps (from each batch's begin to its end,
+    the first batch of a shape with its tracing or compilation), and of the
+    whole `fit`: `train_step_share` says how much of `fit` was training."""
+
+    def __init__(self):
+        super().__init__()
+        self.train_step_seconds = 0.0
+        self.fit_seconds = 0.0
+        self.steps = 0
+
+    def on_train_begin(self, logs=None):
+        self._fit_start = time.monotonic()
+
+    def on_train_batch_begin(self, batch, logs=None):
+        self._batch_start = time.monotonic()
+
+    def on_train_batch_end(self, batch, logs=None):
+        # keras leaves the step's outputs on the device; reading the loss
+        # waits for the step to finish, as the progress bar would.
+        if logs and "loss" in logs:
+            float(logs["loss"])
+        self.train_step_seconds += time.monotonic() - self._batch_start
+        self.steps += 1
+
+    def on_train_end(self, logs=None):
+        self.fit_seconds = time.monotonic() - self._fit_start
+
+    @property
+    def train_step_share(self):
+        return self.train_step_seconds / self.fit_seconds if self.fit_seconds else 0.0
+
+
+class StepTensorBoard(keras.callbacks.TensorBoard):
+    """keras' TensorBoard callback with epoch curves at the global step, so
+    that evaluation periods, resumed runs and batch-level curves share one
+    x-axis (keras writes them at the epoch index)."""
+
+    def on_epoch_end(self, epoch, logs=None):
+        super().on_epoch_end(global_step(self.model), logs)
