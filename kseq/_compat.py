@@ -212,6 +212,24 @@ def fresh_collective_keys_per_strategy():
     mirrored_strategy.MirroredStrategy.__init__ = fresh
 
 
+def align_function_names(multiple=100_000):
+    """Moves TensorFlow's process-wide counter of unique ids to its next
+    multiple of `multiple`.
+
+    TensorFlow 2.21 names each traced function `__inference_<name>_<uid>`
+    from one counter (private `tensorflow.python.framework.ops.uid`), and
+    its persistent XLA cache finds a compiled program by that name. A
+    resumed run, whose history before a trace differs (it loaded weights;
+    its first evaluation comes after other saves), would name its functions
+    otherwise and compile them again. Called right before each compiled
+    function's first trace, this makes the name depend on the trace alone.
+    """
+    from tensorflow.python.framework import ops
+
+    for _ in range(multiple - ops.uid() % multiple):
+        ops.uid()
+
+
 VERIFIED = {"keras": ("3.15.1",), "tensorflow": ("2.21.0",)}
 
 

@@ -60,7 +60,7 @@ from kseq.training.recipe import read_tsv_reporting  # noqa: E402
 from kseq.training.resume import ResumableBackup, TrainingPosition  # noqa: E402
 from kseq.training.runtime import tune_cpu_runtime  # noqa: E402
 from kseq.training.tensorboard import write_hparams, write_model_graph  # noqa: E402
-from kseq.training.xla import JitDecision, decide_jit_compile, keras_jit_status  # noqa: E402
+from kseq.training.xla import JitDecision, StableFunctionNames, decide_jit_compile, keras_jit_status  # noqa: E402
 
 PRESETS = {
     # Sized for 2 CPU cores and 12 minutes: 2,300-4,000 target tokens/s
@@ -249,6 +249,9 @@ def train(config, run, data, tokenizer, decision, resuming):
             kseq.losses.MaskedSparseCategoricalCrossentropy(label_smoothing=config["label_smoothing"]),
             [kseq.metrics.MaskedAccuracy(), kseq.metrics.Perplexity()], jit_compile=decision.use,
         )
+        # Built now, the optimizer creates no variables while fit traces the
+        # train step: one trace, the same in a fresh and a resumed run.
+        model.optimizer.build(model.trainable_variables)
     xla, xla_reason = keras_jit_status(model, decision)
     print(f"model: {config['arch']}, {model.count_params():,} parameters")
     print(f"XLA for the train step: {'on' if xla else 'off'} ({xla_reason})"
@@ -276,8 +279,9 @@ def train(config, run, data, tokenizer, decision, resuming):
     if run.chief:
         monitor, logging = chief_callbacks(config, model, tokenizer, data["valid"], resuming, settings, decode_xla)
         callbacks += logging
-    # Last: a period's line shows its scores, and counts as saved once its logs are written.
-    callbacks += [periods, backup]
+    # Last: a period's line shows its scores, and counts as saved once its
+    # logs are written; then nothing traces before the steps compile.
+    callbacks += [periods, backup, StableFunctionNames()]
     try:
         history = model.fit(train_data, validation_data=valid, epochs=total_steps, steps_per_epoch=total_steps,
                             callbacks=callbacks, verbose=0, shuffle=False)
@@ -345,7 +349,10 @@ def chief_callbacks(config, model, tokenizer, valid, resuming, settings, decode_
     logdir = config["logdir"]
     if not resuming:  # written once; a resumed run's curves continue the first run's
         write_hparams(logdir, {k: v for k, v in config.items() if k != "cadence"} | settings)
-        write_model_graph(logdir, model)
+    # Traced in every run, resumed ones too: TensorFlow names functions from a
+    # process-wide counter, and XLA's cache finds a program by its function's
+    # name, so a resumed run must trace what the first run traced before training.
+    write_model_graph(logdir, model)
     count = config["valid_bleu_sentences"]
     sources, references = valid
     seconds = config["eval_seconds"]

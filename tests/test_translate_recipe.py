@@ -4,6 +4,7 @@ import json
 import os
 import random
 import re
+import signal
 import socket
 import subprocess
 import sys
@@ -170,13 +171,14 @@ def test_saved_model_cli_runs_the_export(run):
     assert "Result for output key translation:" in result.stdout
 
 
-def test_xla_trains_every_pair_in_few_shapes_and_a_repeated_run_compiles_nothing(tmp_path):
+def test_xla_trains_every_pair_in_few_shapes_and_repeated_or_resumed_runs_compile_nothing(tmp_path):
     """--jit-compile on (XLA on a CPU): coarse buckets whose last batch is
-    padded, so an epoch trains every pair in one shape per bucket; the
-    compiled programs go to --xla-cache, and the same command run again
-    (here into a new logdir) loads every one of them instead of compiling.
-    In subprocesses: TensorFlow reads the cache flag when it starts, and
-    logs what its persistent cache loads and saves."""
+    padded, so an epoch trains every pair in one shape per bucket. The
+    compiled programs go to --xla-cache; the same command run again (into a
+    new logdir), killed after a save and started once more, loads every one
+    of them instead of compiling. In subprocesses: TensorFlow reads the
+    cache flag when it starts, and logs what its persistent cache loads and
+    saves."""
     train = write_pairs(tmp_path / "train.tsv", 300, 0)
     valid = write_pairs(tmp_path / "valid.tsv", 12, 1)
     cache = tmp_path / "xla"
@@ -184,27 +186,30 @@ def test_xla_trains_every_pair_in_few_shapes_and_a_repeated_run_compiles_nothing
     def argv(name):
         return ["--train-tsv", train, "--valid-tsv", valid, "--logdir", str(tmp_path / name),
                 "--export-dir", str(tmp_path / f"export-{name}"), "--max-test-sentences", "2",
-                "--xla-cache", str(cache)] + TINY[:-2] + ["--jit-compile", "on", "--epochs", "1"]
+                "--xla-cache", str(cache), "--save-every", "2"] + TINY[:-2] + ["--jit-compile", "on"]
 
     # The tests' two logical CPUs cannot hold XLA replicas: a named error.
     with pytest.raises(SystemExit, match="--jit-compile on cannot train 2 replicas on CPU"):
         translate.main(argv("refused"))
+    command = lambda name: [sys.executable, translate.__file__, *argv(name), "--strategy", "default"]  # noqa: E731
+    environment = {k: v for k, v in os.environ.items() if k != "TF_XLA_FLAGS"}
+    environment.update(TF_CPP_MIN_LOG_LEVEL="0", TF_CPP_VMODULE="device_executable_persistor=3")
+
+    def programs(log, verb):
+        return sorted(set(re.findall(verb + r" ?(__inference_[\w<>]+?)_\d+\[", log)))
 
     def run(name):
-        environment = {k: v for k, v in os.environ.items() if k != "TF_XLA_FLAGS"}
-        environment.update(TF_CPP_MIN_LOG_LEVEL="0", TF_CPP_VMODULE="device_executable_persistor=3")
-        result = subprocess.run([sys.executable, translate.__file__, *argv(name), "--strategy", "default"],
-                                capture_output=True, text=True, timeout=600, env=environment)
+        result = subprocess.run(command(name), capture_output=True, text=True, timeout=600, env=environment)
         assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
         with open(tmp_path / name / "metrics.json") as f:
             metrics = json.load(f)
-        programs = lambda verb: sorted(set(re.findall(verb + r" ?(__inference_[\w<>]+?)_\d+\[", result.stderr)))  # noqa: E731
-        return result.stdout, metrics, programs("Serializing and saving cache entry:"), programs("Loading cached entry for:")
+        return result, metrics
 
-    output, metrics, saved, _ = run("first")
-    assert "XLA for the train step: on (asked for)" in output
+    result, metrics = run("first")
+    assert "XLA for the train step: on (asked for)" in result.stdout
     assert metrics["jit_compile"] is True and metrics["jit_compile_requested"] == "on"
-    assert saved == ["__inference_<lambda>", "__inference_one_step_on_data"], "train step, decoding"
+    compiled = programs(result.stderr, "Serializing and saving cache entry:")
+    assert compiled == ["__inference_<lambda>", "__inference_one_step_on_data"], "train, test, decoding"
     config = translate.parse_args(argv("first"))
     tokenizer = translate.SubwordTokenizer.load(str(tmp_path / "first" / "spm.model"))
     sources, targets = translate.load_data(config)["train"]
@@ -215,10 +220,27 @@ def test_xla_trains_every_pair_in_few_shapes_and_a_repeated_run_compiles_nothing
     shapes = {tuple(labels.shape) for _, labels in data}
     assert metrics["batch_shapes"] == report.batch_shapes == len(shapes) <= 2
     assert sum(int(np.count_nonzero(labels.numpy().any(axis=1))) for _, labels in data) == 300
-    assert metrics["steps"] == report.batches_per_epoch
+    assert metrics["steps"] == 2 * report.batches_per_epoch
     assert np.isfinite(metrics["valid_loss"])
 
-    _, again, saved_again, loaded_again = run("again")
-    assert saved_again == [], "the repeated run compiled none of its functions"
-    assert loaded_again == saved, "it loaded each of them from the cache"
-    assert again["weights_sha256"] == metrics["weights_sha256"]
+    # The same command into a new logdir, killed after its second save.
+    log = tmp_path / "killed.log"
+    with open(log, "w") as stderr:
+        process = subprocess.Popen(command("again"), stdout=subprocess.DEVNULL, stderr=stderr, env=environment)
+        pointer, deadline = tmp_path / "again" / "backup" / "latest.json", time.monotonic() + 300
+        while process.poll() is None and time.monotonic() < deadline:
+            try:
+                if json.loads(pointer.read_text())["step"] >= 4:
+                    process.send_signal(signal.SIGKILL)
+                    break
+            except (FileNotFoundError, json.JSONDecodeError):
+                pass
+            time.sleep(0.02)
+        process.wait(timeout=60)
+    assert process.returncode == -signal.SIGKILL, "killed mid-training"
+    assert programs(log.read_text(), "Serializing and saving cache entry:") == []
+    resumed, again = run("again")
+    assert "resuming from" in resumed.stdout
+    assert programs(resumed.stderr, "Serializing and saving cache entry:") == [], "it compiled nothing"
+    assert programs(resumed.stderr, "Loading cached entry for:") == compiled, "it loaded each program"
+    assert again["weights_sha256"] == metrics["weights_sha256"], "and trained the same steps"

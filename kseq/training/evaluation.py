@@ -7,6 +7,7 @@ import numpy as np
 import sacrebleu
 import tensorflow as tf
 
+from kseq._compat import align_function_names
 from kseq.special_ids import EOS_ID
 
 
@@ -92,8 +93,12 @@ class BatchTranslator:
             translate, input_signature=[tf.TensorSpec([None], tf.string)], autograph=False
         )
         self.batch_size, self.seconds = batch_size, seconds
+        self._traced = False
 
     def __call__(self, texts):
+        if not self._traced:  # a stable name for XLA's cache (kseq._compat)
+            align_function_names()
+            self._traced = True
         texts, outputs, start = list(texts), [], time.monotonic()
         for first in range(0, len(texts), self.batch_size):
             if self.seconds is not None and outputs and time.monotonic() - start > self.seconds:

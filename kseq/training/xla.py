@@ -10,8 +10,10 @@ cache, so a resumed or repeated run loads them instead of compiling again.
 import dataclasses
 import os
 
+import keras
 import tensorflow as tf
 
+from kseq._compat import align_function_names
 from kseq.data.pypi_data import cache_root
 from kseq.training.precision import device_class
 from kseq._validation import check_choice
@@ -125,3 +127,26 @@ def default_cache_directory():
     """`$KSEQ_CACHE_DIR/xla/tf-<version>` (default ~/.cache/kseq): programs
     of one TensorFlow version only."""
     return os.path.join(cache_root(), "xla", f"tf-{tf.__version__}")
+
+
+class StableFunctionNames(keras.callbacks.Callback):
+    """Aligns TensorFlow's function names before `fit` first traces its
+    train step and its test step (`kseq._compat.align_function_names`), so
+    that a resumed run finds its compiled programs in the persistent cache
+    as a repeated run does. Put it last in the callback list: nothing may
+    trace between it and the step."""
+
+    def __init__(self):
+        super().__init__()
+        self._aligned = set()
+
+    def _align_once(self, what):
+        if what not in self._aligned:
+            self._aligned.add(what)
+            align_function_names()
+
+    def on_train_batch_begin(self, batch, logs=None):
+        self._align_once("train")
+
+    def on_test_begin(self, logs=None):
+        self._align_once("test")
