@@ -125,7 +125,7 @@ def build_model(config, vocab_size, num_classes, precision="float32"):
 
 def main(argv=None):
     config = parse_args(argv)
-    run = recipe.start(config)
+    run = recipe.start(config, xla=decide_jit_compile(config["jit_compile"], num_shapes=1).use)
     data, names = load_data(config)
     tokenizer = SubwordTokenizer.train(data["train"][0], config["vocab_size"])
     tokenizer.save(os.path.join(config["logdir"], "spm.model"))

@@ -156,7 +156,8 @@ def train_one(name, config, streams, tokenizer, run, carry_state):
 def main(argv=None):
     config = parse_args(argv)
     # Each replica gets the same rows of every batch: its own streams.
-    run = recipe.start(config)
+    xla = decide_jit_compile(config["jit_compile"], num_shapes=1, budget_minutes=config["max_minutes"])
+    run = recipe.start(config, xla=xla.use)
     texts = load_texts(config)
     tokenizer = SubwordTokenizer.train(texts["train"], config["vocab_size"])
     tokenizer.save(os.path.join(config["logdir"], "spm.model"))

@@ -79,7 +79,7 @@ def build_model(config, vocab_size, precision="float32"):
 
 def main(argv=None):
     config = parse_args(argv)
-    run = recipe.start(config)
+    run = recipe.start(config, xla=decide_jit_compile(config["jit_compile"], num_shapes=config["max_length"]).use)
     tokenizer = CharacterTokenizer(string.ascii_lowercase)
     train_words = random_words(config["train_examples"], config, config["seed"] + 1)
     valid_words = random_words(config["valid_examples"], config, config["seed"] + 2)

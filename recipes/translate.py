@@ -162,12 +162,17 @@ def beam_search(config):
     return BeamSearch(config["max_length"], config["beam_size"], config["length_penalty"])
 
 
-def decide_xla(config, strategy):
+def decide_xla(config):
     """XLA for the train step, by request or by measurement."""
     shapes = len(xla_boundaries(config["max_length"]))
     decision = decide_jit_compile(config["jit_compile"], shapes, config["max_minutes"])
     if decision.use and config["arch"] == "rnn" and config["jit_compile"] == "auto" and device_class() == "gpu":
         decision = JitDecision("auto", False, "auto on gpu: keras runs LSTM/GRU with cuDNN, which XLA cannot compile")
+    return decision
+
+
+def check_xla_replicas(decision, strategy):
+    """XLA cannot train several replicas on the CPU devices of one process."""
     local = strategy.extended.worker_devices if strategy.num_replicas_in_sync > 1 else ()
     replicas_on_cpus = sum("CPU" in device for device in local)
     if decision.use and replicas_on_cpus > 1:
@@ -215,8 +220,10 @@ def pipelines(config, data, tokenizer, xla):
 
 def main(argv=None):
     config = parse_args(argv)
-    run = recipe.start(config)
-    decision = decide_xla(config, run.strategy)
+    decision = decide_xla(config)
+    # Decoding is compiled on a GPU (20x faster there by the GPU issue's figures).
+    run = recipe.start(config, xla=decision.use or device_class() == "gpu")
+    decision = check_xla_replicas(decision, run.strategy)
     backup_dir = os.path.join(run.workdir, "backup")
     resuming = ResumableBackup.saved_state(backup_dir)
     data, tokenizer = prepare(config, run.workdir, resuming)
@@ -239,7 +246,7 @@ def main(argv=None):
 def train(config, run, data, tokenizer, decision, resuming):
     """Builds, compiles and fits the model on the run's cadence; returns the
     model and what training reports (metrics.json's training part)."""
-    decode_xla = decision.use or device_class() == "gpu"  # 20x faster decoding on a GPU
+    decode_xla = decision.use or device_class() == "gpu"
     with run.strategy.scope():
         model = build_model(config, tokenizer.vocab_size, dtype=run.precision.policy)
         model.build()  # variables under the strategy, before the graph is logged

@@ -51,8 +51,9 @@ class Precision:
 
 
 def device_class():
-    """"gpu" when TensorFlow sees a GPU, else "cpu"."""
-    return "gpu" if tf.config.list_logical_devices("GPU") else "cpu"
+    """"gpu" when TensorFlow sees a GPU, else "cpu". Asks for physical
+    devices, which leaves TensorFlow's runtime (and its flags) unset."""
+    return "gpu" if tf.config.list_physical_devices("GPU") else "cpu"
 
 
 def resolve_precision(requested="auto", device=None):

@@ -89,12 +89,12 @@ def parse_config(doc, defaults, argv=None, presets=None, choices=None, types=Non
 class Run:
     """What `start` sets up: `strategy`, `chief` (whether this process
     writes logs and exports), `workdir` (the logdir, or this worker's
-    folder under it), `precision` and `xla_cache`."""
+    folder under it), `precision` and `xla_cache` (None without XLA)."""
 
-    def __init__(self, config):
+    def __init__(self, config, xla):
         self.started = time.monotonic()
         # TensorFlow reads XLA's flags when it sets up its devices: first.
-        self.xla_cache = enable_persistent_cache(config.get("xla_cache"))
+        self.xla_cache = enable_persistent_cache(config.get("xla_cache")) if xla else None
         # Then a multi-worker strategy sets up collectives before other TensorFlow work.
         self.strategy = make_strategy(config["strategy"])
         self.chief = is_chief(self.strategy)
@@ -115,9 +115,11 @@ class Run:
         return time.monotonic() - self.started
 
 
-def start(config):
-    """Sets up a run (see `Run`); call it before any other TensorFlow work."""
-    return Run(config)
+def start(config, xla=False):
+    """Sets up a run (see `Run`); call it before any other TensorFlow work.
+    `xla`: whether the run compiles anything with XLA (then compiled
+    programs are kept in the persistent cache)."""
+    return Run(config, xla)
 
 
 def compile_model(model, optimizer, loss, metrics=(), jit_compile=False):
