@@ -16,9 +16,20 @@ overrides the preset.
     python recipes/translate.py --preset gpu --precision mixed_bfloat16
     tensorboard --logdir runs/translate
 
-Evaluation (validation loss, BLEU and chrF of a time-bounded greedy decode,
-samples, attention maps) and checkpoints run every --eval-every steps
-(`500`) or minutes (`2m`); `auto` spreads 6 evaluations over --max-minutes.
+Evaluation (validation loss; BLEU, chrF and exact match of a time-bounded
+greedy decode; samples, attention maps) and checkpoints run every
+--eval-every steps (`500`) or minutes (`2m`); `auto` spreads 6 evaluations
+over --max-minutes. Training stops once --metric has not improved for
+--patience evaluations (0: never), and the best evaluation's weights are the
+ones tested and exported. --metric auto is exact match for short targets
+(a median of 3 words or fewer: codes, dates, numbers) and chrF otherwise.
+
+Decoding is beam search; --length-penalty and --no-repeat-ngram (n > 0 never
+generates an n-gram twice) are chosen after training on --tune-sentences
+validation pairs by --metric, among 0.6 and 1.0 and among 0 and 3, unless
+given. --vocab-size auto sizes the joint SentencePiece vocabulary to the
+data (kseq.data.subword_tokenizer.vocab_size_for: characters and words seen
+10 times or more), at most the preset's --max-vocab-size.
 A killed run continues where it last saved (every --save-every steps and at
 every evaluation) when started again with the same command; --strategy
 multiworker trains on every machine of TF_CONFIG (see README).
@@ -45,7 +56,7 @@ import keras  # noqa: E402
 
 import kseq  # noqa: E402
 from kseq.data.bucketing import bucketed_pair_dataset, xla_boundaries  # noqa: E402
-from kseq.data.subword_tokenizer import SubwordTokenizer  # noqa: E402
+from kseq.data.subword_tokenizer import SubwordTokenizer, vocab_size_for  # noqa: E402
 from kseq.decoding import BeamSearch, GreedySearch  # noqa: E402
 from kseq.export import export_translator, translate_function  # noqa: E402
 from kseq.training import recipe  # noqa: E402
@@ -59,6 +70,8 @@ from kseq.training.precision import device_class  # noqa: E402
 from kseq.training.recipe import read_tsv_reporting  # noqa: E402
 from kseq.training.resume import ResumableBackup, TrainingPosition  # noqa: E402
 from kseq.training.runtime import tune_cpu_runtime  # noqa: E402
+from kseq.training.stopping import KeepBest  # noqa: E402
+from kseq.training.selection import METRICS, all_scores, choose_metric, tune_decoding  # noqa: E402
 from kseq.training.tensorboard import write_hparams, write_model_graph  # noqa: E402
 from kseq.training.xla import JitDecision, StableFunctionNames, decide_jit_compile, keras_jit_status  # noqa: E402
 
@@ -70,38 +83,50 @@ PRESETS = {
         # Sized for about 1,400 updates in 12 minutes: smaller batches (more
         # updates) and no dropout (no overfitting within 3 epochs) learn faster.
         arch="transformer", num_layers=2, d_model=192, num_heads=4, ff_dim=768, dropout=0.0,
-        embed_dim=192, units=256, vocab_size=4000, token_budget=2560, max_length=96,
+        embed_dim=192, units=256, max_vocab_size=4000, token_budget=2560, max_length=96,
         epochs=30, max_minutes=12.0, warmup_steps=400,
     ),
     # One GPU, 10 minutes: dozens of passes over the 30k training verses, so
     # a mid-sized model with dropout (not measured on a GPU yet).
     "gpu": dict(
         arch="transformer", num_layers=4, d_model=384, num_heads=6, ff_dim=1536, dropout=0.2,
-        embed_dim=384, units=512, vocab_size=8000, token_budget=16384, max_length=128,
+        embed_dim=384, units=512, max_vocab_size=8000, token_budget=16384, max_length=128,
         epochs=200, max_minutes=10.0, warmup_steps=1000,
     ),
     "base": dict(
         arch="transformer", num_layers=6, d_model=512, num_heads=8, ff_dim=2048, dropout=0.1,
-        embed_dim=512, units=512, vocab_size=16000, token_budget=25000, max_length=128,
+        embed_dim=512, units=512, max_vocab_size=16000, token_budget=25000, max_length=128,
         epochs=40, max_minutes=None, warmup_steps=4000,
     ),
 }
 DEFAULTS = dict(
     recipe.COMMON, train_tsv=None, valid_tsv=None, test_tsv=None, attention="general", cell="lstm",
-    label_smoothing=0.1, clipnorm=1.0, learning_rate=None, beam_size=4, length_penalty=0.6,
-    valid_bleu_sentences=200, attention_plots=3, save_every=200, max_test_sentences=None,
+    vocab_size="auto",
+    label_smoothing=0.1, clipnorm=1.0, learning_rate=None, beam_size=4, length_penalty="auto",
+    no_repeat_ngram="auto", tune_sentences=200, metric="auto", patience=3, valid_bleu_sentences=200,
+    attention_plots=3, save_every=200, max_test_sentences=None,
     eval_every="auto", eval_seconds=None, export_xla=False,
     logdir="runs/translate", export_dir="savedmodels/translate",
 )
 CHOICES = dict(arch=("transformer", "rnn"), attention=("none", "dot", "general", "concat", "bahdanau"),
-               cell=("rnn", "lstm", "gru"))
-TYPES = dict(learning_rate=float, max_test_sentences=int, eval_seconds=float, max_minutes=float)
+               cell=("rnn", "lstm", "gru"), metric=("auto",) + METRICS)
+TYPES = dict(learning_rate=float, max_test_sentences=int, eval_seconds=float, max_minutes=float,
+             length_penalty=recipe.auto_or(float), no_repeat_ngram=recipe.auto_or(int),
+             vocab_size=recipe.auto_or(int))
+# Decoding settings tried on validation pairs where not given (the first wins ties).
+LENGTH_PENALTIES, NO_REPEAT_NGRAMS = (0.6, 1.0), (0, 3)
 
 
 def parse_args(argv=None):
     def check(config):
         if config["token_budget"] < config["max_length"]:
             return "--token-budget must be >= --max-length"
+        if config["no_repeat_ngram"] != "auto" and config["no_repeat_ngram"] < 0:
+            return "--no-repeat-ngram must be auto or >= 0"
+        if config["vocab_size"] != "auto" and config["vocab_size"] < 1:
+            return "--vocab-size must be auto or >= 1"
+        if config["patience"] < 0:
+            return "--patience must be >= 0"
         try:
             config["cadence"] = parse_cadence(config["eval_every"], config["max_minutes"])
         except ValueError as error:
@@ -110,7 +135,8 @@ def parse_args(argv=None):
 
     return recipe.parse_config(
         __doc__, DEFAULTS, argv, presets=PRESETS, choices=CHOICES, types=TYPES, check=check,
-        positive=("epochs", "token_budget", "max_length", "beam_size", "vocab_size", "save_every"),
+        positive=("epochs", "token_budget", "max_length", "beam_size", "max_vocab_size", "save_every",
+                  "tune_sentences"),
         files=("train_tsv", "valid_tsv", "test_tsv"),
     )
 
@@ -158,8 +184,34 @@ def make_translator(model, tokenizer, config, search, jit_compile, seconds=None)
     return BatchTranslator(function, batch_size=64, seconds=seconds)
 
 
-def beam_search(config):
-    return BeamSearch(config["max_length"], config["beam_size"], config["length_penalty"])
+def beam_search(config, decoding):
+    """The beam search of `decoding` settings (length_penalty, no_repeat_ngram)."""
+    return BeamSearch(config["max_length"], config["beam_size"], decoding["length_penalty"],
+                      no_repeat_ngram_size=decoding["no_repeat_ngram"])
+
+
+def choose_decoding(config, model, tokenizer, valid, metric, decode_xla):
+    """(settings, report): the given decoding settings, or those scoring
+    best by `metric` on the first --tune-sentences validation pairs."""
+    options = {name: [config[name]] if config[name] != "auto" else list(values)
+               for name, values in (("length_penalty", LENGTH_PENALTIES),
+                                    ("no_repeat_ngram", NO_REPEAT_NGRAMS))}
+    candidates = [dict(length_penalty=penalty, no_repeat_ngram=size)
+                  for penalty in options["length_penalty"] for size in options["no_repeat_ngram"]]
+    if len(candidates) == 1:
+        return candidates[0], {"decoding": candidates[0], "decoding_reason": "asked for"}
+    start, count = time.time(), config["tune_sentences"]
+    sources, references = valid[0][:count], valid[1][:count]
+    best, table = tune_decoding(
+        lambda settings: make_translator(model, tokenizer, config, beam_search(config, settings), decode_xla),
+        candidates, sources, references, metric,
+    )
+    for row in table:
+        print("  decoding " + ", ".join(f"{name} {value:g}" for name, value in row.items()))
+    print(f"decoding: {best}, the best {metric} on {len(sources)} validation pairs "
+          f"({time.time() - start:.0f} s)")
+    return best, {"decoding": best, "decoding_reason": f"best {metric} on {len(sources)} validation pairs",
+                  "decoding_candidates": table, "decoding_tune_seconds": round(time.time() - start, 1)}
 
 
 def decide_xla(config):
@@ -194,10 +246,14 @@ def prepare(config, workdir, resuming):
     if resuming and os.path.exists(spm_path):
         tokenizer = SubwordTokenizer.load(spm_path)
     else:
-        train_sources, train_targets = data["train"]
-        tokenizer = SubwordTokenizer.train(train_sources + train_targets, config["vocab_size"])
+        texts = data["train"][0] + data["train"][1]
+        size = config["vocab_size"]
+        if size == "auto":
+            size = vocab_size_for(texts, config["max_vocab_size"])
+        tokenizer = SubwordTokenizer.train(texts, size)
         tokenizer.save(spm_path)
-    print(f"SentencePiece vocabulary: {tokenizer.vocab_size} pieces ({time.time() - start:.0f} s)")
+    print(f"SentencePiece vocabulary: {tokenizer.vocab_size} pieces ({time.time() - start:.0f} s; "
+          f"--vocab-size {config['vocab_size']}, at most {config['max_vocab_size']})")
     return data, tokenizer
 
 
@@ -227,25 +283,32 @@ def main(argv=None):
     backup_dir = os.path.join(run.workdir, "backup")
     resuming = ResumableBackup.saved_state(backup_dir)
     data, tokenizer = prepare(config, run.workdir, resuming)
-    trained = train(config, run, data, tokenizer, decision, resuming)
+    metric, metric_reason = choose_metric(data["valid"][1], config["metric"])
+    print(f"validation metric: {metric} ({metric_reason})")
+    trained = train(config, run, data, tokenizer, decision, resuming, metric)
     if not run.chief:
         return trained
+    model, decode_xla = trained["model"], trained["decode_xla"]
+    decoding, decoding_report = choose_decoding(config, model, tokenizer, data["valid"], metric, decode_xla)
     metrics = {
-        **evaluate(config, trained["model"], tokenizer, data["test"], trained["decode_xla"]),
+        **evaluate(config, model, tokenizer, data["test"], beam_search(config, decoding), decode_xla),
         **{name: value for name, value in trained.items() if name != "model"},
+        "metric": metric, "metric_reason": metric_reason, **decoding_report,
+        "vocab_size": tokenizer.vocab_size,
         "wall_seconds": round(run.seconds, 1),
     }
     metrics["train_step_share"] = round(metrics["train_step_seconds"] / metrics["wall_seconds"], 3)
     recipe.write_metrics(config["logdir"], metrics)
-    export(config, trained["model"], tokenizer, data["test"][0])
+    export(config, model, tokenizer, data["test"][0], beam_search(config, decoding))
     print(f"train steps took {metrics['train_step_share']:.0%} of {metrics['wall_seconds']:.0f} s of wall time")
     print(f"TensorBoard: tensorboard --logdir {config['logdir']}")
     return metrics
 
 
-def train(config, run, data, tokenizer, decision, resuming):
-    """Builds, compiles and fits the model on the run's cadence; returns the
-    model and what training reports (metrics.json's training part)."""
+def train(config, run, data, tokenizer, decision, resuming, metric):
+    """Builds, compiles and fits the model on the run's cadence until `metric`
+    stops improving; returns the model (the best evaluation's weights) and
+    what training reports (metrics.json's training part)."""
     decode_xla = decision.use or device_class() == "gpu"
     with run.strategy.scope():
         model = build_model(config, tokenizer.vocab_size, dtype=run.precision.policy)
@@ -286,9 +349,12 @@ def train(config, run, data, tokenizer, decision, resuming):
     if run.chief:
         monitor, logging = chief_callbacks(config, model, tokenizer, data["valid"], resuming, settings, decode_xla)
         callbacks += logging
+    monitor_key, mode = stopping_monitor(config, metric)
+    keep_best = KeepBest(monitor_key, os.path.join(run.workdir, "checkpoints"), mode=mode,
+                         patience=config["patience"], resume=bool(resuming))
     # Last: a period's line shows its scores, and counts as saved once its
     # logs are written; then nothing traces before the steps compile.
-    callbacks += [periods, backup, StableFunctionNames()]
+    callbacks += [keep_best, periods, backup, StableFunctionNames()]
     try:
         history = model.fit(train_data, validation_data=valid, epochs=total_steps, steps_per_epoch=total_steps,
                             callbacks=callbacks, verbose=0, shuffle=False)
@@ -296,6 +362,8 @@ def train(config, run, data, tokenizer, decision, resuming):
         raise SystemExit(f"{error}\nThe last save is kept in {backup_dir}; delete it to start over.")
     steps = int(model.optimizer.iterations.numpy())
     fingerprint = weights_fingerprint(model)
+    if run.chief:  # the weights that are tested and exported
+        model.save_weights(os.path.join(config["logdir"], "checkpoints", "best.weights.h5"))
     print(f"trained {steps} steps; weights sha256 {fingerprint}")
     if not run.chief:
         return {"steps": steps, "weights_sha256": fingerprint}
@@ -305,6 +373,7 @@ def train(config, run, data, tokenizer, decision, resuming):
         # A run resumed after its last period has no history: evaluate again.
         "valid_loss": float(ran[-1] if ran else model.evaluate(valid, verbose=0, return_dict=True)["loss"]),
         "valid_bleu": monitor.history[-1]["bleu"] if monitor.history else None,
+        "best_weights": keep_best.report(),
         "train_seconds": round(backup.train_seconds, 1),
         "steps": steps,
         "epochs_run": round(steps / report.batches_per_epoch, 3),
@@ -318,20 +387,32 @@ def train(config, run, data, tokenizer, decision, resuming):
     }
 
 
-def evaluate(config, model, tokenizer, test, decode_xla):
+def stopping_monitor(config, metric):
+    """(log key, mode) that training stops on and keeps the best of: the
+    validation metric, or the validation loss with several workers (the
+    decoded metric is the chief's alone; every worker must stop together)."""
+    if config["strategy"] == "multiworker":
+        return "val_loss", "min"
+    return f"val_{metric}", "max"
+
+
+def evaluate(config, model, tokenizer, test, search, decode_xla):
     """Test scores of beam search, through the export's translate function."""
     sources, references = test
     if config["max_test_sentences"]:
         sources, references = sources[: config["max_test_sentences"]], references[: config["max_test_sentences"]]
     start = time.time()
-    hypotheses = make_translator(model, tokenizer, config, beam_search(config), decode_xla)(sources)
+    hypotheses = make_translator(model, tokenizer, config, search, decode_xla)(sources)
     scores = translation_scores(hypotheses, references)
+    matched = all_scores(hypotheses, references)["exact_match"]
     print(f"test BLEU {scores['bleu']:.2f} ({scores['bleu_signature']})")
     print(f"test chrF {scores['chrf']:.2f} ({scores['chrf_signature']})")
+    print(f"test exact match {matched:.2f}%")
     for source, hypothesis, reference in list(zip(sources, hypotheses, references))[:3]:
         print(f"  {source}\n  -> {hypothesis}\n  (reference: {reference})")
     return {
         "test_bleu": round(scores["bleu"], 2), "test_chrf": round(scores["chrf"], 2),
+        "test_exact_match": round(matched, 2),
         "bleu_signature": scores["bleu_signature"], "chrf_signature": scores["chrf_signature"],
         "test_seconds": round(time.time() - start, 1),
         "test_sentences": len(sources),
@@ -340,10 +421,10 @@ def evaluate(config, model, tokenizer, test, decode_xla):
     }
 
 
-def export(config, model, tokenizer, sources):
+def export(config, model, tokenizer, sources, search):
     """Exports the beam-search translator and translates one sentence with it."""
     path = export_translator(
-        model, tokenizer, tokenizer, config["export_dir"], search=beam_search(config),
+        model, tokenizer, tokenizer, config["export_dir"], search=search,
         max_source_length=config["max_length"], assets={"spm.model": tokenizer.proto},
         jit_compile=config["export_xla"],
     )
@@ -366,20 +447,12 @@ def chief_callbacks(config, model, tokenizer, valid, resuming, settings, decode_
     if seconds is None:  # a tenth of a period of minutes, else half a minute
         seconds = 6.0 * config["cadence"].minutes if config["cadence"].minutes else 30.0
     greedy = make_translator(model, tokenizer, config, GreedySearch(config["max_length"]), decode_xla, seconds)
-    monitor = GenerationMonitor(
-        sources[:count], references[:count], greedy,
-        lambda hypotheses, references: {
-            name: value for name, value in translation_scores(hypotheses, references).items()
-            if name in ("bleu", "chrf")},
-        logdir=logdir,
-    )
+    monitor = GenerationMonitor(sources[:count], references[:count], greedy, all_scores, logdir=logdir)
     callbacks = [
         monitor,
         StepTensorBoard(logdir),
         keras.callbacks.ModelCheckpoint(os.path.join(logdir, "checkpoints", "last.weights.h5"),
                                         save_weights_only=True),
-        keras.callbacks.ModelCheckpoint(os.path.join(logdir, "checkpoints", "best.weights.h5"),
-                                        save_weights_only=True, save_best_only=True, monitor="val_loss"),
     ]
     if config["arch"] == "transformer" or config["attention"] != "none":
         plotted = tokenizer.tokenize(sources[: config["attention_plots"]])[:, : config["max_length"]].to_tensor()

@@ -9,7 +9,7 @@ import pytest
 import tensorflow as tf
 
 from kseq.data import CharacterTokenizer
-from kseq.decoding import BeamSearch
+from kseq.decoding import BeamSearch, GreedySearch
 from kseq.export import export_translator, next_version
 from support import small_model
 
@@ -68,6 +68,22 @@ def test_export_with_beam_search_serves_the_best_hypothesis(tmp_path):
     ids = tokenizer.tokenize(sources).to_tensor()
     expected = model.generate(ids, max_length=10, method="beam", beam_size=3, length_penalty=0.6)
     assert served["token_ids"] == np.asarray(expected).tolist()
+
+
+def test_export_serves_the_no_repeat_ngram_constraint(tmp_path):
+    tokenizer = CharacterTokenizer(string.ascii_lowercase)
+    model = small_model("transformer", {}, dropout=0.0)
+    ids = tokenizer.tokenize(["keras", "loop"]).to_tensor()
+    model({"source_ids": ids, "target_ids": ids})  # builds it
+    bias = np.zeros(model.target_vocab_size, "float32")
+    bias[[7, 8]], bias[2] = 30.0, -30.0  # a model that loops "de" forever
+    model.output_projection.bias.assign(bias)
+    search = GreedySearch(10, no_repeat_ngram_size=2)
+    path = export_translator(model, tokenizer, tokenizer, str(tmp_path / "m"), search=search)
+    served = serve_in_subprocess(path, ["keras", "loop"])
+    expected = np.asarray(model.generate(ids, max_length=10, no_repeat_ngram_size=2))
+    assert served["token_ids"] == expected.tolist()
+    assert not np.array_equal(expected, model.generate(ids, max_length=10))
 
 
 def test_an_xla_compiled_export_serves_what_the_plain_one_does(tmp_path):

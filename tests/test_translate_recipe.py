@@ -68,6 +68,48 @@ def test_metrics_json(run):
     assert saved["train_step_share"] == round(saved["train_step_seconds"] / saved["wall_seconds"], 3)
     assert os.path.isfile(os.path.join(run["logdir"], "spm.model"))
     assert os.path.isfile(os.path.join(run["logdir"], "checkpoints", "last.weights.h5"))
+    # Short word-for-word targets (median 3 words): exact match chooses.
+    assert saved["metric"] == "exact_match" and "median of 3 words" in saved["metric_reason"]
+    assert saved["vocab_size"] == 298
+    assert 0 <= saved["test_exact_match"] <= 100
+
+
+def test_decoding_settings_are_chosen_on_validation_pairs(run):
+    saved = run["metrics"]
+    table = saved["decoding_candidates"]
+    assert [(row["length_penalty"], row["no_repeat_ngram"]) for row in table] == [
+        (0.6, 0), (0.6, 3), (1.0, 0), (1.0, 3)]
+    best = max(table, key=lambda row: row["exact_match"])  # max keeps the first of ties
+    assert saved["decoding"] == {name: best[name] for name in ("length_penalty", "no_repeat_ngram")}
+
+
+def test_the_best_evaluation_is_kept_and_restored(run):
+    kept = run["metrics"]["best_weights"]
+    assert kept["monitor"] == "val_exact_match" and kept["evaluations"] == 2
+    assert kept["best_step"] in (5, 10)
+    runs = event_multiplexer.EventMultiplexer()
+    runs.AddRunsFromDirectory(run["logdir"])
+    runs.Reload()
+    import tensorflow as tf
+
+    curve = {e.step: float(tf.make_ndarray(e.tensor_proto))
+             for e in runs.Tensors("generation", "exact_match")}
+    assert kept["best"] == pytest.approx(max(curve.values()), abs=1e-4)
+    assert kept["best_step"] == min(step for step, value in curve.items() if value == max(curve.values()))
+    model = restored_model(run, "best.weights.h5")
+    assert translate.weights_fingerprint(model) == run["metrics"]["weights_sha256"], "tested and exported"
+    last = translate.weights_fingerprint(restored_model(run, "last.weights.h5"))  # step 10's
+    assert (last == run["metrics"]["weights_sha256"]) == (kept["best_step"] == 10)
+
+
+def restored_model(run, name):
+    from kseq.data.subword_tokenizer import SubwordTokenizer
+
+    tokenizer = SubwordTokenizer.load(os.path.join(run["logdir"], "spm.model"))
+    model = translate.build_model(translate.parse_args(TINY), tokenizer.vocab_size)
+    model._ensure_built()
+    model.load_weights(os.path.join(run["logdir"], "checkpoints", name))
+    return model
 
 
 def test_tensorboard_events_hold_curves_text_images_graph_and_hparams(run):
@@ -104,11 +146,12 @@ def test_export_serves_with_tensorflow_and_text_only_and_matches_python(run):
     from kseq.data.subword_tokenizer import SubwordTokenizer
 
     tokenizer = SubwordTokenizer.load(os.path.join(run["logdir"], "spm.model"))
-    model = translate.build_model(translate.parse_args(TINY), tokenizer.vocab_size)
-    model._ensure_built()
-    model.load_weights(os.path.join(run["logdir"], "checkpoints", "last.weights.h5"))
+    model = restored_model(run, "best.weights.h5")
+    decoding = run["metrics"]["decoding"]
     ids = tokenizer.tokenize(sources[:1]).to_tensor()
-    expected = model.generate(ids, max_length=24, method="beam", beam_size=2, length_penalty=0.6)
+    expected = model.generate(ids, max_length=24, method="beam", beam_size=2,
+                              length_penalty=decoding["length_penalty"],
+                              no_repeat_ngram_size=decoding["no_repeat_ngram"])
     assert served["token_ids"][0][: np.asarray(expected).shape[1]] == np.asarray(expected)[0].tolist()
 
 
@@ -149,6 +192,10 @@ def test_recipe_rejects_bad_arguments(tmp_path, capsys):
         (["--train-tsv", str(tmp_path / "missing.tsv")], "--train-tsv .*missing.tsv: no such file"),
         (["--logdir", str(blocker)], "--logdir .* exists and is not a directory"),
         (["--token-budget", "8", "--max-length", "16"], "--token-budget must be >= --max-length"),
+        (["--length-penalty", "high"], "--length-penalty: invalid auto or float value: 'high'"),
+        (["--no-repeat-ngram", "-1"], "--no-repeat-ngram must be auto or >= 0"),
+        (["--patience", "-2"], "--patience must be >= 0"),
+        (["--metric", "rouge"], "--metric: invalid choice: 'rouge'"),
     ]
     for argv, message in cases:
         with pytest.raises(SystemExit):

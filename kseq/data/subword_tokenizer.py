@@ -1,5 +1,6 @@
 """SentencePiece subword tokenizer that runs in the graph and exports."""
 
+import collections
 import io
 
 import sentencepiece
@@ -122,3 +123,32 @@ class SubwordTokenizer(tf.Module):
     def load(cls, path):
         with open(path, "rb") as f:
             return cls(f.read())
+
+
+# Pieces every SubwordTokenizer holds whatever its text: PAD, BOS, EOS, UNK
+# and the 256 byte-fallback pieces.
+BASE_PIECES = 4 + 256
+
+
+def vocab_size_for(texts, limit, min_count=10):
+    """A vocabulary size that fits `texts`, at most `limit`.
+
+    The base pieces, one piece per distinct character, and one per word seen
+    at least `min_count` times: words that often are worth a piece of their
+    own; rarer strings (numbers, codes, dates, names) are better spelled
+    out from pieces the model sees often. On a large, varied corpus the
+    count passes any usual `limit`; on a small or repetitive one (a user's
+    dates or codes) it stays small, so that SentencePiece does not fill the
+    vocabulary with whole rare strings, each seen a few times.
+
+    Example:
+    >>> vocab_size_for(["1984-03-03 is a date", "2001-01-01 is a date"] * 10, limit=4000)
+    280
+    """
+    check_positive_int("limit", limit)
+    words, characters = collections.Counter(), set()
+    for text in texts:
+        words.update(text.split())
+        characters.update(text)
+    frequent = sum(1 for count in words.values() if count >= min_count)
+    return min(limit, BASE_PIECES + len(characters) + frequent)

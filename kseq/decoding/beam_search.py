@@ -2,7 +2,7 @@
 
 import tensorflow as tf
 
-from kseq.decoding.constraints import suppress_special_tokens
+from kseq.decoding.constraints import block_repeated_ngrams, suppress_special_tokens
 from kseq.decoding.state import gather_beams, tile_beams
 from kseq.special_ids import BOS_ID, EOS_ID, PAD_ID
 from kseq._validation import check_float, check_positive_int
@@ -40,6 +40,8 @@ class BeamSearch:
             0 ranks by log-probability alone. Defaults to 0.6.
         num_return: N <= K best hypotheses returned per row. Defaults to 1.
         eos_id: the id that ends a hypothesis (-1: none ever ends).
+        no_repeat_ngram_size: n > 0 never extends a hypothesis with an
+            n-gram it already holds (0: no constraint).
 
     Example:
     >>> import tensorflow as tf
@@ -62,8 +64,11 @@ class BeamSearch:
     """
 
     def __init__(self, max_length, beam_size=4, length_penalty=0.6, num_return=1,
-                 eos_id=EOS_ID, bos_id=BOS_ID, pad_id=PAD_ID):
+                 eos_id=EOS_ID, bos_id=BOS_ID, pad_id=PAD_ID, no_repeat_ngram_size=0):
         self.max_length = check_positive_int("max_length", max_length)
+        self.no_repeat_ngram_size = check_positive_int(
+            "no_repeat_ngram_size", no_repeat_ngram_size, allow_zero=True
+        )
         self.beam_size = check_positive_int("beam_size", beam_size)
         self.length_penalty = check_float("length_penalty", length_penalty)
         self.num_return = check_positive_int("num_return", num_return)
@@ -123,6 +128,8 @@ class BeamSearch:
             old = (tokens, alive_ids, alive_logp, finished_ids, finished_scores, state)
             logits, state = step_fn(tokens, state, index)
             logp = tf.nn.log_softmax(suppress_special_tokens(tf.cast(logits, tf.float32)))
+            history = tf.reshape(alive_ids, [-1, length])
+            logp = block_repeated_ngrams(logp, history, index, self.no_repeat_ngram_size)
             vocab = tf.shape(logp)[-1]
             total = alive_logp[:, :, None] + tf.reshape(logp, [batch_size, beams, vocab])
             top_logp, top_index = tf.math.top_k(tf.reshape(total, [batch_size, -1]), 2 * beams)

@@ -16,3 +16,41 @@ def suppress_special_tokens(logits, token_ids=(PAD_ID, BOS_ID)):
         tf.equal(tf.range(vocab)[:, None], tf.constant(token_ids, tf.int32)[None, :]), axis=1
     )
     return tf.where(banned, tf.cast(-float("inf"), logits.dtype), logits)
+
+
+def repeated_ngram_tokens(history, index, size, vocab_size):
+    """(R, V) bool: the tokens that would repeat an n-gram of `size` tokens.
+
+    `history` (R, L) holds each row's generated tokens at positions
+    0..index-1 (the token chosen now goes to `index`). Token v is banned
+    for a row when the row's last size-1 tokens followed by v already occur
+    in it. Fixed shapes only (windows are static slices, bans one
+    scatter), so searches keep compiling with XLA.
+    """
+    length = history.shape[1]
+    windows = length - size + 1
+    if size < 1 or windows < 1:
+        return tf.zeros([tf.shape(history)[0], vocab_size], tf.bool)
+    # Window j (tokens j..j+size-1) counts once it is complete before `index`.
+    complete = tf.range(windows)[None, :] + size - 1 < index
+    matches = tf.broadcast_to(complete, tf.shape(history[:, :windows]))
+    for offset in range(size - 1):
+        suffix_token = tf.gather(history, tf.maximum(index - size + 1 + offset, 0), axis=1)
+        matches &= tf.equal(history[:, offset:offset + windows], suffix_token[:, None])
+    rows = tf.broadcast_to(tf.range(tf.shape(history)[0])[:, None], tf.shape(matches))
+    following = history[:, size - 1:]  # the token that ends window j
+    indices = tf.stack([rows, following], axis=-1)
+    counts = tf.scatter_nd(
+        tf.reshape(indices, [-1, 2]), tf.reshape(tf.cast(matches, tf.int32), [-1]),
+        tf.stack([tf.shape(history)[0], vocab_size]),
+    )
+    return counts > 0
+
+
+def block_repeated_ngrams(logits, history, index, size):
+    """`logits` with the tokens that would repeat an n-gram of `size` at
+    -inf (see `repeated_ngram_tokens`); `size` 0 changes nothing."""
+    if not size:
+        return logits
+    banned = repeated_ngram_tokens(history, index, size, tf.shape(logits)[-1])
+    return tf.where(banned, tf.cast(-float("inf"), logits.dtype), logits)

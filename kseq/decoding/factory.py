@@ -11,7 +11,8 @@ METHODS = ("greedy", "beam", "sample")
 def make_search(method, max_length, beam_size=4, length_penalty=0.6, num_return=1,
                 temperature=1.0, top_k=None, top_p=None, seed=None, **kwargs):
     """The search object for `method` ("greedy", "beam" or "sample"); the
-    options of the other methods are ignored."""
+    options of the other methods are ignored. `kwargs` go to every search
+    (e.g. `no_repeat_ngram_size`, `eos_id`)."""
     check_choice("method", method, METHODS)
     if method == "beam":
         return BeamSearch(max_length, beam_size, length_penalty, num_return, **kwargs)

@@ -2,7 +2,7 @@
 
 import tensorflow as tf
 
-from kseq.decoding.constraints import suppress_special_tokens
+from kseq.decoding.constraints import block_repeated_ngrams, suppress_special_tokens
 from kseq.special_ids import BOS_ID, EOS_ID, PAD_ID
 from kseq._validation import check_positive_int
 
@@ -19,10 +19,16 @@ class TokenSearch:
         max_length: the most tokens to generate (a Python int).
         eos_id: the id that ends a row; -1 never ends one (benchmarks use it
             to force full-length generation).
+        no_repeat_ngram_size: n > 0 never generates an n-gram twice in a row's
+            output (0: no constraint).
     """
 
-    def __init__(self, max_length, eos_id=EOS_ID, bos_id=BOS_ID, pad_id=PAD_ID):
+    def __init__(self, max_length, eos_id=EOS_ID, bos_id=BOS_ID, pad_id=PAD_ID,
+                 no_repeat_ngram_size=0):
         self.max_length = check_positive_int("max_length", max_length)
+        self.no_repeat_ngram_size = check_positive_int(
+            "no_repeat_ngram_size", no_repeat_ngram_size, allow_zero=True
+        )
         self.eos_id, self.bos_id, self.pad_id = int(eos_id), int(bos_id), int(pad_id)
 
     def chooser(self):
@@ -64,7 +70,8 @@ class TokenSearch:
         def body(index, tokens, finished, output, scores, state):
             logits, state = step_fn(tokens, state, index)
             logits = suppress_special_tokens(tf.cast(logits, tf.float32))
-            chosen = choose(logits, index)
+            allowed = block_repeated_ngrams(logits, output, index, self.no_repeat_ngram_size)
+            chosen = choose(allowed, index)
             log_probs = tf.gather(logits, chosen, batch_dims=1) - tf.reduce_logsumexp(logits, -1)
             scores += tf.where(finished, 0.0, log_probs)
             chosen = tf.where(finished, self.pad_id, chosen)

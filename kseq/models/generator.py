@@ -33,6 +33,7 @@ class Generator(Decoder):
         top_p=None,
         seed=None,
         num_return=1,
+        no_repeat_ngram_size=0,
         return_scores=False,
         jit_compile=False,
     ):
@@ -50,6 +51,8 @@ class Generator(Decoder):
                 `num_return` N > 1 the N best hypotheses come back, best first.
             temperature, top_k, top_p, seed: sampling options; the same seed
                 gives the same output (None: a fresh draw every call).
+            no_repeat_ngram_size: n > 0 never generates the same n-gram twice
+                in one output, with every method (0: no constraint).
             return_scores: also return the scores: length-penalised
                 log-probabilities for beam search, summed token
                 log-probabilities otherwise.
@@ -75,6 +78,7 @@ class Generator(Decoder):
             method=method, max_length=max_length, beam_size=beam_size,
             length_penalty=length_penalty, num_return=num_return,
             temperature=temperature, top_k=top_k, top_p=top_p,
+            no_repeat_ngram_size=no_repeat_ngram_size,
         )
         make_search(seed=seed, **options)  # checks every option now, by name
         if seed is None:

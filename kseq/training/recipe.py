@@ -27,6 +27,16 @@ CHOICES = dict(strategy=("default", "mirrored", "multiworker"), precision=PRECIS
                jit_compile=JIT_CHOICES)
 
 
+def auto_or(kind):
+    """An option type: "auto", or a value of `kind` (e.g. `auto_or(float)`)."""
+
+    def parse(text):
+        return "auto" if text == "auto" else kind(text)
+
+    parse.__name__ = f"auto or {kind.__name__}"  # how argparse names it in errors
+    return parse
+
+
 def parse_config(doc, defaults, argv=None, presets=None, choices=None, types=None, positive=(),
                  files=(), check=None, extra=None):
     """The recipe's configuration: its defaults, overridden by the command line.

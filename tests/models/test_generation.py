@@ -186,3 +186,28 @@ def test_generate_traces_once_per_set_of_options():
         model.generate(source[:rows, : 3 + rows], max_length=MAX_LENGTH, method="sample", seed=seed)
     (function,) = model._generate_cache.functions.values()
     assert function.experimental_get_tracing_count() == 1
+
+
+def repeated_bigrams(row):
+    tokens = [int(t) for t in row if t != 0]
+    grams = list(zip(tokens, tokens[1:]))
+    return len(grams) - len(set(grams))
+
+
+@pytest.mark.parametrize("entry", [CONFIGS[0], CONFIGS[3]], ids=config_id)
+@pytest.mark.parametrize("method", ["greedy", "beam", "sample"])
+def test_no_repeat_ngram_size_stops_a_looping_model(entry, method):
+    model = small_model(*entry, dropout=0.0)
+    source = sources()
+    model({"source_ids": source, "target_ids": source})  # builds it
+    bias = model.output_bias if model.output_projection is None else model.output_projection.bias
+    loop = np.zeros(bias.shape[0], "float32")
+    loop[[7, 8]], loop[EOS] = 30.0, -30.0  # 7 and 8 win every step; EOS never
+    bias.assign(loop)
+    generate = lambda **options: np.asarray(
+        model.generate(source, max_length=MAX_LENGTH, method=method, seed=1, **options)
+    )
+    assert all(repeated_bigrams(row) > 0 for row in generate())  # the control loops
+    constrained = generate(no_repeat_ngram_size=2)
+    assert constrained.shape == (len(source), MAX_LENGTH)
+    assert all(repeated_bigrams(row) == 0 for row in constrained)

@@ -1,0 +1,81 @@
+"""Training until a validation score stops improving, keeping the best
+weights, in a way that survives a killed and resumed run."""
+
+import json
+import os
+
+import keras
+import numpy as np
+
+from kseq._atomic import write_json_atomic
+from kseq._validation import check_choice
+from kseq.training.periods import global_step
+
+
+class KeepBest(keras.callbacks.Callback):
+    """Keeps the weights of the best evaluation; stops after `patience`
+    evaluations without improvement; restores the best weights at the end.
+
+    Unlike keras' EarlyStopping (which holds the best weights in memory),
+    the best weights and the patience count live in `folder`
+    (`best_weights.npz`, `best.json`), so a run killed and resumed with
+    `resume=True` stops and restores as one uninterrupted run would. Only
+    the model's weights are kept (not the optimizer's step or moments, as
+    a `.weights.h5` file would). Both files go once training ends: a run
+    that ended has nothing to resume.
+    Place it after the callbacks that add `monitor` to the epoch's logs.
+
+    Args:
+        monitor: the log key, e.g. "val_chrf" or "val_loss".
+        folder: where the best weights and the state are written.
+        mode: "max" (a score) or "min" (a loss).
+        patience: evaluations without improvement before stopping (0: never
+            stop, only keep the best).
+        resume: continue the state found in `folder` (else start afresh).
+    """
+
+    def __init__(self, monitor, folder, mode="max", patience=0, resume=False):
+        super().__init__()
+        self.monitor, self.patience = monitor, int(patience)
+        self.sign = {"max": 1.0, "min": -1.0}[check_choice("mode", mode, ("max", "min"))]
+        self.weights_path = os.path.join(folder, "best_weights.npz")
+        self.state_path = os.path.join(folder, "best.json")
+        os.makedirs(folder, exist_ok=True)
+        self.state = {"best": None, "best_step": None, "wait": 0, "evaluations": 0, "stopped_early": False}
+        if resume and os.path.exists(self.state_path):
+            with open(self.state_path, encoding="utf-8") as f:
+                self.state.update(json.load(f))
+        elif os.path.exists(self.state_path):
+            os.remove(self.state_path)
+
+    def on_epoch_end(self, epoch, logs=None):
+        value = (logs or {}).get(self.monitor)
+        if value is None:
+            return
+        state, value = self.state, float(value)
+        state["evaluations"] += 1
+        if state["best"] is None or self.sign * (value - state["best"]) > 0:
+            temporary = self.weights_path + ".partial.npz"
+            np.savez(temporary, *self.model.get_weights())
+            os.replace(temporary, self.weights_path)
+            state.update(best=value, best_step=global_step(self.model), wait=0)
+        else:
+            state["wait"] += 1
+            if self.patience and state["wait"] >= self.patience:
+                state["stopped_early"] = self.model.stop_training = True
+                print(f"{self.monitor} has not improved for {state['wait']} evaluations: stopping")
+        write_json_atomic(self.state_path, state)
+
+    def on_train_end(self, logs=None):
+        if self.state["best"] is not None:
+            with np.load(self.weights_path) as saved:
+                self.model.set_weights([saved[f"arr_{i}"] for i in range(len(saved.files))])
+            print(f"weights of step {self.state['best_step']} restored "
+                  f"(best {self.monitor} {self.state['best']:.4g})")
+        for path in (self.weights_path, self.state_path):
+            if os.path.exists(path):
+                os.remove(path)
+
+    def report(self):
+        """What happened, for metrics.json."""
+        return {"monitor": self.monitor, "patience": self.patience, **self.state}

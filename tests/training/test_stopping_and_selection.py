@@ -1,0 +1,97 @@
+"""KeepBest (patience, best weights, resume) and choosing by validation scores."""
+
+import json
+import os
+
+import keras
+import numpy as np
+import pytest
+
+from kseq.training.selection import all_scores, choose_metric, tune_decoding
+from kseq.training.stopping import KeepBest
+
+
+def tiny_model():
+    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    model.compile(keras.optimizers.SGD(), "mse")
+    return model
+
+
+def evaluate(callback, model, epoch, value, marker):
+    """An evaluation scoring `value`, with the weights set to `marker`."""
+    model.layers[0].kernel.assign(np.full((2, 1), marker, "float32"))
+    callback.on_epoch_end(epoch, {"val_chrf": value})
+
+
+def kernel(model):
+    return float(model.layers[0].kernel.numpy()[0, 0])
+
+
+def test_keep_best_stops_after_patience_and_restores_the_best_weights(tmp_path):
+    model = tiny_model()
+    keep = KeepBest("val_chrf", str(tmp_path), patience=2)
+    keep.set_model(model)
+    for epoch, value in enumerate([10.0, 30.0, 20.0]):
+        evaluate(keep, model, epoch, value, marker=epoch)
+        assert not model.stop_training
+    evaluate(keep, model, 3, 30.0, marker=3)  # equal is no improvement
+    assert model.stop_training
+    keep.on_train_end()
+    assert kernel(model) == 1.0, "the weights of the evaluation that scored 30"
+    assert keep.report() | {"best_step": None} == {
+        "monitor": "val_chrf", "patience": 2, "best": 30.0, "best_step": None, "wait": 2,
+        "evaluations": 4, "stopped_early": True}
+
+
+def test_keep_best_resumes_its_count_and_a_fresh_run_forgets_it(tmp_path):
+    model = tiny_model()
+    first = KeepBest("val_chrf", str(tmp_path), patience=3)
+    first.set_model(model)
+    evaluate(first, model, 0, 5.0, marker=7)
+    evaluate(first, model, 1, 4.0, marker=8)
+    assert json.loads((tmp_path / "best.json").read_text())["wait"] == 1
+    # Killed here; the resumed run continues the count and the best.
+    resumed = KeepBest("val_chrf", str(tmp_path), patience=3, resume=True)
+    resumed.set_model(model)
+    evaluate(resumed, model, 0, 4.5, marker=9)
+    evaluate(resumed, model, 1, 4.0, marker=10)
+    assert model.stop_training and resumed.report()["evaluations"] == 4
+    resumed.on_train_end()
+    assert kernel(model) == 7.0
+    fresh = KeepBest("val_chrf", str(tmp_path), patience=3)
+    assert fresh.report()["best"] is None and not (tmp_path / "best.json").exists()
+
+
+def test_keep_best_on_a_loss_and_without_patience(tmp_path):
+    model = tiny_model()
+    keep = KeepBest("val_loss", str(tmp_path), mode="min", patience=0)
+    keep.set_model(model)
+    for epoch, loss in enumerate([3.0, 2.0, 2.5, 2.6, 2.7, 2.8]):
+        model.layers[0].kernel.assign(np.full((2, 1), epoch, "float32"))
+        keep.on_epoch_end(epoch, {"val_loss": loss})
+    assert not model.stop_training
+    keep.on_train_end()
+    assert kernel(model) == 1.0
+    assert not os.listdir(tmp_path), "a run that ended leaves nothing to resume"
+    with pytest.raises(ValueError, match="`mode` must be one of"):
+        KeepBest("val_loss", str(tmp_path), mode="lowest")
+
+
+def test_the_metric_fits_the_targets():
+    assert choose_metric(["1984-03-03", "2001-01-01", "one two"])[0] == "exact_match"
+    long = ["a verse of the bible that runs on", "and on and on"]
+    metric, reason = choose_metric(long)
+    assert metric == "chrf" and "median of 6 words" in reason
+    assert choose_metric(long, "bleu") == ("bleu", "asked for")
+    with pytest.raises(ValueError, match="`metric` must be one of auto, bleu, chrf, exact_match"):
+        choose_metric(long, "rouge")
+
+
+def test_all_scores_and_decoding_tuning_pick_the_best_and_the_first_of_ties():
+    references = ["1984-03-03", "2001-01-01"]
+    assert all_scores(references, references)["exact_match"] == 100.0
+    outputs = {0: ["1984-03-03", "2001-01-02"], 1: references, 2: references}
+    best, table = tune_decoding(lambda settings: lambda sources: outputs[settings["n"]],
+                                [{"n": 0}, {"n": 1}, {"n": 2}], ["x", "y"], references, "exact_match")
+    assert best == {"n": 1}
+    assert [row["exact_match"] for row in table] == [50.0, 100.0, 100.0]
