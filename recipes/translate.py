@@ -21,15 +21,18 @@ greedy decode; samples, attention maps) and checkpoints run every
 --eval-every steps (`500`) or minutes (`2m`); `auto` spreads 6 evaluations
 over --max-minutes. Training stops once --metric has not improved for
 --patience evaluations (0: never), and the best evaluation's weights are the
-ones tested and exported. --metric auto is exact match for short targets
+ones tested and exported; an evaluation that falls more than 2% below the
+best takes training back to the best weights with the learning rate times
+--lr-decay (1: never). --metric auto is exact match for short targets
 (a median of 3 words or fewer: codes, dates, numbers) and chrF otherwise.
 
-Decoding is beam search; --length-penalty and --no-repeat-ngram (n > 0 never
-generates an n-gram twice) are chosen after training on --tune-sentences
-validation pairs by --metric, among 0.6 and 1.0 and among 0 and 3, unless
-given. --vocab-size auto sizes the joint SentencePiece vocabulary to the
+Decoding: --beam-size (1: greedy), --length-penalty and --no-repeat-ngram
+(n > 0 never generates an n-gram twice) are chosen after training on
+--tune-sentences validation pairs by --metric, among 4 and 1, 0.6 and 1.0,
+and 0 and 3, unless given. --vocab-size auto sizes the joint SentencePiece vocabulary to the
 data (kseq.data.subword_tokenizer.vocab_size_for: characters and words seen
 10 times or more), at most the preset's --max-vocab-size.
+
 A killed run continues where it last saved (every --save-every steps and at
 every evaluation) when started again with the same command; --strategy
 multiworker trains on every machine of TF_CONFIG (see README).
@@ -70,6 +73,7 @@ from kseq.training.precision import device_class  # noqa: E402
 from kseq.training.recipe import read_tsv_reporting  # noqa: E402
 from kseq.training.resume import ResumableBackup, TrainingPosition  # noqa: E402
 from kseq.training.runtime import tune_cpu_runtime  # noqa: E402
+from kseq.training.schedules import Scaled  # noqa: E402
 from kseq.training.stopping import KeepBest  # noqa: E402
 from kseq.training.selection import METRICS, all_scores, choose_metric, tune_decoding  # noqa: E402
 from kseq.training.tensorboard import write_hparams, write_model_graph  # noqa: E402
@@ -102,8 +106,9 @@ PRESETS = {
 DEFAULTS = dict(
     recipe.COMMON, train_tsv=None, valid_tsv=None, test_tsv=None, attention="general", cell="lstm",
     vocab_size="auto",
-    label_smoothing=0.1, clipnorm=1.0, learning_rate=None, beam_size=4, length_penalty="auto",
-    no_repeat_ngram="auto", tune_sentences=200, metric="auto", patience=3, valid_bleu_sentences=200,
+    label_smoothing=0.1, clipnorm=1.0, learning_rate=None, beam_size="auto", length_penalty="auto",
+    no_repeat_ngram="auto", tune_sentences=200, metric="auto", patience=3, lr_decay=0.5,
+    valid_bleu_sentences=200,
     attention_plots=3, save_every=200, max_test_sentences=None,
     eval_every="auto", eval_seconds=None, export_xla=False,
     logdir="runs/translate", export_dir="savedmodels/translate",
@@ -112,9 +117,11 @@ CHOICES = dict(arch=("transformer", "rnn"), attention=("none", "dot", "general",
                cell=("rnn", "lstm", "gru"), metric=("auto",) + METRICS)
 TYPES = dict(learning_rate=float, max_test_sentences=int, eval_seconds=float, max_minutes=float,
              length_penalty=recipe.auto_or(float), no_repeat_ngram=recipe.auto_or(int),
-             vocab_size=recipe.auto_or(int))
-# Decoding settings tried on validation pairs where not given (the first wins ties).
-LENGTH_PENALTIES, NO_REPEAT_NGRAMS = (0.6, 1.0), (0, 3)
+             vocab_size=recipe.auto_or(int), beam_size=recipe.auto_or(int))
+# Decoding settings tried on validation pairs where not given (the first wins
+# ties). Greedy is among them: a model trained for minutes can score better
+# greedy than with a beam, which prefers its too-short outputs.
+BEAM_SIZES, LENGTH_PENALTIES, NO_REPEAT_NGRAMS = (4, 1), (0.6, 1.0), (0, 3)
 
 
 def parse_args(argv=None):
@@ -123,10 +130,13 @@ def parse_args(argv=None):
             return "--token-budget must be >= --max-length"
         if config["no_repeat_ngram"] != "auto" and config["no_repeat_ngram"] < 0:
             return "--no-repeat-ngram must be auto or >= 0"
-        if config["vocab_size"] != "auto" and config["vocab_size"] < 1:
-            return "--vocab-size must be auto or >= 1"
+        for name in ("vocab_size", "beam_size"):
+            if config[name] != "auto" and config[name] < 1:
+                return f"--{name.replace('_', '-')} must be auto or >= 1"
         if config["patience"] < 0:
             return "--patience must be >= 0"
+        if not 0 < config["lr_decay"] <= 1:
+            return "--lr-decay must be in (0, 1]"
         try:
             config["cadence"] = parse_cadence(config["eval_every"], config["max_minutes"])
         except ValueError as error:
@@ -135,7 +145,7 @@ def parse_args(argv=None):
 
     return recipe.parse_config(
         __doc__, DEFAULTS, argv, presets=PRESETS, choices=CHOICES, types=TYPES, check=check,
-        positive=("epochs", "token_budget", "max_length", "beam_size", "max_vocab_size", "save_every",
+        positive=("epochs", "token_budget", "max_length", "max_vocab_size", "save_every",
                   "tune_sentences"),
         files=("train_tsv", "valid_tsv", "test_tsv"),
     )
@@ -170,11 +180,14 @@ def build_model(config, vocab_size, dtype=None):
 
 
 def learning_rate(config):
+    """The rate (a `Scaled` schedule, which KeepBest lowers on a plateau)."""
     if config["learning_rate"]:
-        return config["learning_rate"]
-    if config["arch"] == "transformer":
-        return kseq.schedules.TransformerSchedule(config["d_model"], config["warmup_steps"])
-    return 1e-3
+        rate = config["learning_rate"]
+    elif config["arch"] == "transformer":
+        rate = kseq.schedules.TransformerSchedule(config["d_model"], config["warmup_steps"])
+    else:
+        rate = 1e-3
+    return Scaled(rate)
 
 
 def make_translator(model, tokenizer, config, search, jit_compile, seconds=None):
@@ -184,9 +197,12 @@ def make_translator(model, tokenizer, config, search, jit_compile, seconds=None)
     return BatchTranslator(function, batch_size=64, seconds=seconds)
 
 
-def beam_search(config, decoding):
-    """The beam search of `decoding` settings (length_penalty, no_repeat_ngram)."""
-    return BeamSearch(config["max_length"], config["beam_size"], decoding["length_penalty"],
+def make_search(config, decoding):
+    """The search of `decoding` settings (beam_size, 1 for greedy;
+    length_penalty; no_repeat_ngram)."""
+    if decoding["beam_size"] == 1:
+        return GreedySearch(config["max_length"], no_repeat_ngram_size=decoding["no_repeat_ngram"])
+    return BeamSearch(config["max_length"], decoding["beam_size"], decoding["length_penalty"],
                       no_repeat_ngram_size=decoding["no_repeat_ngram"])
 
 
@@ -194,16 +210,18 @@ def choose_decoding(config, model, tokenizer, valid, metric, decode_xla):
     """(settings, report): the given decoding settings, or those scoring
     best by `metric` on the first --tune-sentences validation pairs."""
     options = {name: [config[name]] if config[name] != "auto" else list(values)
-               for name, values in (("length_penalty", LENGTH_PENALTIES),
+               for name, values in (("beam_size", BEAM_SIZES), ("length_penalty", LENGTH_PENALTIES),
                                     ("no_repeat_ngram", NO_REPEAT_NGRAMS))}
-    candidates = [dict(length_penalty=penalty, no_repeat_ngram=size)
-                  for penalty in options["length_penalty"] for size in options["no_repeat_ngram"]]
+    candidates = [dict(beam_size=beam, length_penalty=penalty, no_repeat_ngram=size)
+                  for beam in options["beam_size"] for penalty in options["length_penalty"]
+                  for size in options["no_repeat_ngram"]
+                  if beam > 1 or penalty == options["length_penalty"][0]]  # greedy has no penalty
     if len(candidates) == 1:
         return candidates[0], {"decoding": candidates[0], "decoding_reason": "asked for"}
     start, count = time.time(), config["tune_sentences"]
     sources, references = valid[0][:count], valid[1][:count]
     best, table = tune_decoding(
-        lambda settings: make_translator(model, tokenizer, config, beam_search(config, settings), decode_xla),
+        lambda settings: make_translator(model, tokenizer, config, make_search(config, settings), decode_xla),
         candidates, sources, references, metric,
     )
     for row in table:
@@ -291,7 +309,7 @@ def main(argv=None):
     model, decode_xla = trained["model"], trained["decode_xla"]
     decoding, decoding_report = choose_decoding(config, model, tokenizer, data["valid"], metric, decode_xla)
     metrics = {
-        **evaluate(config, model, tokenizer, data["test"], beam_search(config, decoding), decode_xla),
+        **evaluate(config, model, tokenizer, data["test"], make_search(config, decoding), decode_xla),
         **{name: value for name, value in trained.items() if name != "model"},
         "metric": metric, "metric_reason": metric_reason, **decoding_report,
         "vocab_size": tokenizer.vocab_size,
@@ -299,7 +317,7 @@ def main(argv=None):
     }
     metrics["train_step_share"] = round(metrics["train_step_seconds"] / metrics["wall_seconds"], 3)
     recipe.write_metrics(config["logdir"], metrics)
-    export(config, model, tokenizer, data["test"][0], beam_search(config, decoding))
+    export(config, model, tokenizer, data["test"][0], make_search(config, decoding))
     print(f"train steps took {metrics['train_step_share']:.0%} of {metrics['wall_seconds']:.0f} s of wall time")
     print(f"TensorBoard: tensorboard --logdir {config['logdir']}")
     return metrics
@@ -313,8 +331,9 @@ def train(config, run, data, tokenizer, decision, resuming, metric):
     with run.strategy.scope():
         model = build_model(config, tokenizer.vocab_size, dtype=run.precision.policy)
         model.build()  # variables under the strategy, before the graph is logged
+        schedule = learning_rate(config)
         recipe.compile_model(
-            model, keras.optimizers.Adam(learning_rate(config), beta_2=0.98, epsilon=1e-9,
+            model, keras.optimizers.Adam(schedule, beta_2=0.98, epsilon=1e-9,
                                          clipnorm=config["clipnorm"]),
             kseq.losses.MaskedSparseCategoricalCrossentropy(label_smoothing=config["label_smoothing"]),
             [kseq.metrics.MaskedAccuracy(), kseq.metrics.Perplexity()], jit_compile=decision.use,
@@ -351,7 +370,8 @@ def train(config, run, data, tokenizer, decision, resuming, metric):
         callbacks += logging
     monitor_key, mode = stopping_monitor(config, metric)
     keep_best = KeepBest(monitor_key, os.path.join(run.workdir, "checkpoints"), mode=mode,
-                         patience=config["patience"], resume=bool(resuming))
+                         patience=config["patience"], resume=bool(resuming),
+                         lr_factor=None if config["lr_decay"] == 1 else schedule.factor, decay=config["lr_decay"])
     # Last: a period's line shows its scores, and counts as saved once its
     # logs are written; then nothing traces before the steps compile.
     callbacks += [keep_best, periods, backup, StableFunctionNames()]
@@ -397,7 +417,7 @@ def stopping_monitor(config, metric):
 
 
 def evaluate(config, model, tokenizer, test, search, decode_xla):
-    """Test scores of beam search, through the export's translate function."""
+    """Test scores of `search`, through the export's translate function."""
     sources, references = test
     if config["max_test_sentences"]:
         sources, references = sources[: config["max_test_sentences"]], references[: config["max_test_sentences"]]
@@ -422,7 +442,7 @@ def evaluate(config, model, tokenizer, test, search, decode_xla):
 
 
 def export(config, model, tokenizer, sources, search):
-    """Exports the beam-search translator and translates one sentence with it."""
+    """Exports the translator with `search` and translates one sentence with it."""
     path = export_translator(
         model, tokenizer, tokenizer, config["export_dir"], search=search,
         max_source_length=config["max_length"], assets={"spm.model": tokenizer.proto},

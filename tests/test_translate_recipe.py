@@ -77,10 +77,11 @@ def test_metrics_json(run):
 def test_decoding_settings_are_chosen_on_validation_pairs(run):
     saved = run["metrics"]
     table = saved["decoding_candidates"]
-    assert [(row["length_penalty"], row["no_repeat_ngram"]) for row in table] == [
-        (0.6, 0), (0.6, 3), (1.0, 0), (1.0, 3)]
+    settings = ("beam_size", "length_penalty", "no_repeat_ngram")
+    assert [tuple(row[name] for name in settings) for row in table] == [
+        (2, 0.6, 0), (2, 0.6, 3), (2, 1.0, 0), (2, 1.0, 3)], "--beam-size 2 given, the rest tuned"
     best = max(table, key=lambda row: row["exact_match"])  # max keeps the first of ties
-    assert saved["decoding"] == {name: best[name] for name in ("length_penalty", "no_repeat_ngram")}
+    assert saved["decoding"] == {name: best[name] for name in settings}
 
 
 def test_the_best_evaluation_is_kept_and_restored(run):
@@ -96,6 +97,9 @@ def test_the_best_evaluation_is_kept_and_restored(run):
              for e in runs.Tensors("generation", "exact_match")}
     assert kept["best"] == pytest.approx(max(curve.values()), abs=1e-4)
     assert kept["best_step"] == min(step for step, value in curve.items() if value == max(curve.values()))
+    # A second evaluation more than 2% below the first takes training back, at half the rate.
+    fell = curve[10] < 0.98 * curve[5]
+    assert (kept["reverts"], kept["lr_factor"]) == ((1, 0.5) if fell else (0, 1.0))
     model = restored_model(run, "best.weights.h5")
     assert translate.weights_fingerprint(model) == run["metrics"]["weights_sha256"], "tested and exported"
     last = translate.weights_fingerprint(restored_model(run, "last.weights.h5"))  # step 10's
@@ -149,7 +153,7 @@ def test_export_serves_with_tensorflow_and_text_only_and_matches_python(run):
     model = restored_model(run, "best.weights.h5")
     decoding = run["metrics"]["decoding"]
     ids = tokenizer.tokenize(sources[:1]).to_tensor()
-    expected = model.generate(ids, max_length=24, method="beam", beam_size=2,
+    expected = model.generate(ids, max_length=24, method="beam", beam_size=decoding["beam_size"],
                               length_penalty=decoding["length_penalty"],
                               no_repeat_ngram_size=decoding["no_repeat_ngram"])
     assert served["token_ids"][0][: np.asarray(expected).shape[1]] == np.asarray(expected)[0].tolist()
@@ -195,6 +199,7 @@ def test_recipe_rejects_bad_arguments(tmp_path, capsys):
         (["--length-penalty", "high"], "--length-penalty: invalid auto or float value: 'high'"),
         (["--no-repeat-ngram", "-1"], "--no-repeat-ngram must be auto or >= 0"),
         (["--patience", "-2"], "--patience must be >= 0"),
+        (["--beam-size", "0"], "--beam-size must be auto or >= 1"),
         (["--metric", "rouge"], "--metric: invalid choice: 'rouge'"),
     ]
     for argv, message in cases:

@@ -43,3 +43,38 @@ class TransformerSchedule(keras.optimizers.schedules.LearningRateSchedule):
 
     def get_config(self):
         return {"d_model": self.d_model, "warmup_steps": self.warmup_steps, "scale": self.scale}
+
+
+@keras.saving.register_keras_serializable("kseq")
+class Scaled(keras.optimizers.schedules.LearningRateSchedule):
+    """`schedule(step) * factor`, with `factor` a variable that callbacks
+    lower while training runs (e.g. `kseq.training.stopping.KeepBest` on a
+    plateau); the traced train step reads the variable, so no retrace.
+
+    Example:
+    >>> scaled = Scaled(TransformerSchedule(d_model=64, warmup_steps=10))
+    >>> _ = scaled.factor.assign(0.5)
+    >>> round(float(scaled(9)) / float(TransformerSchedule(64, 10)(9)), 3)
+    0.5
+    """
+
+    def __init__(self, schedule, factor=1.0):
+        self.schedule = schedule
+        self.factor = keras.Variable(factor, trainable=False, dtype="float32", name="lr_factor")
+
+    def __call__(self, step):
+        rate = self.schedule(step) if callable(self.schedule) else self.schedule
+        return ops.cast(rate, "float32") * self.factor
+
+    def get_config(self):
+        schedule = self.schedule
+        if isinstance(schedule, keras.optimizers.schedules.LearningRateSchedule):
+            schedule = keras.saving.serialize_keras_object(schedule)
+        return {"schedule": schedule, "factor": float(self.factor.numpy())}
+
+    @classmethod
+    def from_config(cls, config):
+        schedule = config["schedule"]
+        if isinstance(schedule, dict):
+            schedule = keras.saving.deserialize_keras_object(schedule)
+        return cls(schedule, config["factor"])

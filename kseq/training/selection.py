@@ -21,9 +21,10 @@ def choose_metric(references, requested="auto"):
             raise ValueError(f"`metric` must be one of auto, {', '.join(METRICS)}; got {requested!r}.")
         return requested, "asked for"
     words = statistics.median(len(reference.split()) for reference in references) if references else 0
+    median = f"auto: validation targets have a median of {words:g} word{'' if words == 1 else 's'}"
     if words <= SHORT_TARGET_WORDS:
-        return "exact_match", f"auto: validation targets have a median of {words:g} words"
-    return "chrf", f"auto: validation targets have a median of {words:g} words (> {SHORT_TARGET_WORDS})"
+        return "exact_match", median
+    return "chrf", f"{median} (> {SHORT_TARGET_WORDS})"
 
 
 def all_scores(hypotheses, references):

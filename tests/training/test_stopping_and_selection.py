@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from kseq.training.selection import all_scores, choose_metric, tune_decoding
+from kseq.training.schedules import Scaled, TransformerSchedule
 from kseq.training.stopping import KeepBest
 
 
@@ -40,7 +41,7 @@ def test_keep_best_stops_after_patience_and_restores_the_best_weights(tmp_path):
     assert kernel(model) == 1.0, "the weights of the evaluation that scored 30"
     assert keep.report() | {"best_step": None} == {
         "monitor": "val_chrf", "patience": 2, "best": 30.0, "best_step": None, "wait": 2,
-        "evaluations": 4, "stopped_early": True}
+        "evaluations": 4, "stopped_early": True, "lr_factor": 1.0, "reverts": 0}
 
 
 def test_keep_best_resumes_its_count_and_a_fresh_run_forgets_it(tmp_path):
@@ -95,3 +96,36 @@ def test_all_scores_and_decoding_tuning_pick_the_best_and_the_first_of_ties():
                                 [{"n": 0}, {"n": 1}, {"n": 2}], ["x", "y"], references, "exact_match")
     assert best == {"n": 1}
     assert [row["exact_match"] for row in table] == [50.0, 100.0, 100.0]
+
+
+def test_a_plateau_goes_back_to_the_best_weights_with_a_lower_rate_and_resumes_it(tmp_path):
+    model = tiny_model()
+    schedule = Scaled(TransformerSchedule(d_model=16, warmup_steps=4))
+    keep = KeepBest("val_chrf", str(tmp_path), patience=4, lr_factor=schedule.factor, decay=0.5)
+    keep.set_model(model)
+    keep.on_train_begin()
+    evaluate(keep, model, 0, 50.0, marker=1)
+    evaluate(keep, model, 1, 40.0, marker=2)  # worse: back to marker 1, half the rate
+    assert kernel(model) == 1.0 and float(schedule.factor.numpy()) == 0.5
+    evaluate(keep, model, 2, 45.0, marker=3)
+    assert kernel(model) == 1.0 and float(schedule.factor.numpy()) == 0.25
+    assert keep.report()["reverts"] == 2 and not model.stop_training
+    evaluate(keep, model, 3, 49.5, marker=5)  # 1% below the best: noise, no revert (but no gain)
+    assert kernel(model) == 5.0 and float(schedule.factor.numpy()) == 0.25
+    # A resumed run starts at the lowered rate.
+    fresh = Scaled(TransformerSchedule(d_model=16, warmup_steps=4))
+    resumed = KeepBest("val_chrf", str(tmp_path), patience=4, resume=True, lr_factor=fresh.factor)
+    resumed.set_model(model)
+    resumed.on_train_begin()
+    assert float(fresh.factor.numpy()) == 0.25
+    evaluate(resumed, model, 0, 30.0, marker=4)  # the fourth miss stops, with no further decay
+    assert model.stop_training and float(fresh.factor.numpy()) == 0.25
+
+
+def test_scaled_schedule_multiplies_and_round_trips():
+    inner = TransformerSchedule(d_model=16, warmup_steps=4)
+    scaled = Scaled(inner, factor=0.5)
+    assert float(scaled(7)) == pytest.approx(0.5 * float(inner(7)))
+    copy = keras.saving.deserialize_keras_object(keras.saving.serialize_keras_object(scaled))
+    assert float(copy(7)) == pytest.approx(float(scaled(7)))
+    assert float(Scaled(1e-3)(100)) == pytest.approx(1e-3)
