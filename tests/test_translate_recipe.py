@@ -296,3 +296,9 @@ def test_xla_trains_every_pair_in_few_shapes_and_repeated_or_resumed_runs_compil
     assert programs(resumed.stderr, "Serializing and saving cache entry:") == [], "it compiled nothing"
     assert programs(resumed.stderr, "Loading cached entry for:") == compiled, "it loaded each program"
     assert again["weights_sha256"] == metrics["weights_sha256"], "and trained the same steps"
+
+
+def test_training_stops_on_exact_match_for_short_targets_and_on_the_loss_otherwise():
+    assert translate.stopping_monitor({"strategy": "mirrored"}, "exact_match") == ("val_exact_match", "max")
+    assert translate.stopping_monitor({"strategy": "mirrored"}, "chrf") == ("val_loss", "min")
+    assert translate.stopping_monitor({"strategy": "multiworker"}, "exact_match") == ("val_loss", "min")
