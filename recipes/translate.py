@@ -325,9 +325,10 @@ def main(argv=None):
 
 
 def train(config, run, data, tokenizer, decision, resuming, metric):
-    """Builds, compiles and fits the model on the run's cadence until `metric`
-    stops improving; returns the model (the best evaluation's weights) and
-    what training reports (metrics.json's training part)."""
+    """Builds, compiles and fits the model on the run's cadence until the
+    validation score (`stopping_monitor`) stops improving; returns the model
+    (the best evaluation's weights) and what training reports (metrics.json's
+    training part)."""
     decode_xla = decision.use or device_class() == "gpu"
     with run.strategy.scope():
         model = build_model(config, tokenizer.vocab_size, dtype=run.precision.policy)
