@@ -238,7 +238,8 @@ def test_xla_trains_every_pair_in_few_shapes_and_repeated_or_resumed_runs_compil
     def argv(name):
         return ["--train-tsv", train, "--valid-tsv", valid, "--logdir", str(tmp_path / name),
                 "--export-dir", str(tmp_path / f"export-{name}"), "--max-test-sentences", "2",
-                "--xla-cache", str(cache), "--save-every", "2"] + TINY[:-2] + ["--jit-compile", "on"]
+                "--xla-cache", str(cache), "--save-every", "2", "--length-penalty", "0.6",
+                "--no-repeat-ngram", "0"] + TINY[:-2] + ["--jit-compile", "on"]
 
     # The tests' two logical CPUs cannot hold XLA replicas: a named error.
     with pytest.raises(SystemExit, match="--jit-compile on cannot train 2 replicas on CPU"):
