@@ -69,7 +69,7 @@ from kseq.training.callbacks import (  # noqa: E402
     StopOnNonFiniteLoss, TimeLimit, parse_cadence,
 )
 from kseq.training.distribution import distribute_batches, weights_fingerprint  # noqa: E402
-from kseq.training.evaluation import BatchTranslator, translation_scores  # noqa: E402
+from kseq.training.evaluation import BatchTranslator, exact_match, translation_scores  # noqa: E402
 from kseq.training.precision import device_class  # noqa: E402
 from kseq.training.recipe import read_tsv_reporting  # noqa: E402
 from kseq.training.resume import ResumableBackup, TrainingPosition  # noqa: E402
@@ -433,7 +433,7 @@ def evaluate(config, model, tokenizer, test, search, decode_xla):
     start = time.time()
     hypotheses = make_translator(model, tokenizer, config, search, decode_xla)(sources)
     scores = translation_scores(hypotheses, references)
-    matched = all_scores(hypotheses, references)["exact_match"]
+    matched = 100.0 * exact_match(hypotheses, references)
     print(f"test BLEU {scores['bleu']:.2f} ({scores['bleu_signature']})")
     print(f"test chrF {scores['chrf']:.2f} ({scores['chrf_signature']})")
     print(f"test exact match {matched:.2f}%")

@@ -8,7 +8,7 @@ import keras
 import numpy as np
 
 from kseq._atomic import write_json_atomic
-from kseq._validation import check_choice
+from kseq._validation import check_choice, check_float, check_positive_int
 from kseq.training.periods import global_step
 
 
@@ -50,12 +50,15 @@ class KeepBest(keras.callbacks.Callback):
     def __init__(self, monitor, folder, mode="max", patience=0, resume=False, lr_factor=None, decay=0.5,
                  tolerance=0.02):
         super().__init__()
-        self.monitor, self.patience = monitor, int(patience)
+        self.monitor = monitor
+        self.patience = check_positive_int("patience", patience, allow_zero=True)
         self.sign = {"max": 1.0, "min": -1.0}[check_choice("mode", mode, ("max", "min"))]
         self.weights_path = os.path.join(folder, "best_weights.npz")
         self.state_path = os.path.join(folder, "best.json")
         os.makedirs(folder, exist_ok=True)
-        self.lr_factor, self.decay, self.tolerance = lr_factor, float(decay), float(tolerance)
+        self.lr_factor = lr_factor
+        self.decay = check_float("decay", decay, 0.0, 1.0, low_open=True)
+        self.tolerance = check_float("tolerance", tolerance, 0.0)
         self.state = {"best": None, "best_step": None, "wait": 0, "evaluations": 0, "stopped_early": False,
                       "lr_factor": 1.0, "reverts": 0}
         if resume and os.path.exists(self.state_path):

@@ -76,6 +76,10 @@ def test_keep_best_on_a_loss_and_without_patience(tmp_path):
     assert not os.listdir(tmp_path), "a run that ended leaves nothing to resume"
     with pytest.raises(ValueError, match="`mode` must be one of"):
         KeepBest("val_loss", str(tmp_path), mode="lowest")
+    with pytest.raises(ValueError, match="`patience` must be >= 0"):
+        KeepBest("val_loss", str(tmp_path), patience=-1)
+    with pytest.raises(ValueError, match=r"`decay` must be a finite number in \(0.0, 1.0\]"):
+        KeepBest("val_loss", str(tmp_path), decay=0.0)
 
 
 def test_the_metric_fits_the_targets():
