@@ -26,7 +26,7 @@ WORDS = {"cat": "chat", "dog": "chien", "house": "maison", "red": "rouge", "blue
 TINY = ["--num-layers", "1", "--d-model", "32", "--num-heads", "2", "--ff-dim", "64",
         "--vocab-size", "300", "--epochs", "2", "--token-budget", "512", "--max-length", "24",
         "--valid-bleu-sentences", "6", "--attention-plots", "2", "--beam-size", "2",
-        "--eval-every", "5", "--jit-compile", "off"]
+        "--eval-every", "5", "--jit-compile", "off", "--snapshot-every", "2"]
 
 
 def write_pairs(path, count, seed, bad_lines=()):
@@ -70,8 +70,14 @@ def test_metrics_json(run):
     assert os.path.isfile(os.path.join(run["logdir"], "checkpoints", "last.weights.h5"))
     # Short word-for-word targets (median 3 words): exact match chooses.
     assert saved["metric"] == "exact_match" and "median of 3 words" in saved["metric_reason"]
+    assert saved["lr_scale"] == 0.5 and saved["lr_scale_reason"] == "auto: exact_match data"
     assert saved["vocab_size"] == 298
     assert 0 <= saved["test_exact_match"] <= 100
+    # Snapshots every 2 steps, the last 4 averaged and kept if they score better.
+    averaging = saved["averaging"]
+    assert averaging["steps"] == [4, 6, 8, 10] and isinstance(averaging["averaged"], bool)
+    better = averaging["score_averaged"] > averaging["score_before"]
+    assert averaging["averaged"] == better
 
 
 def test_decoding_settings_are_chosen_on_validation_pairs(run):
@@ -81,7 +87,10 @@ def test_decoding_settings_are_chosen_on_validation_pairs(run):
     assert [tuple(row[name] for name in settings) for row in table] == [
         (2, 0.6, 0), (2, 0.6, 3), (2, 1.0, 0), (2, 1.0, 3)], "--beam-size 2 given, the rest tuned"
     best = max(table, key=lambda row: row["exact_match"])  # max keeps the first of ties
-    assert saved["decoding"] == {name: best[name] for name in settings}
+    assert saved["decoding"] == {name: best[name] for name in settings + ("max_length_ratio",)}
+    ratio = saved["decoding"]["max_length_ratio"]
+    assert {row["max_length_ratio"] for row in table} == {ratio}
+    assert 0.1 <= ratio <= 2.0 and "validation pairs" in saved["max_length_ratio_reason"]
 
 
 def test_the_best_evaluation_is_kept_and_restored(run):
@@ -155,7 +164,8 @@ def test_export_serves_with_tensorflow_and_text_only_and_matches_python(run):
     ids = tokenizer.tokenize(sources[:1]).to_tensor()
     expected = model.generate(ids, max_length=24, method="beam", beam_size=decoding["beam_size"],
                               length_penalty=decoding["length_penalty"],
-                              no_repeat_ngram_size=decoding["no_repeat_ngram"])
+                              no_repeat_ngram_size=decoding["no_repeat_ngram"],
+                              max_length_ratio=decoding["max_length_ratio"])
     assert served["token_ids"][0][: np.asarray(expected).shape[1]] == np.asarray(expected)[0].tolist()
 
 

@@ -2,8 +2,9 @@
 
 import tensorflow as tf
 
-from kseq.decoding.constraints import block_repeated_ngrams, suppress_special_tokens
+from kseq.decoding.constraints import block_repeated_ngrams, end_rows_at_limits, suppress_special_tokens
 from kseq.decoding.state import gather_beams, tile_beams
+from kseq.decoding.token_search import check_length_ratio
 from kseq.special_ids import BOS_ID, EOS_ID, PAD_ID
 from kseq._validation import check_float, check_positive_int
 
@@ -42,6 +43,9 @@ class BeamSearch:
         eos_id: the id that ends a hypothesis (-1: none ever ends).
         no_repeat_ngram_size: n > 0 never extends a hypothesis with an
             n-gram it already holds (0: no constraint).
+        max_length_ratio: with a Seq2Seq model, each row's hypotheses hold
+            at most ceil(ratio x its source tokens) + 5 tokens (None:
+            `max_length`).
 
     Example:
     >>> import tensorflow as tf
@@ -64,11 +68,13 @@ class BeamSearch:
     """
 
     def __init__(self, max_length, beam_size=4, length_penalty=0.6, num_return=1,
-                 eos_id=EOS_ID, bos_id=BOS_ID, pad_id=PAD_ID, no_repeat_ngram_size=0):
+                 eos_id=EOS_ID, bos_id=BOS_ID, pad_id=PAD_ID, no_repeat_ngram_size=0,
+                 max_length_ratio=None):
         self.max_length = check_positive_int("max_length", max_length)
         self.no_repeat_ngram_size = check_positive_int(
             "no_repeat_ngram_size", no_repeat_ngram_size, allow_zero=True
         )
+        self.max_length_ratio = check_length_ratio(max_length_ratio)
         self.beam_size = check_positive_int("beam_size", beam_size)
         self.length_penalty = check_float("length_penalty", length_penalty)
         self.num_return = check_positive_int("num_return", num_return)
@@ -78,7 +84,8 @@ class BeamSearch:
             )
         self.eos_id, self.bos_id, self.pad_id = int(eos_id), int(bos_id), int(pad_id)
 
-    def __call__(self, step_fn, state, batch_size, reorder_state=None, start_tokens=None):
+    def __call__(self, step_fn, state, batch_size, reorder_state=None, start_tokens=None,
+                 length_limits=None):
         """Decodes a batch.
 
         Args:
@@ -90,6 +97,8 @@ class BeamSearch:
                 (a model can skip parts that are equal across beams, such as
                 the source); defaults to gathering every tensor.
             start_tokens: (B,) int32 tokens fed at the first step (default BOS).
+            length_limits: (B,) int32, the most tokens of each row's
+                hypotheses (EOS included), or None (`max_length`).
 
         Returns:
             (ids, scores): ids (B, N, max_length) int32, best first, no BOS,
@@ -130,6 +139,7 @@ class BeamSearch:
             logp = tf.nn.log_softmax(suppress_special_tokens(tf.cast(logits, tf.float32)))
             history = tf.reshape(alive_ids, [-1, length])
             logp = block_repeated_ngrams(logp, history, index, self.no_repeat_ngram_size)
+            logp = end_rows_at_limits(logp, index, length_limits, self.eos_id)
             vocab = tf.shape(logp)[-1]
             total = alive_logp[:, :, None] + tf.reshape(logp, [batch_size, beams, vocab])
             top_logp, top_index = tf.math.top_k(tf.reshape(total, [batch_size, -1]), 2 * beams)

@@ -4,6 +4,10 @@ import tensorflow as tf
 
 from kseq.special_ids import BOS_ID, PAD_ID
 
+# Tokens a source-length limit allows beyond ratio x source length: room for
+# EOS and for short sources (a 2-token source may have a 4-token target).
+LIMIT_SLACK = 5
+
 
 def suppress_special_tokens(logits, token_ids=(PAD_ID, BOS_ID)):
     """Sets the logits of PAD and BOS to -inf: a search never emits them.
@@ -53,4 +57,26 @@ def block_repeated_ngrams(logits, history, index, size):
     if not size:
         return logits
     banned = repeated_ngram_tokens(history, index, size, tf.shape(logits)[-1])
+    return tf.where(banned, tf.cast(-float("inf"), logits.dtype), logits)
+
+
+def source_length_limits(source_ids, ratio, max_length, pad_id=PAD_ID):
+    """(B,) int32: the most tokens each row may generate, EOS included:
+    ceil(ratio x its source tokens) + LIMIT_SLACK, at most `max_length`."""
+    lengths = tf.reduce_sum(tf.cast(tf.not_equal(source_ids, pad_id), tf.float32), axis=1)
+    limits = tf.cast(tf.math.ceil(ratio * lengths), tf.int32) + LIMIT_SLACK
+    return tf.minimum(limits, max_length)
+
+
+def end_rows_at_limits(logits, index, limits, eos_id):
+    """`logits` where a row at its last allowed position (index + 1 >=
+    its limit) can only emit EOS; `limits` None changes nothing. The rows
+    of `logits` are the rows of `limits`, each repeated R / B times
+    (beams)."""
+    if limits is None:
+        return logits
+    per_row = tf.shape(logits)[0] // tf.shape(limits)[0]
+    at_limit = tf.repeat(index + 1 >= limits, per_row)
+    not_eos = tf.not_equal(tf.range(tf.shape(logits)[-1]), eos_id)
+    banned = tf.logical_and(at_limit[:, None], not_eos[None, :])
     return tf.where(banned, tf.cast(-float("inf"), logits.dtype), logits)

@@ -58,9 +58,18 @@ class Decoder(abc.ABC):
             state, start_tokens = self.begin_decoding(input_ids, search.max_length)
             ids, scores = search(
                 self.step, state, tf.shape(input_ids)[0], reorder_state=self.reorder_state,
-                start_tokens=start_tokens,
+                start_tokens=start_tokens, length_limits=self.length_limits(input_ids, search),
             )
         return self.finish_search(input_ids, ids, scores)
+
+    def length_limits(self, input_ids, search):
+        """(B,) most tokens per row for `search`, or None for none; only a
+        model with sources (Seq2Seq) can apply a `max_length_ratio`."""
+        if getattr(search, "max_length_ratio", None) is not None:
+            raise ValueError(
+                f"`max_length_ratio` needs a model with source sequences; {type(self).__name__} has none."
+            )
+        return None
 
     def attention_by_steps(self, input_ids, target_ids):
         """(B, T, S) attention of each step over the inputs, the steps fed

@@ -2,9 +2,9 @@
 
 import tensorflow as tf
 
-from kseq.decoding.constraints import block_repeated_ngrams, suppress_special_tokens
+from kseq.decoding.constraints import block_repeated_ngrams, end_rows_at_limits, suppress_special_tokens
 from kseq.special_ids import BOS_ID, EOS_ID, PAD_ID
-from kseq._validation import check_positive_int
+from kseq._validation import check_float, check_positive_int
 
 
 class TokenSearch:
@@ -21,14 +21,18 @@ class TokenSearch:
             to force full-length generation).
         no_repeat_ngram_size: n > 0 never generates an n-gram twice in a row's
             output (0: no constraint).
+        max_length_ratio: with a Seq2Seq model, each row generates at most
+            ceil(ratio x its source tokens) + 5 tokens (None: `max_length`
+            for every row).
     """
 
     def __init__(self, max_length, eos_id=EOS_ID, bos_id=BOS_ID, pad_id=PAD_ID,
-                 no_repeat_ngram_size=0):
+                 no_repeat_ngram_size=0, max_length_ratio=None):
         self.max_length = check_positive_int("max_length", max_length)
         self.no_repeat_ngram_size = check_positive_int(
             "no_repeat_ngram_size", no_repeat_ngram_size, allow_zero=True
         )
+        self.max_length_ratio = check_length_ratio(max_length_ratio)
         self.eos_id, self.bos_id, self.pad_id = int(eos_id), int(bos_id), int(pad_id)
 
     def chooser(self):
@@ -36,7 +40,8 @@ class TokenSearch:
         called once per search (a sampler draws its seed there)."""
         raise NotImplementedError
 
-    def __call__(self, step_fn, state, batch_size, reorder_state=None, start_tokens=None):
+    def __call__(self, step_fn, state, batch_size, reorder_state=None, start_tokens=None,
+                 length_limits=None):
         """Decodes a batch.
 
         Args:
@@ -48,6 +53,8 @@ class TokenSearch:
                 every search has the same call.
             start_tokens: (B,) int32 tokens fed at the first step (default
                 BOS; a language model feeds each prompt's last token).
+            length_limits: (B,) int32, the most tokens of each row (EOS
+                included), or None (`max_length`).
 
         Returns:
             (ids, scores): ids (B, max_length) int32 with no BOS, EOS kept and
@@ -71,6 +78,7 @@ class TokenSearch:
             logits, state = step_fn(tokens, state, index)
             logits = suppress_special_tokens(tf.cast(logits, tf.float32))
             allowed = block_repeated_ngrams(logits, output, index, self.no_repeat_ngram_size)
+            allowed = end_rows_at_limits(allowed, index, length_limits, self.eos_id)
             chosen = choose(allowed, index)
             log_probs = tf.gather(logits, chosen, batch_dims=1) - tf.reduce_logsumexp(logits, -1)
             scores += tf.where(finished, 0.0, log_probs)
@@ -84,3 +92,8 @@ class TokenSearch:
             keep_going, body, (tf.constant(0), tokens, finished, output, scores, state)
         )
         return output, scores
+
+
+def check_length_ratio(ratio):
+    """None, or `ratio` as a positive float."""
+    return None if ratio is None else check_float("max_length_ratio", ratio, low=0, low_open=True)

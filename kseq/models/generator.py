@@ -34,6 +34,7 @@ class Generator(Decoder):
         seed=None,
         num_return=1,
         no_repeat_ngram_size=0,
+        max_length_ratio=None,
         return_scores=False,
         jit_compile=False,
     ):
@@ -53,6 +54,9 @@ class Generator(Decoder):
                 gives the same output (None: a fresh draw every call).
             no_repeat_ngram_size: n > 0 never generates the same n-gram twice
                 in one output, with every method (0: no constraint).
+            max_length_ratio: Seq2Seq models only: each row generates at
+                most ceil(ratio x its source tokens) + 5 tokens (None: no
+                limit below `max_length`).
             return_scores: also return the scores: length-penalised
                 log-probabilities for beam search, summed token
                 log-probabilities otherwise.
@@ -78,7 +82,7 @@ class Generator(Decoder):
             method=method, max_length=max_length, beam_size=beam_size,
             length_penalty=length_penalty, num_return=num_return,
             temperature=temperature, top_k=top_k, top_p=top_p,
-            no_repeat_ngram_size=no_repeat_ngram_size,
+            no_repeat_ngram_size=no_repeat_ngram_size, max_length_ratio=max_length_ratio,
         )
         make_search(seed=seed, **options)  # checks every option now, by name
         if seed is None:

@@ -3,6 +3,7 @@
 import tensorflow as tf
 from keras import ops
 
+from kseq.decoding.constraints import source_length_limits
 from kseq.layers.masking import padding_mask
 from kseq.models.base import KseqModel, check_vocab_size
 from kseq.models.generator import Generator
@@ -43,6 +44,14 @@ class Seq2Seq(Generator, KseqModel):
         encoded = self.encode(source_ids, training=False)
         state = self.initial_state(encoded, padding_mask(source_ids), max_length=max_length)
         return state, tf.fill(tf.shape(source_ids)[:1], BOS_ID)
+
+    def length_limits(self, source_ids, search):
+        """Each row's limit from its source length, if the search has a
+        `max_length_ratio` (stops a looping output early, and its cost)."""
+        ratio = getattr(search, "max_length_ratio", None)
+        if ratio is None:
+            return None
+        return source_length_limits(source_ids, ratio, search.max_length)
 
     def finish_search(self, source_ids, ids, scores):
         """A source with no tokens (all PAD, e.g. an empty string) translates

@@ -50,14 +50,18 @@ class GenerationMonitor(keras.callbacks.Callback):
             return {name: float(value) for name, value in self.scores(hypotheses, references).items()}
         return {name: float(fn(hypotheses, references)) for name, fn in self.scores.items()}
 
-    def on_epoch_end(self, epoch, logs=None):
+    def evaluate(self):
+        """(hypotheses, references, scores) of the model as it is now."""
         hypotheses = [
             h.decode("utf-8") if isinstance(h, bytes) else h
             for h in np.asarray(self.translate(self.sources)).tolist()
         ]
+        references = None if self.references is None else self.references[:len(hypotheses)]
+        return hypotheses, references, self._score(hypotheses, references)
+
+    def on_epoch_end(self, epoch, logs=None):
+        hypotheses, references, results = self.evaluate()
         count = len(hypotheses)
-        references = None if self.references is None else self.references[:count]
-        results = self._score(hypotheses, references)
         self.history.append(results)
         if logs is not None:
             logs.update({f"val_{name}": value for name, value in results.items()})

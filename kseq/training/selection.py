@@ -1,8 +1,10 @@
 """Choosing by validation scores: the metric that fits the data, and the
 decoding settings that score best on the validation split."""
 
+import math
 import statistics
 
+from kseq.decoding.constraints import LIMIT_SLACK
 from kseq.training.evaluation import exact_match, translation_scores
 
 METRICS = ("bleu", "chrf", "exact_match")
@@ -52,3 +54,21 @@ def tune_decoding(translate_with, candidates, sources, references, metric):
         table.append({**settings, **{name: round(value, 2) for name, value in scores.items()}})
     best = max(range(len(table)), key=lambda i: (table[i][metric], -i))
     return candidates[best], table
+
+
+def length_ratio_for(source_lengths, target_lengths, step=0.1):
+    """The smallest multiple of `step` whose per-source limits
+    (kseq.decoding.constraints.source_length_limits: ceil(ratio x source
+    tokens) + LIMIT_SLACK, EOS included) fit every given pair's target;
+    lengths in tokens, pairs with an empty source ignored.
+
+    Example:
+    >>> length_ratio_for([10, 4, 20], [12, 9, 15])  # 4 -> 9 tokens + EOS: ceil(4.4) + 5
+    1.1
+    """
+    pairs = [(source, target) for source, target in zip(source_lengths, target_lengths) if source > 0]
+    need = max(((target - LIMIT_SLACK) / source for source, target in pairs), default=0.0)
+    count = max(math.floor(need / step) + 1, 1)
+    while any(math.ceil(count * step * source) + LIMIT_SLACK < target + 1 for source, target in pairs):
+        count += 1  # float rounding at the boundary
+    return round(count * step, 6)

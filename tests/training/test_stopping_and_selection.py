@@ -6,8 +6,11 @@ import os
 import keras
 import numpy as np
 import pytest
+import tensorflow as tf
 
-from kseq.training.selection import all_scores, choose_metric, tune_decoding
+from kseq.decoding.constraints import source_length_limits
+from kseq.training.averaging import RecentWeights, keep_better_average
+from kseq.training.selection import all_scores, choose_metric, length_ratio_for, tune_decoding
 from kseq.training.schedules import Scaled, TransformerSchedule
 from kseq.training.stopping import KeepBest
 
@@ -133,3 +136,33 @@ def test_scaled_schedule_multiplies_and_round_trips():
     copy = keras.saving.deserialize_keras_object(keras.saving.serialize_keras_object(scaled))
     assert float(copy(7)) == pytest.approx(float(scaled(7)))
     assert float(Scaled(1e-3)(100)) == pytest.approx(1e-3)
+
+
+def test_the_length_ratio_is_the_smallest_that_fits_every_pair():
+    rng = np.random.default_rng(0)
+    sources = rng.integers(0, 30, 200).tolist()
+    targets = [int(n * rng.uniform(0.5, 2.5)) + int(rng.integers(0, 8)) for n in sources]
+    ratio = length_ratio_for(sources, targets)
+    limits = lambda r: source_length_limits(tf.constant([[5] * n + [0] * (30 - n) for n in sources]), r, 10**6)  # noqa: E731
+    fits = lambda r: all(limit >= target + 1 for limit, target, n in zip(limits(r).numpy(), targets, sources) if n)  # noqa: E731
+    assert fits(ratio) and not fits(ratio - 0.1)
+    assert length_ratio_for([0, 0], [5, 9]) == 0.1, "empty sources are ignored"
+
+
+@pytest.mark.parametrize("average_is_better", [True, False])
+def test_the_average_of_snapshots_is_kept_only_where_it_scores_better(average_is_better):
+    model = tiny_model()
+    recent = RecentWeights(every=1, count=2)
+    recent.set_model(model)
+    recent.on_train_begin()
+    for value in (1.0, 3.0):  # snapshots of kernels all 1, then all 3
+        model.set_weights([np.full_like(w, value) for w in model.get_weights()])
+        recent.on_train_batch_end(0)
+    model.set_weights([np.full_like(w, 5.0) for w in model.get_weights()])
+    # The score is the kernel's mean: 5 now, 2 averaged.
+    score = lambda m: float(np.mean(m.get_weights()[0]))  # noqa: E731
+    report = keep_better_average(model, recent, score, "min" if average_is_better else "max")
+    assert report == {"averaged": average_is_better, "steps": [1, 2], "score_before": 5.0, "score_averaged": 2.0}
+    assert score(model) == (2.0 if average_is_better else 5.0)
+    single = RecentWeights(every=1, count=2)
+    assert keep_better_average(model, single, score, "min")["averaged"] is False

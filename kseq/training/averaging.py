@@ -1,0 +1,73 @@
+"""Checkpoint averaging: the mean of the last weights snapshots, kept
+where it scores better on validation than the best single evaluation."""
+
+import collections
+
+import keras
+import numpy as np
+
+from kseq._validation import check_positive_int
+from kseq.training.periods import global_step
+
+
+class RecentWeights(keras.callbacks.Callback):
+    """Keeps the model's weights of every `every`-th step, the last `count`
+    of them, in memory (a resumed run starts collecting again).
+
+    Args:
+        every: steps between snapshots.
+        count: snapshots kept (the oldest goes first).
+
+    Example:
+    >>> model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    >>> model.compile("sgd", "mse")
+    >>> recent = RecentWeights(every=2, count=3)
+    >>> x, y = np.ones((8, 2)), np.ones((8, 1))
+    >>> _ = model.fit(x, y, batch_size=1, epochs=1, callbacks=[recent], verbose=0)
+    >>> recent.steps  # steps 2, 4, 6, 8: the last three
+    [4, 6, 8]
+    """
+
+    def __init__(self, every, count):
+        super().__init__()
+        self.every = check_positive_int("every", every)
+        self.snapshots = collections.deque(maxlen=check_positive_int("count", count))
+        self.step = 0
+
+    @property
+    def steps(self):
+        return [step for step, _ in self.snapshots]
+
+    def on_train_begin(self, logs=None):
+        self.step = global_step(self.model)
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.step += 1
+        if self.step % self.every == 0:
+            self.snapshots.append((self.step, [np.array(w) for w in self.model.get_weights()]))
+
+    def average(self):
+        """The element-wise mean of the snapshots' weights (non-float
+        weights, e.g. counters, from the last snapshot)."""
+        weights = [w for _, w in self.snapshots]
+        return [np.mean(group, axis=0).astype(group[-1].dtype)
+                if np.issubdtype(group[-1].dtype, np.floating) else group[-1]
+                for group in zip(*weights)]
+
+
+def keep_better_average(model, recent, score, mode):
+    """Sets the model to the average of `recent`'s snapshots if that scores
+    better than its current weights by `score(model) -> float` ("max" or
+    "min" `mode`); returns the report for metrics.json. Fewer than two
+    snapshots: nothing to average."""
+    if len(recent.snapshots) < 2:
+        return {"averaged": False, "reason": f"{len(recent.snapshots)} snapshot(s): nothing to average"}
+    current = model.get_weights()
+    current_score = score(model)
+    model.set_weights(recent.average())
+    average_score = score(model)
+    better = average_score > current_score if mode == "max" else average_score < current_score
+    if not better:
+        model.set_weights(current)
+    return {"averaged": bool(better), "steps": recent.steps, "score_before": round(float(current_score), 4),
+            "score_averaged": round(float(average_score), 4)}
