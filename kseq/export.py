@@ -140,7 +140,12 @@ def write_servable(export_dir, endpoints, resources, version=None, assets=None):
     Args:
         endpoints: {signature name: (function, input_signature)}.
         resources: the models and tokenizers whose variables and tables the
-            functions use.
+            functions use. A kseq tokenizer (CharacterTokenizer,
+            SubwordTokenizer, KerasHubTokenizer) is a `tf.Module`: tracking it
+            saves its lookup tables and tensorflow_text resources (a keras-hub
+            layer's too), so the SavedModel holds the vocabulary. A bare
+            keras-hub tokenizer is refused (its ids are not kseq's: wrap it
+            with `kseq.data.tokenizers.from_keras_hub`).
         assets: {file name: bytes} for the version's `assets/` folder.
         version: an int >= 0 whose folder is absent or empty (a version is
             never overwritten: a non-empty one raises ValueError before
@@ -156,6 +161,8 @@ def write_servable(export_dir, endpoints, resources, version=None, assets=None):
         raise ValueError(f"`export_dir` {export_dir!r} exists and is not a directory.")
     if version is not None:
         version = _check_version(export_dir, version)
+    for resource in resources:
+        _check_not_bare_keras_hub(resource)
     # ExportArchive saves the variables and lookup tables the functions use,
     # not the Keras objects, so nothing but TensorFlow is needed to serve.
     archive = keras.export.ExportArchive()
@@ -175,6 +182,17 @@ def write_servable(export_dir, endpoints, resources, version=None, assets=None):
         return _publish(temporary, export_dir, version)
     finally:
         shutil.rmtree(temporary, ignore_errors=True)
+
+
+def _check_not_bare_keras_hub(resource):
+    """A keras-hub tokenizer numbers its own vocabulary (no PAD/BOS/EOS/UNK
+    at 0-3): a model trained on kseq's ids would get the wrong ones."""
+    if type(resource).__module__.startswith("keras_hub") and hasattr(resource, "detokenize"):
+        raise ValueError(
+            f"Got a bare keras-hub {type(resource).__name__} as a tokenizer; wrap it with "
+            "kseq.data.tokenizers.from_keras_hub(tokenizer) (the same wrapper the model's "
+            "training data went through) so that ids 0-3 are kseq's PAD, BOS, EOS, UNK."
+        )
 
 
 def _check_version(export_dir, version):
@@ -294,3 +312,116 @@ def export_classifier(model, tokenizer, labels, export_dir, version=None, max_le
         export_dir, {"serving_default": (function, [TEXT_SPEC])}, (model, tokenizer), version,
         assets,
     )
+
+
+LABEL_SPEC = tf.TensorSpec([None], tf.string, name="label")
+CLASS_ID_SPEC = tf.TensorSpec([None], tf.int32, name="class_id")
+
+
+def generate_from_condition_function(model, tokenizer, search, name="condition"):
+    """conditions (B, N) float32 or (B,) int32 class ids -> {"text":
+    strings (B,), "token_ids": (B, T')}: a ConditionedGenerator's `search`,
+    in TensorFlow ops. Class ids outside [0, K) fail the call with an error
+    naming `name`."""
+
+    def generate(condition):
+        generated, _ = model.search(model.pack_condition(condition, name), search)
+        if generated.shape.rank == 3:  # beam search: (B, N, L)
+            generated = generated[:, 0]
+        generated = trim_padding(generated)
+        return {"text": tokenizer.detokenize(generated), "token_ids": generated}
+
+    return generate
+
+
+def label_lookup(labels):
+    """A lookup table from label strings to class ids (-1 for unknown ones)."""
+    if len(set(labels)) != len(labels) or not all(isinstance(label, str) for label in labels):
+        raise ValueError(f"`labels` must be distinct strings; got {list(labels)}.")
+    return tf.lookup.StaticHashTable(
+        tf.lookup.KeyValueTensorInitializer(
+            tf.constant(list(labels)), tf.range(len(labels), dtype=tf.int32)
+        ),
+        default_value=-1,
+    )
+
+
+def generate_from_label_function(model, tokenizer, search, labels, table):
+    """label strings (B,) -> {"text", "token_ids", "class_id"}. A label not
+    in `labels` (exact match) fails the whole call with an
+    InvalidArgumentError that lists the known labels and the unknown ones."""
+    from_class_id = generate_from_condition_function(model, tokenizer, search, "class_id")
+    known = ", ".join(labels)  # no quotes: the assertion message would escape them
+
+    def generate(label):
+        class_id = table.lookup(label)
+        unknown = class_id < 0
+        check = tf.debugging.Assert(
+            tf.logical_not(tf.reduce_any(unknown)),
+            [f"`label` must be one of: {known}; unknown labels:", tf.boolean_mask(label, unknown)],
+        )
+        with tf.control_dependencies([check]):
+            class_id = tf.identity(class_id)
+        return {**from_class_id(class_id), "class_id": class_id}
+
+    return generate
+
+
+def export_conditioned_generator(
+    model, tokenizer, export_dir, search=None, labels=None, version=None, assets=None
+):
+    """Writes `export_dir/<version>/` for a kseq.models.ConditionedGenerator,
+    decoding with `search` (default greedy, 64 tokens; a seeded
+    `kseq.decoding.Sampler` gives the same text for the same request).
+
+    Signatures:
+    - a model of feature vectors (`condition_dim=N`): `serving_default`
+      {"condition": float32 (None, N)} -> {"text": tf.string (None,),
+      "token_ids": int32 (None, None)};
+    - a model of class ids (`num_classes=K`, with `labels` naming the K
+      classes in id order): `serving_default` {"label": tf.string (None,)}
+      -> {"text", "token_ids", "class_id": int32 (None,)}, the labels
+      mapped by an in-graph lookup table (exact match; an unknown label
+      fails the request with an error listing the known labels), and
+      `by_class_id` {"class_id": int32 (None,)} -> {"text", "token_ids"}
+      (an id outside [0, K) fails the request).
+
+    Written atomically (see `write_servable`); `assets` ({file name: bytes})
+    go to the version's `assets/` folder.
+
+    Returns:
+        The path of the new version.
+    """
+    search = search or GreedySearch(64)
+    model._ensure_built()
+    if model.num_classes is None:
+        if labels is not None:
+            raise ValueError("`labels` names class ids; this model takes feature vectors "
+                             f"(condition_dim={model.condition_dim}).")
+        spec = tf.TensorSpec([None, model.condition_dim], tf.float32, name="condition")
+        endpoints = {"serving_default": (generate_from_condition_function(model, tokenizer, search),
+                                         [spec])}
+        return write_servable(export_dir, endpoints, (model, tokenizer), version, assets)
+    if labels is None or len(labels) != model.num_classes:
+        raise ValueError(
+            f"`labels` must name the model's {model.num_classes} classes in id order; got "
+            f"{None if labels is None else list(labels)}."
+        )
+    table = label_lookup(list(labels))
+    endpoints = {
+        "serving_default": (generate_from_label_function(model, tokenizer, search, labels, table),
+                            [LABEL_SPEC]),
+        "by_class_id": (generate_from_condition_function(model, tokenizer, search, "class_id"),
+                        [CLASS_ID_SPEC]),
+    }
+    return write_servable(export_dir, endpoints, (model, tokenizer, table), version, assets)
+
+
+def latest_version(export_dir):
+    """The path of the highest numeric version under `export_dir` that holds
+    a complete SavedModel (`saved_model.pb`), or None if there is none."""
+    if not os.path.isdir(export_dir):
+        return None
+    versions = [int(name) for name in os.listdir(export_dir) if name.isdigit()
+                and os.path.isfile(os.path.join(export_dir, name, "saved_model.pb"))]
+    return os.path.join(export_dir, str(max(versions))) if versions else None

@@ -18,7 +18,10 @@ About 7 minutes on 2 CPU cores (6 epochs of about 1 minute, early stopping).
     tensorboard --logdir runs/classify
 
 A TSV line is `text<TAB>label`; labels are any strings. --precision and
---jit-compile as in recipes/translate.py.
+--jit-compile as in recipes/translate.py. `--tokenizer PATH` uses your own
+vocabulary instead of training one: a saved kseq tokenizer, a SentencePiece
+model, a WordPiece vocab.txt or a BPE "vocab.json,merges.txt" pair, applied
+with keras-hub's tokenizers (kseq.data.tokenizers.load_tokenizer).
 """
 
 import os
@@ -31,7 +34,6 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 import kseq  # noqa: E402
-from kseq.data.subword_tokenizer import SubwordTokenizer  # noqa: E402
 from kseq.export import export_classifier  # noqa: E402
 from kseq.special_ids import PAD_ID  # noqa: E402
 from kseq.training import recipe  # noqa: E402
@@ -41,7 +43,7 @@ from kseq.training.tensorboard import write_hparams  # noqa: E402
 from kseq.training.xla import decide_jit_compile  # noqa: E402
 
 DEFAULTS = dict(
-    recipe.COMMON, train_tsv=None, valid_tsv=None, test_tsv=None,
+    recipe.COMMON, **recipe.TOKENIZER, train_tsv=None, valid_tsv=None, test_tsv=None,
     encoder="rnn", pooling="attention", cell="lstm", bidirectional=True, num_layers=1,
     embed_dim=128, units=128, num_heads=4, ff_dim=256, dropout=0.5, vocab_size=4000,
     batch_size=32, max_length=128, epochs=10, patience=3, learning_rate=1e-3, clipnorm=1.0,
@@ -127,9 +129,7 @@ def main(argv=None):
     config = parse_args(argv)
     run = recipe.start(config, xla=decide_jit_compile(config["jit_compile"], num_shapes=1).use)
     data, names = load_data(config)
-    tokenizer = SubwordTokenizer.train(data["train"][0], config["vocab_size"])
-    tokenizer.save(os.path.join(config["logdir"], "spm.model"))
-    print(f"SentencePiece vocabulary: {tokenizer.vocab_size} pieces")
+    tokenizer = recipe.tokenizer_for(config, data["train"][0], config["vocab_size"])
     datasets = {split: make_dataset(*pair, tokenizer, config, shuffle=split == "train")
                 for split, pair in data.items()}
     inputs, labels = next(iter(datasets["train"]))
@@ -167,7 +167,7 @@ def main(argv=None):
     })
     print(f"test accuracy {metrics['test_accuracy']:.4f} (majority class {majority:.4f})")
     path = export_classifier(model, tokenizer, names, config["export_dir"],
-                             max_length=config["max_length"], assets={"spm.model": tokenizer.proto})
+                             max_length=config["max_length"], assets=recipe.tokenizer_files(tokenizer))
     recipe.serve_sample(path, {"text": data["test"][0][:1]})
     print(f"TensorBoard: tensorboard --logdir {config['logdir']}")
     return metrics

@@ -20,7 +20,8 @@ About 12 minutes on 2 CPU cores (two models of about 5 minutes each).
     python recipes/language_model.py --train-txt my.txt --valid-txt my_valid.txt
     tensorboard --logdir runs/language_model
 
---precision and --jit-compile as in recipes/translate.py.
+--precision and --jit-compile as in recipes/translate.py; --tokenizer PATH
+as in recipes/classify.py (your vocabulary instead of a trained one).
 """
 
 import math
@@ -34,7 +35,6 @@ import tensorflow as tf  # noqa: E402
 
 import kseq  # noqa: E402
 from kseq.data.streams import join_documents, stream_batches  # noqa: E402
-from kseq.data.subword_tokenizer import SubwordTokenizer  # noqa: E402
 from kseq.data.text import normalize_text  # noqa: E402
 from kseq.decoding import Sampler  # noqa: E402
 from kseq.export import export_language_model  # noqa: E402
@@ -45,7 +45,7 @@ from kseq.training.tensorboard import write_hparams  # noqa: E402
 from kseq.training.xla import decide_jit_compile  # noqa: E402
 
 DEFAULTS = dict(
-    recipe.COMMON, train_txt=None, valid_txt=None, test_txt=None,
+    recipe.COMMON, **recipe.TOKENIZER, train_txt=None, valid_txt=None, test_txt=None,
     cell="lstm", num_layers=1, embed_dim=256, units=256, dropout=0.3, tie_weights=True,
     vocab_size=4000, batch_size=32, bptt=35, epochs=3, learning_rate=2e-3, clipnorm=1.0,
     max_minutes=5.0, sample_length=40, temperature=0.8, top_k=40,
@@ -159,9 +159,7 @@ def main(argv=None):
     xla = decide_jit_compile(config["jit_compile"], num_shapes=1, budget_minutes=config["max_minutes"])
     run = recipe.start(config, xla=xla.use)
     texts = load_texts(config)
-    tokenizer = SubwordTokenizer.train(texts["train"], config["vocab_size"])
-    tokenizer.save(os.path.join(config["logdir"], "spm.model"))
-    print(f"SentencePiece vocabulary: {tokenizer.vocab_size} pieces")
+    tokenizer = recipe.tokenizer_for(config, texts["train"], config["vocab_size"])
     streams = {}
     for split, documents in texts.items():
         tokens = join_documents(tokenizer.tokenize(documents))
@@ -190,7 +188,7 @@ def main(argv=None):
         **run.precision.as_dict(),
     })
     path = export_language_model(model, tokenizer, config["export_dir"], search,
-                                 assets={"spm.model": tokenizer.proto})
+                                 assets=recipe.tokenizer_files(tokenizer))
     recipe.serve_sample(path, {"prompt": config["prompts"][:1]})
     print(f"test perplexity {metrics['test_perplexity']:.2f} with truncated BPTT, "
           f"{baseline['test_perplexity']:.2f} with independent chunks")

@@ -17,7 +17,8 @@ from kseq.models import RNNLanguageModel, RNNSeq2Seq, SequenceClassifier, Transf
 VOCAB = 30
 
 # Every cell type, each attention, peeky, reverse_source, bidirectional,
-# stacking, both norm placements, learned positions and shared embeddings.
+# stacking, input feeding, both norm placements, learned positions and shared
+# embeddings.
 RNN_CONFIGS = [
     dict(cell="rnn"),
     dict(cell="lstm"),
@@ -33,6 +34,8 @@ RNN_CONFIGS = [
     dict(cell="gru", bidirectional=True),
     dict(cell="lstm", bidirectional=True, num_layers=2, attention="dot"),
     dict(cell="rnn", bidirectional=True, attention="bahdanau", reverse_source=True),
+    dict(cell="lstm", attention="general", input_feeding=True),
+    dict(cell="gru", attention="dot", input_feeding=True, peeky=True),
 ]
 TRANSFORMER_CONFIGS = [
     dict(norm_first=False),
@@ -141,13 +144,21 @@ print(json.dumps({"input": name, **{key: value.numpy().tolist() for key, value i
 """
 
 
+def subprocess_env(**extra):
+    """The environment for a child Python process of a test: quiet
+    TensorFlow logs, and float32 matmuls in float32 on a GPU too
+    (NVIDIA_TF32_OVERRIDE=0, as conftest's `float32_is_float32` does in the
+    test process), so a child's results compare with the test's at float32
+    tolerances."""
+    return dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", NVIDIA_TF32_OVERRIDE="0", **extra)
+
+
 def serve_with_text_ops(path, texts):
     """{"input": the signature's input name, output name: values} from
     serving `texts` with the export at `path` in a TensorFlow-only process."""
     result = subprocess.run(
         [sys.executable, "-c", SERVE_WITH_TEXT_OPS, path, json.dumps(texts)],
-        capture_output=True, text=True, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"),
-        timeout=300,
+        capture_output=True, text=True, env=subprocess_env(), timeout=300,
     )
     assert result.returncode == 0, result.stderr[-2000:]
     return json.loads(result.stdout.strip().splitlines()[-1])

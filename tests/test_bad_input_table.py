@@ -40,6 +40,7 @@ from kseq.data.subword_tokenizer import SubwordTokenizer  # noqa: E402
 from kseq.decoding import BeamSearch, GreedySearch  # noqa: E402
 from kseq.export import export_classifier, export_language_model, export_translator  # noqa: E402
 from kseq.models import RNNLanguageModel, RNNSeq2Seq, SequenceClassifier, TransformerSeq2Seq  # noqa: E402
+from support import subprocess_env  # noqa: E402
 
 
 class Raises(NamedTuple):
@@ -490,7 +491,7 @@ def export_and_serve(root):
         json.dump(job, f)
     process = subprocess.run(
         [sys.executable, "-c", SERVE_ALL, job_path, result_path],
-        capture_output=True, text=True, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"), timeout=300,
+        capture_output=True, text=True, env=subprocess_env(), timeout=300,
     )
     result = {"results": [], "again": None}
     if os.path.exists(result_path):

@@ -137,13 +137,18 @@ MODELS = {
     "gru-bahdanau": lambda: RNNSeq2Seq(
         VOCAB, VOCAB, embed_dim=8, units=16, cell="gru", attention="bahdanau"
     ),
+    "lstm-general-input-feeding": lambda: RNNSeq2Seq(
+        VOCAB, VOCAB, embed_dim=8, units=16, cell="lstm", attention="general", input_feeding=True
+    ),
 }
 
 
 # About 10 s each on two cores, mostly tracing the replicated train step;
-# the Bahdanau decoder adds its own input-feeding cell, run with -m slow.
+# the Bahdanau and input-feeding decoders add their own step loops, run with
+# -m slow.
 @pytest.mark.parametrize("name", [
-    "transformer", "lstm-general", pytest.param("gru-bahdanau", marks=pytest.mark.slow)
+    "transformer", "lstm-general", pytest.param("gru-bahdanau", marks=pytest.mark.slow),
+    pytest.param("lstm-general-input-feeding", marks=pytest.mark.slow),
 ])
 def test_fit_under_two_replicas_matches_one_device(name):
     check_two_replicas_match_one(name, DEVICES)

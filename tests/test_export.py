@@ -9,9 +9,10 @@ import pytest
 import tensorflow as tf
 
 from kseq.data import CharacterTokenizer
-from kseq.decoding import BeamSearch, GreedySearch
-from kseq.export import export_translator, next_version
-from support import small_model
+from kseq.decoding import BeamSearch, GreedySearch, Sampler
+from kseq.export import export_conditioned_generator, export_translator, latest_version, next_version
+from kseq.models import ConditionedGenerator
+from support import serve_with_text_ops, small_model, subprocess_env
 
 # Runs in a fresh interpreter where keras, keras_hub and kseq cannot be
 # imported (as if not installed): TensorFlow alone, as TF Serving has.
@@ -32,7 +33,7 @@ print(json.dumps({
 
 
 def serve_in_subprocess(path, sources):
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    env = subprocess_env()
     result = subprocess.run(
         [sys.executable, "-c", SERVE, path, json.dumps(sources)],
         capture_output=True, text=True, env=env, check=True,
@@ -40,7 +41,10 @@ def serve_in_subprocess(path, sources):
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
-@pytest.mark.parametrize("kind,config", [("transformer", {}), ("rnn", {"attention": "bahdanau"})])
+@pytest.mark.parametrize("kind,config", [
+    ("transformer", {}), ("rnn", {"attention": "bahdanau"}),
+    ("rnn", {"attention": "general", "input_feeding": True}),
+])
 def test_export_serves_without_kseq_and_agrees_with_python(kind, config, tmp_path):
     tokenizer = CharacterTokenizer(string.ascii_lowercase)
     model = small_model(kind, config)
@@ -131,3 +135,39 @@ def test_character_tokenizer_round_trip(tmp_path):
     assert CharacterTokenizer.load(path).characters == tokenizer.characters
     with pytest.raises(ValueError, match="distinct"):
         CharacterTokenizer("aa")
+
+
+def test_conditioned_generator_export_serves_what_generate_gives(tmp_path):
+    """A generator of feature vectors: `condition` float32 (B, N) in, text
+    out, served by TensorFlow alone; a seeded sampler gives generate's ids."""
+    tokenizer = CharacterTokenizer(string.ascii_lowercase)
+    model = ConditionedGenerator(tokenizer.vocab_size, condition_dim=3, embed_dim=8, units=12,
+                                 cell="gru", peeky=True)
+    search = Sampler(10, temperature=0.9, top_k=8, seed=5, no_repeat_ngram_size=2)
+    path = export_conditioned_generator(model, tokenizer, str(tmp_path / "gen"), search=search)
+    conditions = np.random.default_rng(0).normal(size=(4, 3)).astype("float32")
+    served = serve_with_text_ops(path, conditions.tolist())
+    assert served["input"] == "condition"
+    expected = np.asarray(model.generate(conditions, max_length=10, method="sample", temperature=0.9,
+                                         top_k=8, seed=5, no_repeat_ngram_size=2))
+    assert served["token_ids"] == expected.tolist()
+    assert served["text"] == [t.decode() for t in tokenizer.detokenize(expected).numpy()]
+    assert len(set(map(tuple, expected.tolist()))) > 1, "different conditions, different texts"
+    assert latest_version(str(tmp_path / "gen")) == path
+
+
+def test_conditioned_generator_export_checks_its_labels(tmp_path):
+    tokenizer = CharacterTokenizer("abc")
+    classes = ConditionedGenerator(tokenizer.vocab_size, num_classes=2, embed_dim=4, units=4)
+    vectors = ConditionedGenerator(tokenizer.vocab_size, condition_dim=2, embed_dim=4, units=4)
+    root = str(tmp_path / "m")
+    cases = [
+        (classes, None, "must name the model's 2 classes"),
+        (classes, ["fresh"], "must name the model's 2 classes"),
+        (classes, ["fresh", "fresh"], "distinct strings"),
+        (vectors, ["a", "b"], "this model takes feature vectors"),
+    ]
+    for model, labels, message in cases:
+        with pytest.raises(ValueError, match=message):
+            export_conditioned_generator(model, tokenizer, root, labels=labels)
+    assert latest_version(root) is None and not os.path.exists(root), "nothing written"

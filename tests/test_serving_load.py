@@ -15,11 +15,13 @@ import subprocess
 import sys
 
 import pytest
+import tensorflow as tf
 
 from kseq.data.subword_tokenizer import SubwordTokenizer
 from kseq.decoding import BeamSearch, GreedySearch
 from kseq.export import export_translator
 from kseq.models import TransformerSeq2Seq
+from support import subprocess_env
 
 THREADS, CALLS_PER_THREAD, ROUNDS = 8, 25, 2
 BATCH_SIZES = (1, 8, 64)
@@ -80,6 +82,7 @@ print(json.dumps({
     "loaded": sorted(m for m, v in sys.modules.items()
                      if v is not None and m.split(".")[0] in BLOCKED),
     "rss_kib": rss, "mismatches": mismatches, "errors": errors, "round_seconds": seconds,
+    "answers": expected,
 }))
 sys.stdout.flush()
 os._exit(0)  # do not wait for a hung daemon thread
@@ -108,11 +111,28 @@ def tokenizer_and_texts():
     return tokenizer, requests
 
 
-@pytest.mark.parametrize("search", ["greedy", "beam"])
+def word_piece_tokenizer_for(requests, folder):
+    """A user's WordPiece vocab.txt (whole words, letters, "##" suffix
+    letters) applied by keras-hub's WordPieceTokenizer through
+    kseq.data.tokenizers; "é", "Ω" and the words left out are [UNK]."""
+    from kseq.data.tokenizers import word_piece_tokenizer
+
+    words = sorted({word for request in requests for text in request for word in text.split()})
+    letters = "abcdefghijklmnopqrstuvwxyz"
+    vocabulary = ["[PAD]", "[UNK]"] + words[:150] + list(letters) + ["##" + c for c in letters]
+    (folder / "vocab.txt").write_text("\n".join(vocabulary) + "\n", encoding="utf-8")
+    return word_piece_tokenizer(str(folder / "vocab.txt"))
+
+
+# The beam run serves a keras-hub WordPiece tokenizer: its export must hold
+# keras-hub's vocabulary and serve with keras_hub blocked too.
+@pytest.mark.parametrize("search, vocabulary", [("greedy", "sentence_piece"), ("beam", "word_piece")])
 def test_concurrent_serving_matches_sequential_without_keras_or_leaks(
-    search, tokenizer_and_texts, tmp_path
+    search, vocabulary, tokenizer_and_texts, tmp_path
 ):
     tokenizer, requests = tokenizer_and_texts
+    if vocabulary == "word_piece":
+        tokenizer = word_piece_tokenizer_for(requests, tmp_path)
     model = TransformerSeq2Seq(
         tokenizer.vocab_size, tokenizer.vocab_size, num_layers=2, d_model=32, num_heads=2,
         ff_dim=64, dropout=0.0, max_length=32,
@@ -125,14 +145,21 @@ def test_concurrent_serving_matches_sequential_without_keras_or_leaks(
     process = subprocess.run(
         [sys.executable, "-c", SERVE_CONCURRENTLY, path, json.dumps(config)],
         capture_output=True, text=True, timeout=240,
-        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"),
+        env=subprocess_env(),
     )
     assert process.returncode == 0, process.stderr[-3000:]
     report = json.loads(process.stdout.strip().splitlines()[-1])
     print(report)
-    assert report["loaded"] == [], "served with keras/kseq imported"
+    assert report["loaded"] == [], "served with keras/keras_hub/kseq imported"
     assert report["errors"] == []
     assert report["mismatches"] == [], "a concurrent answer differs from the sequential one"
+    # The served vocabulary is the Python tokenizer's: a few answers ("",
+    # "déjà vu Ω" among them) are model.generate's, detokenized.
+    picks = [(0, 0), (1, 0), (2, 0), (4, 3)]
+    ids = tokenizer.tokenize([requests[i][j] for i, j in picks])[:, :16].to_tensor()
+    generated = model.generate(tf.pad(ids, [[0, 0], [0, 1]]), max_length=8, method=search, beam_size=3)
+    served = [report["answers"][i]["translation"][j] for i, j in picks]
+    assert served == [t.decode() for t in tokenizer.detokenize(generated).numpy()]
     assert len(report["round_seconds"]) == ROUNDS
     # Measured on 2026-11-22 (2 CPU cores, 6 runs of each search): RSS was
     # 760-775 MiB after the warm-up and moved -1.9 to +3.0 MiB by the end of
@@ -143,3 +170,102 @@ def test_concurrent_serving_matches_sequential_without_keras_or_leaks(
     rss = report["rss_kib"]
     growth_mib = (rss[f"after_round_{ROUNDS - 1}"] - rss["after_warmup"]) / 1024
     assert growth_mib < 32, f"resident memory grew {growth_mib:.1f} MiB under load: {rss}"
+
+
+# Runs in the serving process. argv: export path, JSON config. Both
+# signatures of a label-conditioned generator; bad requests; then threads.
+SERVE_GENERATOR = r"""
+import glob, importlib.util, json, os, sys, threading
+BLOCKED = ("keras", "keras_hub", "kseq", "tf_keras")
+for name in BLOCKED:
+    sys.modules[name] = None  # import fails as if not installed
+import tensorflow as tf
+text_dir = importlib.util.find_spec("tensorflow_text").submodule_search_locations[0]
+for library in glob.glob(os.path.join(text_dir, "python", "ops", "_*.so")):
+    tf.load_op_library(library)
+
+config = json.loads(sys.argv[2])
+loaded = tf.saved_model.load(sys.argv[1])
+by_label, by_id = loaded.signatures["serving_default"], loaded.signatures["by_class_id"]
+
+def plain(out):
+    return {key: [v.decode() if isinstance(v, bytes) else v for v in value.numpy().tolist()]
+            for key, value in out.items()}
+
+def error_of(call):
+    try:
+        call()
+    except tf.errors.InvalidArgumentError as error:
+        return error.message
+    return None
+
+report = {
+    "inputs": [list(s.structured_input_signature[1]) for s in (by_label, by_id)],
+    "by_label": plain(by_label(label=tf.constant(config["labels"]))),
+    "by_id": plain(by_id(class_id=tf.constant(config["ids"], tf.int32))),
+    "unknown_label": error_of(lambda: by_label(label=tf.constant(["fresh", "Fresh", "meh"]))),
+    "bad_id": error_of(lambda: by_id(class_id=tf.constant([0, 2], tf.int32))),
+    "empty": plain(by_label(label=tf.constant([], tf.string))),
+}
+# Still answering after the bad requests, and the same under threads.
+report["again"] = plain(by_label(label=tf.constant(config["labels"])))
+requests = [config["labels"][:n] for n in (1, 2, 5)]
+expected = [plain(by_label(label=tf.constant(r))) for r in requests]
+mismatches = []
+
+def client(thread):
+    for call in range(6):
+        index = (thread + call) % len(requests)
+        if plain(by_label(label=tf.constant(requests[index]))) != expected[index]:
+            mismatches.append((thread, call))
+
+threads = [threading.Thread(target=client, args=(t,)) for t in range(4)]
+for thread in threads:
+    thread.start()
+for thread in threads:
+    thread.join(120)
+report["mismatches"] = mismatches
+report["loaded"] = sorted(m for m, v in sys.modules.items() if v is not None and m.split(".")[0] in BLOCKED)
+print(json.dumps(report))
+"""
+
+
+def test_label_conditioned_generator_serves_without_keras(tokenizer_and_texts, tmp_path):
+    """export_conditioned_generator of a class model: labels mapped in the
+    graph (`label` -> text), class ids (`by_class_id`), the outputs of
+    model.generate with the same seeded sampler, clear errors for an
+    unknown label or class id, and the same answers under threads."""
+    from kseq.decoding import Sampler
+    from kseq.export import export_conditioned_generator
+    from kseq.models import ConditionedGenerator
+
+    tokenizer, _ = tokenizer_and_texts
+    model = ConditionedGenerator(tokenizer.vocab_size, num_classes=2, embed_dim=16, units=16,
+                                 peeky=True)
+    search = Sampler(8, temperature=0.8, top_k=20, seed=11)
+    path = export_conditioned_generator(model, tokenizer, str(tmp_path / "gen"), search=search,
+                                        labels=["rotten", "fresh"])
+    labels = ["fresh", "rotten", "fresh", "fresh", "rotten"]
+    config = dict(labels=labels, ids=[1, 0, 1, 1, 0])
+    process = subprocess.run(
+        [sys.executable, "-c", SERVE_GENERATOR, path, json.dumps(config)],
+        capture_output=True, text=True, timeout=240, env=subprocess_env(),
+    )
+    assert process.returncode == 0, process.stderr[-3000:]
+    report = json.loads(process.stdout.strip().splitlines()[-1])
+    assert report["loaded"] == []
+    assert report["inputs"] == [["label"], ["class_id"]]
+    expected = model.generate([1, 0, 1, 1, 0], max_length=8, method="sample", temperature=0.8,
+                              top_k=20, seed=11).numpy()
+    assert report["by_label"]["token_ids"] == expected.tolist()
+    assert report["by_label"]["class_id"] == [1, 0, 1, 1, 0]
+    assert report["by_label"]["text"] == [t.decode() for t in tokenizer.detokenize(expected).numpy()]
+    assert report["by_id"]["token_ids"] == expected.tolist()
+    assert len({tuple(row) for row in expected[[0, 2, 3]].tolist()}) > 1, "sampled rows differ"
+    # Exact match: "Fresh" and "meh" are unknown, and the error names them.
+    assert "`label` must be one of: rotten, fresh; unknown labels:" in report["unknown_label"]
+    assert "Fresh" in report["unknown_label"] and "meh" in report["unknown_label"]
+    assert r"`class_id` must hold ids in [0, 2)" in report["bad_id"]
+    assert report["empty"] == {"text": [], "token_ids": [], "class_id": []}
+    assert report["again"] == report["by_label"]
+    assert report["mismatches"] == []

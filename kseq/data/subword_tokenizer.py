@@ -4,27 +4,26 @@ import collections
 import io
 
 import sentencepiece
-import tensorflow as tf
-import tensorflow_text
 
-from kseq._compat import call_recreating_lost_resource
 from kseq._atomic import write_bytes_atomic
-from kseq.data.detokenize import output_ids_to_text_ids
+from kseq.data.keras_hub_tokenizer import KerasHubTokenizer, keras_hub_tokenizers
 from kseq.special_ids import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from kseq._validation import check_choice, check_positive_int
 
 
-class SubwordTokenizer(tf.Module):
-    """A SentencePiece model applied with tensorflow_text's in-graph op.
+class SubwordTokenizer(KerasHubTokenizer):
+    """A SentencePiece model applied with keras-hub's SentencePieceTokenizer.
 
     Ids 0-3 are PAD, BOS, EOS and UNK, as everywhere in kseq. Training uses
     identity normalization and byte fallback (characters outside the
     vocabulary become their UTF-8 bytes, never UNK), so for text that is
     already normalized (NFC, single spaces, as kseq.data's loaders produce)
-    detokenize(tokenize(x)) == x. Being a `tf.Module` around the tensorflow_text op, it runs inside
-    `tf.data` and inside an exported SavedModel (which then needs only
-    tensorflow and tensorflow_text). One tokenizer can serve both languages
-    (a joint vocabulary, for shared embeddings).
+    detokenize(tokenize(x)) == x. keras-hub's layer runs tensorflow_text's
+    SentencePiece op, so the tokenizer runs inside `tf.data` and inside an
+    exported SavedModel (which then needs only tensorflow and
+    tensorflow_text); `KerasHubTokenizer` gives it kseq's interface. One
+    tokenizer can serve both languages (a joint vocabulary, for shared
+    embeddings).
 
     Args:
         proto: the serialized SentencePiece model (bytes).
@@ -41,35 +40,30 @@ class SubwordTokenizer(tf.Module):
     """
 
     def __init__(self, proto, name=None):
-        super().__init__(name=name)
         if not isinstance(proto, bytes) or not proto:
             raise ValueError("`proto` must be the non-empty bytes of a SentencePiece model.")
-        self.proto = proto
-        self._model = self._make_op()
-        processor = sentencepiece.SentencePieceProcessor(model_proto=proto)
-        specials = (processor.pad_id(), processor.bos_id(), processor.eos_id(), processor.unk_id())
+        specials = special_ids(proto)
         if specials != (PAD_ID, BOS_ID, EOS_ID, UNK_ID):
             raise ValueError(
                 "The SentencePiece model must use pad/bos/eos/unk ids 0/1/2/3 as kseq "
-                f"does; it uses {specials}. Train it with SubwordTokenizer.train."
+                f"does; it uses {specials}. Train it with SubwordTokenizer.train, or wrap it "
+                "with kseq.data.tokenizers.load_tokenizer, which shifts its ids."
             )
-        self._vocab_size = processor.get_piece_size()
+        layer = keras_hub_tokenizers().SentencePieceTokenizer(proto=proto, dtype="int32")
+        # The model's own pad/bos/eos/unk pieces are kseq's ids 0-3: no shift.
+        super().__init__(layer, special_tokens=layer.get_vocabulary()[:4], name=name)
+        self.proto = proto
 
-    def _make_op(self):
-        return tensorflow_text.SentencepieceTokenizer(model=self.proto, out_type=tf.int32)
-
-    def _run(self, method, values):
-        """Calls the op (recreated if TensorFlow lost its resource, see
-        kseq._compat.call_recreating_lost_resource)."""
-        def recreate():
-            self._model = self._make_op()
-
-        return call_recreating_lost_resource(lambda: getattr(self._model, method)(values), recreate)
-
-    @property
-    def vocab_size(self):
-        return self._vocab_size
-
+    # DESIGN note: training stays with sentencepiece's trainer, not keras-hub's
+    # `compute_sentence_piece_proto` (keras-hub 0.32.0), which fixes options
+    # kseq cannot use: it numbers pad/unk/bos/eos 0/1/2/3 (kseq: UNK is 3,
+    # BOS 1, EOS 2), normalizes with "nmt_nfkc" (NFKC and whitespace folding:
+    # detokenize(tokenize(x)) != x for e.g. "ﬁ" or double spaces) and has no
+    # byte fallback (unseen characters become UNK), no character coverage,
+    # no soft vocabulary limit (a small text fails instead of giving fewer
+    # pieces) and no sentence sampling (it reads every sentence); it also
+    # takes only a tf.data.Dataset or file names. The options below are
+    # passed to the same sentencepiece trainer keras-hub calls.
     @classmethod
     def train(cls, texts, vocab_size=8000, model_type="unigram", seed_sentences=200000):
         """Trains a SentencePiece model on `texts` (an iterable of strings).
@@ -100,29 +94,29 @@ class SubwordTokenizer(tf.Module):
             raise ValueError(f"SentencePiece training failed: {error}") from None
         return cls(proto.getvalue())
 
-    def tokenize(self, strings):
-        """(B,) strings -> (B, None) int32 ragged ids (no BOS/EOS added)."""
-        return self._run("tokenize", tf.convert_to_tensor(strings, tf.string))
-
-    def detokenize(self, ids):
-        """(B, T) ids -> (B,) strings; stops at the first EOS, drops PAD and
-        BOS, writes UNK (and ids out of range) as "⁇"."""
-        ids, before_eos = output_ids_to_text_ids(ids, self.vocab_size)
-        keep = tf.logical_and(before_eos, ids > EOS_ID)
-        return self._run("detokenize", tf.ragged.boolean_mask(ids, keep))
-
     def save(self, path):
         """Writes the SentencePiece model file, atomically (temp file + rename)."""
         write_bytes_atomic(path, self.proto)
 
-    def id_to_piece(self, ids):
-        """1-D ids -> their pieces as Python strings (for plot labels)."""
-        return [piece.decode("utf-8") for piece in self._run("id_to_string", ids).numpy()]
+    def asset_files(self):
+        """{"spm.model": the model}: what `save` writes, for an export's
+        assets/ folder or a run's logdir."""
+        return {"spm.model": self.proto}
 
     @classmethod
     def load(cls, path):
+        """The tokenizer whose SentencePiece model file `save` wrote."""
         with open(path, "rb") as f:
             return cls(f.read())
+
+
+def special_ids(proto):
+    """(pad, bos, eos, unk) ids of a serialized SentencePiece model."""
+    try:
+        processor = sentencepiece.SentencePieceProcessor(model_proto=proto)
+    except RuntimeError as error:
+        raise ValueError(f"`proto` is not a SentencePiece model: {error}") from None
+    return (processor.pad_id(), processor.bos_id(), processor.eos_id(), processor.unk_id())
 
 
 # Pieces every SubwordTokenizer holds whatever its text: PAD, BOS, EOS, UNK

@@ -1,6 +1,7 @@
-"""Recurrent decoder: plain, peeky, Luong or Bahdanau attention."""
+"""Recurrent decoder: plain, peeky, Luong (optionally input-fed) or Bahdanau attention."""
 
 import keras
+import numpy as np
 import tensorflow as tf
 from keras import ops
 
@@ -20,7 +21,10 @@ class RNNDecoder(keras.layers.Layer):
       state (passed as `initial_state`) is all it knows of the source.
     - "dot" | "general" | "concat": Luong attention. The top layer's states
       s_t attend over the memory; the output features are the attentional
-      state tanh(W_c [c_t; s_t]). The stack runs on keras' fused RNN kernels.
+      state tanh(W_c [c_t; s_t]). The stack runs on keras' fused RNN kernels,
+      unless input_feeding=True: then the attentional state of step t is
+      concatenated to the input of step t+1 (zeros at t = 0), which makes
+      the teacher-forced pass run step by step.
     - "bahdanau": the previous top state s_{t-1} attends over the memory and
       the context c_t is fed into the decoder's input at every step (input
       feeding); features are tanh(W_c [c_t; s_t]). Runs step by step.
@@ -34,6 +38,9 @@ class RNNDecoder(keras.layers.Layer):
         attention: None, "dot", "general", "concat" or "bahdanau".
         peeky: feed the context vector to every step and the output.
         dropout: rate between stacked layers. Defaults to 0.
+        input_feeding: with a Luong attention, feed each step's attentional
+            state to the next step's input (Luong et al., 2015, section
+            3.3). Defaults to False.
 
     Call arguments:
         inputs: (B, T, E) embedded target tokens (teacher forcing).
@@ -69,6 +76,7 @@ class RNNDecoder(keras.layers.Layer):
         attention=None,
         peeky=False,
         dropout=0.0,
+        input_feeding=False,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -78,7 +86,13 @@ class RNNDecoder(keras.layers.Layer):
         self.attention = check_choice("attention", attention, ATTENTION_TYPES)
         self.peeky = bool(peeky)
         self.dropout = check_rate("dropout", dropout)
+        self.input_feeding = check_input_feeding(input_feeding, attention)
         self._context_dim = 0
+        # Made here, not in build: see RNNEncoder (keras' XLA choice).
+        self.rnn_layers = [
+            make_rnn_layer(self.cell, self.units, self.dtype_policy, f"rnn_{i}") for i in range(self.num_layers)
+        ]
+        self.dropout_layer = keras.layers.Dropout(self.dropout, dtype=self.dtype_policy)
 
     @property
     def output_dim(self):
@@ -95,12 +109,10 @@ class RNNDecoder(keras.layers.Layer):
         step_dim = inputs_shape[-1] + self._context_dim
         if self.attention == "bahdanau":
             step_dim += memory_dim
-        self.rnn_layers = []
-        for i in range(self.num_layers):
-            layer = make_rnn_layer(self.cell, self.units, self.dtype_policy, f"rnn_{i}")
+        if self.input_feeding:
+            step_dim += self.units
+        for i, layer in enumerate(self.rnn_layers):
             layer.build((batch, length, step_dim if i == 0 else self.units))
-            self.rnn_layers.append(layer)
-        self.dropout_layer = keras.layers.Dropout(self.dropout, dtype=self.dtype_policy)
         self.built = True
 
     def _build_attention(self, batch, length, memory_shape):
@@ -150,7 +162,15 @@ class RNNDecoder(keras.layers.Layer):
             state["memory_mask"] = ops.cast(memory_mask, "bool")
         if self.peeky:
             state["context"] = context
+        if self.input_feeding:  # h~_{-1}: nothing attended yet
+            batch = ops.shape(state["rnn"][0][0])[0]
+            state["feed"] = ops.zeros((batch, self.units), self.compute_dtype)
         return state
+
+    def varying_state(self, state):
+        """The part of a decoding state that each step changes (the rest,
+        the source, is constant): what a beam search reorders."""
+        return {key: state[key] for key in ("rnn", "feed") if key in state}
 
     def _attend(self, query, state):
         """(B, U) query -> (B, M) context, (B, S) weights."""
@@ -161,6 +181,11 @@ class RNNDecoder(keras.layers.Layer):
 
     def _with_context(self, x, state):
         return ops.concatenate([x, state["context"]], axis=-1) if self.peeky else x
+
+    def _step_input(self, inputs, state):
+        """(B, E) -> the first layer's input: [x_t; context; h~_{t-1}]."""
+        x = self._with_context(inputs, state)
+        return ops.concatenate([x, state["feed"]], axis=-1) if self.input_feeding else x
 
     def step(self, inputs, state, training=False):
         """One decoding step.
@@ -173,12 +198,13 @@ class RNNDecoder(keras.layers.Layer):
             (features (B, F), new state, attention weights (B, S) or None).
         """
         x, context, weights, new_state = self._recur(inputs, state, training)
-        return self._features(x, context, state), new_state, weights
+        attentional = new_state["feed"] if self.input_feeding else self._attentional(x, context)
+        return self._peek(attentional, state), new_state, weights
 
     def _recur(self, inputs, state, training):
         """The recurrent part of a step: (top state (B, U), context (B, M)
         or None, weights (B, S) or None, new state)."""
-        x, context, weights = self._with_context(inputs, state), None, None
+        x, context, weights = self._step_input(inputs, state), None, None
         if self.attention == "bahdanau":
             context, weights = self._attend(state["rnn"][-1][0], state)
             x = ops.concatenate([x, context], axis=-1)
@@ -190,12 +216,23 @@ class RNNDecoder(keras.layers.Layer):
             new_rnn_states.append(layer_state)
         if self.attention in LUONG_SCORES:
             context, weights = self._attend(x, state)
-        return x, context, weights, dict(state, rnn=new_rnn_states)
+        new_state = dict(state, rnn=new_rnn_states)
+        if self.input_feeding:
+            new_state["feed"] = self._attentional(x, context)
+        return x, context, weights, new_state
 
     def _features(self, x, context, state):
         """Output features (B, F) or (B, T, F) from top states and contexts."""
-        if self.attention is not None:
-            x = self.combine(ops.concatenate([context, x], axis=-1))
+        return self._peek(self._attentional(x, context), state)
+
+    def _attentional(self, x, context):
+        """tanh(W_c [c_t; s_t]) with attention, else the top states."""
+        if self.attention is None:
+            return x
+        return self.combine(ops.concatenate([context, x], axis=-1))
+
+    def _peek(self, x, state):
+        """Appends the peeky context vector to (B, F) or (B, T, F) features."""
         if not self.peeky:
             return x
         if len(x.shape) == 3:
@@ -204,7 +241,7 @@ class RNNDecoder(keras.layers.Layer):
 
     def call(self, inputs, initial_state, memory=None, memory_mask=None, context=None, training=None):
         state = self.initial_decoding_state(initial_state, memory, memory_mask, context)
-        if self.attention == "bahdanau":
+        if self.attention == "bahdanau" or self.input_feeding:
             return self._decode_stepwise(inputs, state, training)
         x = inputs
         if self.peeky:
@@ -221,23 +258,35 @@ class RNNDecoder(keras.layers.Layer):
         return self._features(x, attended, state)
 
     def _decode_stepwise(self, inputs, state, training):
-        """Teacher-forced Bahdanau decoding: the recurrence scanned over time,
-        the output features (W_c [c_t; s_t]) afterwards in one matmul."""
+        """Teacher-forced decoding through the cells, one step at a time.
+
+        Bahdanau's context and the input-fed h~_t enter the input of the
+        next step, so keras' fused kernels, which need every step's input
+        up front, cannot run the sequence. tf.scan is a while loop over
+        `_recur`, the very step that decoding runs: it compiles with XLA and
+        replicates under tf.distribute like any other op.
+        """
         batch = ops.shape(inputs)[0]
 
-        # Only the recurrent states are carried: tf.scan stacks its carry at
-        # every step, and the source memory is constant.
-        def body(carry, x_t):
-            top, context, _, new_state = self._recur(x_t, dict(state, rnn=carry[0]), training=training)
-            return new_state["rnn"], top, context
+        # Only the varying state is carried: tf.scan stacks its carry at every
+        # step, and the source memory is constant. With input feeding the
+        # stacked h~_t are the features; Bahdanau's W_c [c_t; s_t] runs
+        # after the loop, one matmul for all steps.
+        def body(previous, x_t):
+            carry, _ = previous
+            top, context, _, new_state = self._recur(x_t, dict(state, **carry), training=training)
+            return self.varying_state(new_state), () if self.input_feeding else (top, context)
 
-        init = (
-            state["rnn"],
+        outputs = () if self.input_feeding else (
             ops.zeros((batch, self.units), self.compute_dtype),
             ops.zeros((batch, ops.shape(state["memory"])[-1]), self.compute_dtype),
         )
-        _, tops, contexts = tf.scan(body, ops.transpose(inputs, (1, 0, 2)), initializer=init)
-        tops, contexts = (ops.transpose(t, (1, 0, 2)) for t in (tops, contexts))
+        carried, outputs = tf.scan(
+            body, ops.transpose(inputs, (1, 0, 2)), initializer=(self.varying_state(state), outputs)
+        )
+        if self.input_feeding:
+            return self._peek(_batch_major(carried["feed"]), state)
+        tops, contexts = (_batch_major(t) for t in outputs)
         return self._features(tops, contexts, state)
 
     def compute_output_shape(self, inputs_shape, *args, **kwargs):
@@ -253,9 +302,28 @@ class RNNDecoder(keras.layers.Layer):
                 "attention": self.attention,
                 "peeky": self.peeky,
                 "dropout": self.dropout,
+                "input_feeding": self.input_feeding,
             }
         )
         return config
+
+
+def check_input_feeding(input_feeding, attention):
+    """Input feeding needs a Luong attention: its attentional state is what
+    is fed. (Bahdanau's decoder already feeds its context at every step.)"""
+    if not isinstance(input_feeding, (bool, np.bool_)):
+        raise ValueError(f"`input_feeding` must be True or False; got {input_feeding!r}.")
+    if input_feeding and attention not in LUONG_SCORES:
+        raise ValueError(
+            "`input_feeding=True` needs a Luong attention, `attention` one of "
+            f"{list(LUONG_SCORES)}; got attention={attention!r}."
+        )
+    return bool(input_feeding)
+
+
+def _batch_major(sequence):
+    """(T, B, F) -> (B, T, F)."""
+    return ops.transpose(sequence, (1, 0, 2))
 
 
 def _repeat_over_time(vector, length):

@@ -36,6 +36,13 @@ class RNNSeq2Seq(Seq2Seq):
             before encoding, as in Sutskever et al. Attention weights are
             still reported against the original source order.
         dropout: rate on embeddings and between stacked layers.
+        input_feeding: with a Luong attention ("dot", "general" or
+            "concat"), concatenate the attentional vector
+            h~_t = tanh(W_c [c_t; s_t]) of step t to the target embedding
+            read at step t+1 (zeros at the first step), so that the decoder
+            knows what it attended to before (Luong, Pham and Manning, 2015,
+            section 3.3). The teacher-forced decoder then runs step by step
+            instead of on keras' fused kernels. Defaults to False.
 
     Call arguments:
         inputs: {"source_ids": (B, S) int, "target_ids": (B, T) int}.
@@ -59,7 +66,7 @@ class RNNSeq2Seq(Seq2Seq):
 
     config_names = Seq2Seq.config_names + (
         "embed_dim", "units", "cell", "num_layers", "bidirectional", "attention", "peeky",
-        "reverse_source", "dropout",
+        "reverse_source", "dropout", "input_feeding",
     )
 
     def __init__(
@@ -75,6 +82,7 @@ class RNNSeq2Seq(Seq2Seq):
         peeky=False,
         reverse_source=False,
         dropout=0.0,
+        input_feeding=False,
         **kwargs,
     ):
         super().__init__(source_vocab_size, target_vocab_size, **kwargs)
@@ -83,12 +91,14 @@ class RNNSeq2Seq(Seq2Seq):
             cell, units, num_layers, bidirectional, dropout, dtype=self.dtype_policy, name="encoder"
         )
         self.decoder = RNNDecoder(
-            cell, units, num_layers, attention, peeky, dropout, dtype=self.dtype_policy, name="decoder"
+            cell, units, num_layers, attention, peeky, dropout, input_feeding,
+            dtype=self.dtype_policy, name="decoder",
         )
         self.units, self.cell, self.num_layers = units, cell, num_layers
         self.bidirectional, self.attention, self.peeky = bool(bidirectional), attention, bool(peeky)
         self.reverse_source = bool(reverse_source)
         self.dropout = dropout
+        self.input_feeding = self.decoder.input_feeding
         self.source_embedding = keras.layers.Embedding(
             source_vocab_size, embed_dim, dtype=self.dtype_policy, name="source_embedding"
         )
@@ -169,9 +179,10 @@ class RNNSeq2Seq(Seq2Seq):
         return self.attention is not None
 
     def reorder_state(self, state, indices):
-        """Reorders the recurrent states only: the source memory and context
-        are the same for every beam of a row."""
-        return dict(state, rnn=gather_beams(state["rnn"], indices))
+        """Reorders what the steps change (recurrent states, the input-fed
+        vector) only: the source memory and context are the same for every
+        beam of a row."""
+        return dict(state, **gather_beams(self.decoder.varying_state(state), indices))
 
     def _decoder_inputs(self, source_ids, target_ids, training):
         encoded = self.encode(source_ids, training)

@@ -6,7 +6,9 @@ runs: `parse_config` (one typed option per default, the shared checks),
 needs), `compile_model` (under the strategy, clipping the gradient summed
 over replicas), its own training and evaluation, `write_metrics` (atomic
 metrics.json with what ran) and `serve_sample` (the export, loaded back and
-called). Argument checks and a user's TSV reading live here too.
+called). Argument checks, a user's TSV reading and the run's tokenizer
+(`--tokenizer PATH`, or a SentencePiece vocabulary trained on the data) live
+here too.
 """
 
 import argparse
@@ -16,7 +18,7 @@ import time
 import keras
 import tensorflow as tf
 
-from kseq._atomic import write_json_atomic
+from kseq._atomic import write_bytes_atomic, write_json_atomic
 from kseq.training.distribution import clip_after_all_reduce, is_chief, make_strategy, task
 from kseq.training.precision import PRECISIONS, describe_precision, resolve_precision
 from kseq.training.xla import JIT_CHOICES, enable_persistent_cache
@@ -25,6 +27,8 @@ from kseq.training.xla import JIT_CHOICES, enable_persistent_cache
 COMMON = dict(seed=0, strategy="mirrored", precision="auto", jit_compile="auto", xla_cache=None)
 CHOICES = dict(strategy=("default", "mirrored", "multiworker"), precision=PRECISIONS,
                jit_compile=JIT_CHOICES)
+# `--tokenizer PATH`, for recipes that tokenize text (see `tokenizer_for`).
+TOKENIZER = dict(tokenizer=None)
 
 
 def auto_or(kind):
@@ -93,6 +97,7 @@ def parse_config(doc, defaults, argv=None, presets=None, choices=None, types=Non
     if problem:
         parser.error(problem)
     check_paths(parser, config, files=files)
+    check_tokenizer_path(parser, config.get("tokenizer"))
     return config
 
 
@@ -196,6 +201,54 @@ def check_paths(parser, config, files, folders=("logdir", "export_dir"), exports
                 f"pass the folder that holds the numbered versions, e.g. "
                 f"{os.path.dirname(os.path.normpath(path)) or '.'}"
             )
+
+
+def check_tokenizer_path(parser, path):
+    """`parser.error` unless each path of `--tokenizer` (a file, a folder,
+    or two files joined by a comma) exists; what it holds is read later,
+    after `start` (TensorFlow's devices come first)."""
+    if not path:
+        return
+    parts = [path] if os.path.exists(path) or "," not in path else path.split(",", 1)
+    for part in parts:
+        if not os.path.exists(part):
+            parser.error(f"--tokenizer {path}: {part}: no such file or folder")
+
+
+def tokenizer_for(config, texts, vocab_size, folder=None):
+    """The run's tokenizer: `--tokenizer PATH` read by
+    `kseq.data.tokenizers.load_tokenizer` (a saved kseq tokenizer, a
+    SentencePiece model, a WordPiece vocab.txt, a BPE "vocab.json,merges.txt"
+    pair), or a SentencePiece vocabulary of `vocab_size` pieces trained on
+    `texts`. Its files (`tokenizer_files`) are written to `folder` (default:
+    the logdir), where `load_tokenizer` reads them back (a resumed run).
+    A path that holds no tokenizer exits with a message naming it."""
+    from kseq.data.subword_tokenizer import SubwordTokenizer
+    from kseq.data.tokenizers import load_tokenizer
+
+    path = config.get("tokenizer")
+    if path:
+        try:
+            tokenizer = load_tokenizer(path)
+        except ValueError as error:
+            raise SystemExit(f"--tokenizer {path}: {error}") from None
+        print(f"tokenizer: {path}, {type(tokenizer).__name__} of {tokenizer.vocab_size} ids "
+              "(--vocab-size unused)")
+    else:
+        tokenizer = SubwordTokenizer.train(texts, vocab_size)
+        print(f"SentencePiece vocabulary: {tokenizer.vocab_size} pieces")
+    for name, content in tokenizer_files(tokenizer).items():
+        write_bytes_atomic(os.path.join(folder or config["logdir"], name), content)
+    return tokenizer
+
+
+def tokenizer_files(tokenizer):
+    """{file name: bytes} that rebuild `tokenizer` with `load_tokenizer`
+    (spm.model for a SubwordTokenizer, tokenizer.json for others): for the
+    logdir and an export's assets/ folder."""
+    if hasattr(tokenizer, "asset_files"):
+        return tokenizer.asset_files()
+    return {}
 
 
 def _option(name):

@@ -45,10 +45,14 @@ class KeepBest(keras.callbacks.Callback):
         decay: what `lr_factor` is multiplied by at each fall.
         tolerance: how far below the best (a fraction of it) a score must
             fall to revert. Defaults to 0.02.
+        noise: optionally `noise(best) -> a fall (in the score's units)
+            that sampling alone can explain`; a score must also fall further
+            than that to revert (e.g. two standard errors of an exact match
+            on a few hundred sentences).
     """
 
     def __init__(self, monitor, folder, mode="max", patience=0, resume=False, lr_factor=None, decay=0.5,
-                 tolerance=0.02):
+                 tolerance=0.02, noise=None):
         super().__init__()
         self.monitor = monitor
         self.patience = check_positive_int("patience", patience, allow_zero=True)
@@ -59,6 +63,7 @@ class KeepBest(keras.callbacks.Callback):
         self.lr_factor = lr_factor
         self.decay = check_float("decay", decay, 0.0, 1.0, low_open=True)
         self.tolerance = check_float("tolerance", tolerance, 0.0)
+        self.noise = noise
         self.state = {"best": None, "best_step": None, "wait": 0, "evaluations": 0, "stopped_early": False,
                       "lr_factor": 1.0, "reverts": 0}
         if resume and os.path.exists(self.state_path):
@@ -97,7 +102,9 @@ class KeepBest(keras.callbacks.Callback):
         write_json_atomic(self.state_path, state)
 
     def _fell(self, value):
-        return self.sign * (self.state["best"] - value) > self.tolerance * abs(self.state["best"])
+        best = self.state["best"]
+        allowed = max(self.tolerance * abs(best), self.noise(best) if self.noise else 0.0)
+        return self.sign * (best - value) > allowed
 
     def _restore(self):
         with np.load(self.weights_path) as saved:

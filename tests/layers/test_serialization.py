@@ -53,6 +53,10 @@ CASES = {
         lambda: layers.RNNDecoder("lstm", 6, attention="bahdanau", peeky=True),
         [float_input(3, 4), float_input(6), float_input(6), float_input(5, 8), float_input(7)],
         lambda l, x, h, c, m, ctx: l(x, [[h, c]], memory=m, context=ctx)),
+    "RNNDecoder:input_feeding": (
+        lambda: layers.RNNDecoder("gru", 6, num_layers=2, attention="concat", input_feeding=True),
+        [float_input(3, 4), float_input(6), float_input(6), float_input(5, 8)],
+        lambda l, x, h1, h2, m: l(x, [[h1], [h2]], memory=m)),
 }
 
 
@@ -74,4 +78,4 @@ def test_layer_round_trip(name, tmp_path):
 
 
 def test_every_public_layer_is_covered():
-    assert set(layers.__all__) == set(CASES)
+    assert set(layers.__all__) == {name.split(":")[0] for name in CASES}

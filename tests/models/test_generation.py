@@ -15,6 +15,10 @@ CONFIGS = [
     ("rnn", dict(cell="gru", attention="bahdanau", peeky=True, bidirectional=True, reverse_source=True)),
 ]
 ENTRIES = pytest.mark.parametrize("entry", CONFIGS, ids=config_id)
+# Input feeding joins the tests where searches must agree with each other and
+# with the teacher-forced pass; the others check searches, not models.
+INPUT_FEEDING = ("rnn", dict(cell="lstm", attention="general", input_feeding=True))
+AGREEMENT_ENTRIES = pytest.mark.parametrize("entry", CONFIGS + [INPUT_FEEDING], ids=config_id)
 EOS, MAX_LENGTH = 2, 10
 SOURCE_LENGTHS = [2, 9, 4, 7, 3, 8, 5, 6, 1, 9, 3, 6]
 
@@ -78,7 +82,7 @@ def uncached_greedy(model, source, max_length):
     return prefix[:, 1:]
 
 
-@ENTRIES
+@AGREEMENT_ENTRIES
 def test_cached_decoding_equals_uncached_decoding(entry):
     model, source = eos_prone_model(entry)
     cached = np.asarray(model.generate(source, max_length=MAX_LENGTH))
@@ -102,7 +106,7 @@ def test_generation_stops_at_eos_and_pads_after_it(entry, options):
         assert np.all(row[length:] == 0), "PAD after EOS"
 
 
-@ENTRIES
+@AGREEMENT_ENTRIES
 @pytest.mark.parametrize("options", [dict(method="greedy"), dict(method="beam", beam_size=3, num_return=2)],
                          ids=["greedy", "beam"])
 def test_each_row_of_a_mixed_batch_decodes_as_if_alone(entry, options):
@@ -119,7 +123,7 @@ def test_each_row_of_a_mixed_batch_decodes_as_if_alone(entry, options):
         assert_close(np.asarray(scores)[row], np.asarray(alone_scores)[0], atol=1e-4)
 
 
-@ENTRIES
+@AGREEMENT_ENTRIES
 def test_beam_of_one_is_greedy(entry):
     model, source = eos_prone_model(entry)
     greedy, greedy_scores = model.generate(source, max_length=MAX_LENGTH, return_scores=True)
@@ -165,7 +169,7 @@ def test_xla_compiled_generation_equals_graph_generation(entry, options):
     assert_close(scores, plain_scores, atol=1e-4)
 
 
-@pytest.mark.parametrize("entry", [CONFIGS[1], CONFIGS[2]], ids=config_id)
+@pytest.mark.parametrize("entry", [CONFIGS[1], CONFIGS[2], INPUT_FEEDING], ids=config_id)
 def test_sampling_reproduces_by_seed_and_top_k_1_is_greedy(entry):
     model = small_model(*entry, dropout=0.0)
     source = sources()
@@ -194,16 +198,22 @@ def repeated_bigrams(row):
     return len(grams) - len(set(grams))
 
 
+def looping_model():
+    """A recurrent model whose output bias makes 7 and 8 win every step and
+    EOS never."""
+    model = small_model(*CONFIGS[3], dropout=0.0)
+    model({"source_ids": sources(), "target_ids": sources()})  # builds it
+    bias = model.output_bias if model.output_projection is None else model.output_projection.bias
+    loop = np.zeros(bias.shape[0], "float32")
+    loop[[7, 8]], loop[EOS] = 30.0, -30.0
+    bias.assign(loop)
+    return model
+
+
 @pytest.mark.parametrize("method", ["greedy", "beam", "sample"])
 def test_no_repeat_ngram_size_stops_a_looping_model(method):
     """A recurrent model here; the Transformer's is tests/test_export.py's."""
-    model = small_model(*CONFIGS[3], dropout=0.0)
-    source = sources()
-    model({"source_ids": source, "target_ids": source})  # builds it
-    bias = model.output_bias if model.output_projection is None else model.output_projection.bias
-    loop = np.zeros(bias.shape[0], "float32")
-    loop[[7, 8]], loop[EOS] = 30.0, -30.0  # 7 and 8 win every step; EOS never
-    bias.assign(loop)
+    model, source = looping_model(), sources()
     generate = lambda **options: np.asarray(
         model.generate(source, max_length=MAX_LENGTH, method=method, seed=1, **options)
     )
@@ -211,3 +221,16 @@ def test_no_repeat_ngram_size_stops_a_looping_model(method):
     constrained = generate(no_repeat_ngram_size=2)
     assert constrained.shape == (len(source), MAX_LENGTH)
     assert all(repeated_bigrams(row) == 0 for row in constrained)
+
+
+@pytest.mark.parametrize("method", ["greedy", "beam", "sample"])
+def test_max_length_ratio_ends_each_row_by_its_source_length(method):
+    model, source = looping_model(), sources()
+    generate = lambda **options: np.asarray(
+        model.generate(source, max_length=MAX_LENGTH, method=method, seed=1, **options)
+    )
+    assert output_lengths(generate()) == [MAX_LENGTH] * len(source)  # the control never ends
+    limited = generate(max_length_ratio=0.5)
+    # ceil(0.5 x source tokens) + 5, at most MAX_LENGTH; the last token is EOS.
+    assert output_lengths(limited) == [min(-(-n // 2) + 5, MAX_LENGTH) for n in SOURCE_LENGTHS]
+    assert all(row[length - 1] == EOS for row, length in zip(limited, output_lengths(limited)))

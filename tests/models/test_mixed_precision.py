@@ -16,7 +16,9 @@ from support import (
 
 ENTRIES = [
     ("transformer", dict(norm_first=False)),
-    ("transformer", dict(norm_first=True, share_embeddings=True)),
+    # 35 s on 2 cores; the post-norm Transformer above stays in the default suite.
+    pytest.param(("transformer", dict(norm_first=True, share_embeddings=True)), marks=pytest.mark.slow,
+                 id="transformer-norm_first=True-share_embeddings=True"),
     ("rnn", dict(cell="lstm", attention="general")),
     ("rnn", dict(cell="gru", attention="bahdanau")),
 ]

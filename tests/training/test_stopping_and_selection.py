@@ -129,6 +129,19 @@ def test_a_plateau_goes_back_to_the_best_weights_with_a_lower_rate_and_resumes_i
     assert model.stop_training and float(fresh.factor.numpy()) == 0.25
 
 
+def test_a_fall_that_sampling_noise_explains_does_not_revert(tmp_path):
+    model = tiny_model()
+    schedule = Scaled(TransformerSchedule(d_model=16, warmup_steps=4))
+    keep = KeepBest("val_chrf", str(tmp_path), lr_factor=schedule.factor, noise=lambda best: 0.1 * best)
+    keep.set_model(model)
+    keep.on_train_begin()
+    evaluate(keep, model, 0, 50.0, marker=1)
+    evaluate(keep, model, 1, 46.0, marker=2)  # 8% down: within the noise (5 points)
+    assert kernel(model) == 2.0 and float(schedule.factor.numpy()) == 1.0
+    evaluate(keep, model, 2, 44.0, marker=3)  # 12% down: a fall
+    assert kernel(model) == 1.0 and float(schedule.factor.numpy()) == 0.5
+
+
 def test_scaled_schedule_multiplies_and_round_trips():
     inner = TransformerSchedule(d_model=16, warmup_steps=4)
     scaled = Scaled(inner, factor=0.5)

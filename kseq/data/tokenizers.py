@@ -1,0 +1,234 @@
+"""Tokenizers from keras-hub objects and from vocabulary files.
+
+kseq's tokenizers share one interface, which tf.data pipelines, models'
+vocabulary sizes and `kseq.export` use: `tokenize(strings)` -> ragged int32
+ids, `detokenize(ids)` -> strings (stopping at EOS), `vocab_size`, `save`
+and `load`; ids 0-3 are PAD, BOS, EOS, UNK. SubwordTokenizer and
+KerasHubTokenizer add `id_to_piece` and `asset_files()` (the files that
+rebuild them, for a logdir or an export's assets/).
+`from_keras_hub` gives a keras-hub tokenizer that interface;
+`load_tokenizer` reads what a user has on disk (what `--tokenizer PATH`
+takes in the recipes).
+
+Example:
+>>> import keras_hub
+>>> hub = keras_hub.tokenizers.WordPieceTokenizer(["[UNK]", "hello", "world", "##s"])
+>>> tokenizer = from_keras_hub(hub)
+>>> tokenizer.tokenize(["hello worlds"]).to_list()
+[[5, 6, 7]]
+"""
+
+import json
+import os
+
+import sentencepiece
+
+from kseq.data.keras_hub_tokenizer import KerasHubTokenizer, keras_hub_tokenizers
+from kseq.special_ids import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+
+
+def from_keras_hub(tokenizer, special_tokens=None, unknown_token=None):
+    """kseq's tokenizer over a keras-hub tokenizer (see `KerasHubTokenizer`).
+
+    Args:
+        tokenizer: e.g. a `keras_hub.tokenizers.WordPieceTokenizer`,
+            `BytePairTokenizer` or `SentencePieceTokenizer` with integer
+            output.
+        special_tokens: None (default): kseq's PAD, BOS, EOS, UNK are ids
+            0-3 and the vocabulary's ids move up by 4; or the vocabulary's
+            own 4 tokens for them, which must be its ids 0-3.
+        unknown_token: the vocabulary's token for unknown text (default:
+            the tokenizer's own; BPE has none).
+
+    Example:
+    >>> import keras_hub
+    >>> hub = keras_hub.tokenizers.WordPieceTokenizer(
+    ...     ["<pad>", "<s>", "</s>", "<unk>", "hi"], oov_token="<unk>")
+    >>> from_keras_hub(hub, special_tokens=["<pad>", "<s>", "</s>", "<unk>"]).tokenize(["hi yo"]).to_list()
+    [[4, 3]]
+    """
+    return KerasHubTokenizer(tokenizer, special_tokens=special_tokens, unknown_token=unknown_token)
+
+
+def word_piece_tokenizer(vocabulary_file, unknown_token="[UNK]", special_tokens=None, **options):
+    """A WordPiece vocabulary file (one token per line, as BERT's
+    vocab.txt) as a kseq tokenizer, through keras-hub's WordPieceTokenizer.
+
+    Args:
+        vocabulary_file: path of the vocabulary, UTF-8, one token a line.
+        unknown_token: its token for unknown words (keras-hub's `oov_token`).
+        special_tokens: see `from_keras_hub`.
+        **options: WordPieceTokenizer's own options, e.g. `lowercase=True`,
+            `strip_accents=True` (keras-hub's defaults: neither).
+
+    Example:
+    >>> import tempfile
+    >>> path = os.path.join(tempfile.mkdtemp(), "vocab.txt")
+    >>> _ = open(path, "w").write("[PAD]\\n[UNK]\\nhello\\n")
+    >>> word_piece_tokenizer(path).vocab_size  # 3 tokens after kseq's 4 reserved ids
+    7
+    """
+    tokens = read_lines(vocabulary_file, "vocabulary_file")
+    if unknown_token not in tokens:
+        raise ValueError(
+            f"`vocabulary_file` {vocabulary_file} has no {unknown_token!r} token, which WordPiece "
+            "needs for unknown words; add it to the file or pass `unknown_token` (the "
+            "vocabulary's own token for them)."
+        )
+    hub = keras_hub_tokenizers().WordPieceTokenizer(vocabulary=tokens, oov_token=unknown_token, **options)
+    return from_keras_hub(hub, special_tokens=special_tokens, unknown_token=unknown_token)
+
+
+def byte_pair_tokenizer(vocabulary_file, merges_file, special_tokens=None, unknown_token=None, **options):
+    """A byte-level BPE vocabulary (GPT-2's vocab.json, {token: id}) and its
+    merges file (one "a b" rule a line) as a kseq tokenizer, through
+    keras-hub's BytePairTokenizer. Byte-level BPE spells any text from its
+    256 byte tokens, so detokenize(tokenize(x)) == x when the vocabulary
+    holds them all. keras-hub's BPE costs more than SentencePiece: seconds
+    to trace its graph (once per function or pipeline), about 8x the time
+    per sentence (20k short sentences: 2.0 s vs 0.25 s on 2 CPU cores), and
+    a cache of every word it has split (a mutable table, kept in an export,
+    that grows with each new word served).
+
+    Args:
+        vocabulary_file: path of the JSON vocabulary.
+        merges_file: path of the merge rules (a "#version" line is skipped).
+        special_tokens, unknown_token: see `from_keras_hub`.
+        **options: BytePairTokenizer's own options, e.g. `add_prefix_space`.
+
+    Example:
+    >>> import tempfile
+    >>> folder = tempfile.mkdtemp()
+    >>> vocabulary = {"a": 0, "b": 1, "ab": 2}
+    >>> _ = open(os.path.join(folder, "vocab.json"), "w").write(json.dumps(vocabulary))
+    >>> _ = open(os.path.join(folder, "merges.txt"), "w").write("#version: 0.2\\na b\\n")
+    >>> tokenizer = byte_pair_tokenizer(os.path.join(folder, "vocab.json"),
+    ...                                 os.path.join(folder, "merges.txt"))
+    >>> tokenizer.vocab_size  # 3 tokens after kseq's 4 reserved ids
+    7
+    """
+    vocabulary = read_json(vocabulary_file, "vocabulary_file")
+    if not isinstance(vocabulary, dict) or not vocabulary:
+        raise ValueError(f"`vocabulary_file` {vocabulary_file} must hold a JSON object {{token: id}}.")
+    merges = [line for line in read_lines(merges_file, "merges_file")
+              if line and not line.startswith("#version")]
+    missing = [rule for rule in merges if len(rule.split(" ")) != 2
+               or any(token not in vocabulary for token in rule.split(" "))]
+    if missing:
+        raise ValueError(
+            f"`merges_file` {merges_file} has {len(missing)} rule(s) that are not two tokens "
+            f"of `vocabulary_file` {vocabulary_file}, e.g. {missing[0]!r}."
+        )
+    hub = keras_hub_tokenizers().BytePairTokenizer(vocabulary=vocabulary, merges=merges, **options)
+    return from_keras_hub(hub, special_tokens=special_tokens, unknown_token=unknown_token)
+
+
+# File names of a BPE vocabulary in a folder: GPT-2's, then keras-hub's assets.
+BPE_FILES = (("vocab.json", "merges.txt"), ("vocabulary.json", "merges.txt"))
+
+
+def load_tokenizer(path):
+    """A kseq tokenizer from what is on disk, told apart by content:
+
+    - a file `KerasHubTokenizer.save` wrote (JSON) or `CharacterTokenizer.save`;
+    - a SentencePiece model: a `SubwordTokenizer` if it numbers pad/bos/eos/unk
+      0-3 as kseq does, else keras-hub's SentencePieceTokenizer with ids shifted;
+    - a WordPiece vocabulary, one token a line, with "[UNK]";
+    - a BPE pair: "vocab.json,merges.txt", or a folder holding vocab.json (or
+      vocabulary.json) and merges.txt.
+
+    For other options (WordPiece's `lowercase`, other special tokens) build
+    one with `word_piece_tokenizer`/`byte_pair_tokenizer`/`from_keras_hub`,
+    `save` it and pass that file.
+
+    Args:
+        path: a file, a folder, or two files joined by a comma.
+
+    Raises:
+        ValueError: a missing path, or one that holds none of the above.
+    """
+    if "," in path and not os.path.exists(path):
+        vocabulary_file, merges_file = path.split(",", 1)
+        return byte_pair_tokenizer(vocabulary_file, merges_file)
+    if os.path.isdir(path):
+        for vocabulary_name, merges_name in BPE_FILES:
+            vocabulary_file = os.path.join(path, vocabulary_name)
+            if os.path.isfile(vocabulary_file):
+                return byte_pair_tokenizer(vocabulary_file, os.path.join(path, merges_name))
+        raise ValueError(f"tokenizer folder {path} holds no vocab.json and merges.txt (a BPE vocabulary).")
+    content = read_bytes(path, "path")
+    saved = parse_json(content)
+    if isinstance(saved, dict) and saved.get("type") == "keras_hub":
+        return KerasHubTokenizer.load(path)
+    if isinstance(saved, dict) and saved.get("type") == "character":
+        from kseq.data.character_tokenizer import CharacterTokenizer
+
+        return CharacterTokenizer.load(path)
+    if saved is not None:
+        raise ValueError(
+            f"{path} is JSON but no saved kseq tokenizer; a BPE vocabulary needs its merges: "
+            f"pass \"{path},merges.txt\"."
+        )
+    if is_sentence_piece(content):
+        return sentence_piece_tokenizer(content)
+    try:
+        content.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ValueError(
+            f"`path` {path} is no tokenizer kseq reads: not a saved tokenizer, a SentencePiece "
+            "model nor a UTF-8 vocabulary."
+        ) from None
+    return word_piece_tokenizer(path)
+
+
+def sentence_piece_tokenizer(proto):
+    """A SubwordTokenizer if the model numbers pad/bos/eos/unk as kseq does,
+    else keras-hub's SentencePieceTokenizer behind shifted ids."""
+    from kseq.data.subword_tokenizer import SubwordTokenizer, special_ids
+
+    if special_ids(proto) == (PAD_ID, BOS_ID, EOS_ID, UNK_ID):
+        return SubwordTokenizer(proto)
+    return from_keras_hub(keras_hub_tokenizers().SentencePieceTokenizer(proto=proto, dtype="int32"))
+
+
+def is_sentence_piece(content):
+    try:
+        sentencepiece.SentencePieceProcessor(model_proto=content)
+    except RuntimeError:
+        return False
+    return True
+
+
+def parse_json(content):
+    try:
+        return json.loads(content.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError):
+        return None
+
+
+def read_bytes(path, argument):
+    """The file's bytes; a missing or unreadable file is a ValueError naming
+    the argument."""
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError as error:
+        raise ValueError(f"`{argument}` {path}: {error.strerror or error}") from None
+
+
+def read_lines(path, argument):
+    """The file's lines as keras-hub reads a vocabulary file (trailing
+    whitespace stripped, empty lines kept: line i is id i)."""
+    try:
+        text = read_bytes(path, argument).decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise ValueError(f"`{argument}` {path} is not UTF-8 text ({error}).") from None
+    lines = [line.rstrip() for line in text.split("\n")]
+    return lines[:-1] if lines and lines[-1] == "" else lines
+
+
+def read_json(path, argument):
+    value = parse_json(read_bytes(path, argument))
+    if value is None:
+        raise ValueError(f"`{argument}` {path} is not UTF-8 JSON.")
+    return value

@@ -1,0 +1,161 @@
+"""recipes/generate_reviews.py end to end on tiny labelled text, labelled
+by an exported stand-in classifier; the fallback that trains one with
+recipes/classify.py is checked with classify.main replaced."""
+
+import json
+import os
+import random
+import sys
+
+import keras
+import pytest
+import tensorflow as tf
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "recipes"))
+import generate_reviews  # noqa: E402
+
+from kseq.data.subword_tokenizer import SubwordTokenizer  # noqa: E402
+from support import serve_with_text_ops  # noqa: E402
+
+GOOD, BAD = ["great", "moving", "funny", "superb"], ["dull", "boring", "awful", "flat"]
+
+
+def write_reviews(path, lines, seed):
+    """`text<TAB>label` lines: one word of the label's kind."""
+    rng = random.Random(seed)
+    rows = []
+    for _ in range(lines):
+        label = rng.choice(["pos", "neg"])
+        rows.append(f"{rng.choice(GOOD if label == 'pos' else BAD)}\t{label}")
+    path.write_text("\n".join(rows) + "\n", encoding="utf-8")
+    return str(path)
+
+
+class WordClassifier(tf.Module):
+    """A stand-in for the classifier recipe's export (same signature): "pos"
+    when a text holds a GOOD word, else "neg" (or other names)."""
+
+    def __init__(self, names=("neg", "pos")):
+        super().__init__()
+        self.names = names
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="text")])
+    def classify(self, text):
+        good = tf.strings.regex_full_match(text, f".*\\b({'|'.join(GOOD)})\\b.*")
+        return {"label": tf.where(good, self.names[1], self.names[0])}
+
+
+def export_word_classifier(folder, names=("neg", "pos")):
+    module = WordClassifier(names)
+    tf.saved_model.save(module, os.path.join(folder, "1"), signatures={"serving_default": module.classify})
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    root = tmp_path_factory.mktemp("reviews")
+    train, valid = write_reviews(root / "train.tsv", 640, 0), write_reviews(root / "valid.tsv", 40, 1)
+    logdir, export_dir, classifier = (str(root / name) for name in ("runs", "export", "classifier"))
+    export_word_classifier(classifier)
+    metrics = generate_reviews.main([
+        "--train-tsv", train, "--valid-tsv", valid, "--logdir", logdir, "--export-dir", export_dir,
+        "--classifier-export", classifier, "--vocab-size", "330", "--embed-dim", "16",
+        "--units", "48", "--dropout", "0", "--epochs", "3", "--learning-rate", "0.03",
+        "--clipnorm", "10", "--batch-size", "32", "--samples-per-class", "20",
+        "--sample-length", "16", "--temperature", "0.3", "--top-k", "3",
+    ])
+    return dict(metrics=metrics, logdir=logdir, export_dir=export_dir, classifier=classifier)
+
+
+pytestmark = pytest.mark.long
+
+
+def test_metrics_report_label_agreement(run):
+    with open(os.path.join(run["logdir"], "metrics.json")) as f:
+        saved = json.load(f)
+    assert saved == json.loads(json.dumps(run["metrics"]))
+    assert saved["labels"] == ["neg", "pos"]
+    assert saved["classifier"] == os.path.join(run["classifier"], "1")
+    assert not saved["classifier_trained_here"]
+    assert saved["classifier_test_accuracy"] == 1.0
+    # The last word decides the label: a generator that learned
+    # p(text | label) writes the right kind; one that ignores it gets ~50%.
+    assert set(saved["agreement"]) == {"neg", "pos"}
+    assert saved["agreement_overall"] >= 0.8, saved
+    assert all(len(texts) == 5 for texts in saved["samples"].values())
+    assert 1 < saved["test_perplexity"] < 20
+    assert saved["known_word_rate_real_test"] == 1.0 and saved["known_word_rate"] >= 0.8, saved
+    for folder in ("train", "validation", "generation", "agreement", "hparams"):
+        assert os.listdir(os.path.join(run["logdir"], folder)), folder
+
+
+def test_export_serves_labels_without_kseq_and_matches_the_model(run):
+    path = os.path.join(run["export_dir"], "1")
+    served = serve_with_text_ops(path, ["pos", "neg", "pos"])
+    assert served["input"] == "label" and served["class_id"] == [1, 0, 1]
+    model = keras.saving.load_model(os.path.join(run["logdir"], "model.keras"))
+    tokenizer = SubwordTokenizer.load(os.path.join(run["logdir"], "spm.model"))
+    expected = model.generate([1, 0, 1], max_length=16, method="sample", temperature=0.3, top_k=3,
+                              seed=0, no_repeat_ngram_size=3)
+    assert served["token_ids"] == expected.numpy().tolist()
+    assert served["text"] == [t.decode() for t in tokenizer.detokenize(expected).numpy()]
+
+
+def test_agreement_and_known_words_count_what_they_say():
+    per_class, overall = generate_reviews.agreement(
+        ["a", "b", "a", "b"], ["a", "a", "b", "b"], ["a", "b", "c"])
+    assert per_class == {"a": 0.5, "b": 0.5} and overall == 0.5
+    rate = generate_reviews.known_word_rate(["So great, it's GREAT", "zzq"], {"so", "great", "it's"})
+    assert rate == 0.8
+
+
+def test_classifier_export_is_reused_when_present(tmp_path, monkeypatch):
+    for version in ("1", "3", "7"):  # 7 is incomplete: no saved_model.pb
+        os.makedirs(tmp_path / "cls" / version)
+        if version != "7":
+            (tmp_path / "cls" / version / "saved_model.pb").write_bytes(b"")
+    monkeypatch.setattr(generate_reviews.classify, "main", lambda argv: pytest.fail("trained"))
+    config = dict(generate_reviews.DEFAULTS, classifier_export=str(tmp_path / "cls"))
+    assert generate_reviews.classifier_path(config) == (str(tmp_path / "cls" / "3"), 0.0)
+
+
+def test_without_an_export_the_classifier_recipe_trains_one(tmp_path, monkeypatch):
+    calls = []
+
+    def train_classifier(argv):
+        calls.append(argv)
+        export_word_classifier(argv[argv.index("--export-dir") + 1])
+
+    monkeypatch.setattr(generate_reviews.classify, "main", train_classifier)
+    config = dict(generate_reviews.DEFAULTS, classifier_export=str(tmp_path / "cls"),
+                  logdir=str(tmp_path / "runs"), train_tsv="my.tsv",
+                  classifier_args="--epochs 1 --units 8")
+    path, seconds = generate_reviews.classifier_path(config)
+    assert path == str(tmp_path / "cls" / "1") and seconds > 0
+    (argv,) = calls
+    assert argv[:4] == ["--epochs", "1", "--units", "8"]
+    for option, value in [("--export-dir", str(tmp_path / "cls")), ("--train-tsv", "my.tsv"),
+                          ("--logdir", str(tmp_path / "runs" / "classifier"))]:
+        assert argv[argv.index(option) + 1] == value
+    assert "--valid-tsv" not in argv
+
+
+def test_a_classifier_of_other_labels_stops_the_run_before_training(tmp_path):
+    export_word_classifier(str(tmp_path / "cls"), names=("rotten", "fresh"))
+    train = write_reviews(tmp_path / "train.tsv", 40, 0)
+    with pytest.raises(SystemExit, match=r"labels texts \['fresh', 'rotten'\], which this data's "
+                                         r"labels \['neg', 'pos'\] do not include"):
+        generate_reviews.main(["--train-tsv", train, "--classifier-export", str(tmp_path / "cls"),
+                               "--logdir", str(tmp_path / "runs"), "--vocab-size", "300"])
+    assert not os.path.exists(tmp_path / "runs" / "checkpoints"), "stopped before training"
+
+
+def test_bad_arguments_exit_with_usage(tmp_path, capsys):
+    cases = [
+        (["--samples-per-class", "0"], "--samples-per-class must be >= 1"),
+        (["--train-tsv", str(tmp_path / "missing.tsv")], "no such file"),
+        (["--cell", "transformer"], "invalid choice"),
+    ]
+    for argv, message in cases:
+        with pytest.raises(SystemExit):
+            generate_reviews.main(argv)
+        assert message in capsys.readouterr().err, argv
