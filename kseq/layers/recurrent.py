@@ -19,7 +19,7 @@ import contextlib
 import keras
 import tensorflow as tf
 
-from kseq._compat import keras_uses_cudnn, sublayers
+from kseq._compat import cudnn_trains_in, keras_uses_cudnn, sublayers
 
 CELL_TYPES = ("rnn", "lstm", "gru")
 
@@ -34,11 +34,15 @@ def num_states(cell):
 def make_rnn_layer(cell, units, dtype=None, name=None):
     """A sequence-returning, state-returning keras SimpleRNN/LSTM/GRU.
 
-    Its `.cell` runs one step with the same weights (`run_cell`).
+    Its `.cell` runs one step with the same weights (`run_cell`). Under a
+    bfloat16 policy it never takes cuDNN (`kseq._compat.cudnn_trains_in`:
+    NaN gradients); keras then also allows XLA for it.
     """
-    return _LAYERS[cell](
-        units, return_sequences=True, return_state=True, dtype=dtype, name=name
-    )
+    options = dict(return_sequences=True, return_state=True, dtype=dtype, name=name)
+    layer = _LAYERS[cell](units, **options)
+    if cell != "rnn" and not cudnn_trains_in(layer.compute_dtype):
+        layer = _LAYERS[cell](units, use_cudnn=False, **options)
+    return layer
 
 
 def run_cell(layer, inputs, states, training=None):

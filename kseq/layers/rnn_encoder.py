@@ -51,24 +51,28 @@ class RNNEncoder(keras.layers.Layer):
         self.bidirectional = bool(bidirectional)
         self.dropout = check_rate("dropout", dropout)
         self.supports_masking = True
-
-    @property
-    def output_dim(self):
-        return self.units * (2 if self.bidirectional else 1)
-
-    def build(self, inputs_shape):
+        # Made here, not in build: keras decides at compile time whether a
+        # model can run under XLA (auto on a GPU) from the layers it finds,
+        # and a cuDNN LSTM/GRU is what must stop it.
         self.rnn_layers = []
-        shape = tuple(inputs_shape)
         for i in range(self.num_layers):
             layer = make_rnn_layer(self.cell, self.units, self.dtype_policy, f"rnn_{i}")
             if self.bidirectional:
                 layer = keras.layers.Bidirectional(
                     layer, merge_mode="concat", dtype=self.dtype_policy, name=f"bidirectional_{i}"
                 )
-            layer.build(shape)
             self.rnn_layers.append(layer)
-            shape = shape[:-1] + (self.output_dim,)
         self.dropout_layer = keras.layers.Dropout(self.dropout, dtype=self.dtype_policy)
+
+    @property
+    def output_dim(self):
+        return self.units * (2 if self.bidirectional else 1)
+
+    def build(self, inputs_shape):
+        shape = tuple(inputs_shape)
+        for layer in self.rnn_layers:
+            layer.build(shape)
+            shape = shape[:-1] + (self.output_dim,)
         self.built = True
 
     def call(self, inputs, padding_mask=None, training=None, mask=None):

@@ -12,12 +12,13 @@ import importlib
 import numpy as np
 import pytest
 import tensorflow as tf
+from keras.src.trainers.trainer import model_supports_jit
 
 from kseq.decoding import BeamSearch, GreedySearch
 from kseq.export import classify_function
 from kseq.layers import RNNEncoder
 from kseq.layers.recurrent import cudnn_accepts
-from kseq.models import RNNLanguageModel, RNNSeq2Seq, SequenceClassifier
+from kseq.models import ConditionedGenerator, RNNLanguageModel, RNNSeq2Seq, SequenceClassifier
 from support import assert_close, cudnn_ops, graph_op_types
 
 IDS = tf.TensorSpec([None, None], tf.int32)
@@ -77,6 +78,34 @@ def test_language_model_and_classifier_serve_without_cudnn(keras_sees_a_gpu):
     assert cudnn_ops(tf.function(classifier).get_concrete_function(IDS)) == ["CudnnRNNV3"]
     serve = tf.function(classify_function(classifier, _Identity(), ["a", "b"]))
     assert cudnn_ops(serve.get_concrete_function(tf.TensorSpec([None], tf.string))) == []
+
+
+UNBUILT_RNN_MODELS = {
+    "seq2seq": lambda: RNNSeq2Seq(30, 30, embed_dim=8, units=8, attention="general", bidirectional=True),
+    "language_model": lambda: RNNLanguageModel(30, embed_dim=8, units=8),
+    "classifier": lambda: SequenceClassifier(30, 2, encoder="rnn", embed_dim=8, units=8),
+    "conditioned": lambda: ConditionedGenerator(30, num_classes=2, embed_dim=8, units=8, cell="gru"),
+}
+
+
+@pytest.mark.parametrize("name", UNBUILT_RNN_MODELS)
+def test_keras_declines_xla_for_a_model_compiled_before_it_is_built(name, keras_sees_a_gpu):
+    """`compile(jit_compile="auto")` on a GPU asks keras' `model_supports_jit`
+    before the first batch builds the model: the cuDNN layers must already
+    be there to say no (a cuDNN op under XLA fails the first train step)."""
+    model = UNBUILT_RNN_MODELS[name]()
+    assert not model.built
+    assert not model_supports_jit(model)
+
+
+def test_bfloat16_recurrent_layers_stay_off_cudnn(keras_sees_a_gpu):
+    """kseq._compat.cudnn_trains_in: cuDNN's bfloat16 gradient is NaN
+    (tests/test_gpu.py); float16 and float32 keep cuDNN."""
+    for policy, expected in [("mixed_bfloat16", []), ("mixed_float16", ["CudnnRNNV3"])]:
+        model = RNNSeq2Seq(30, 30, embed_dim=8, units=8, cell="gru", attention="dot", dtype=policy)
+        assert model_supports_jit(model) == (policy == "mixed_bfloat16")
+        model.build()
+        assert cudnn_ops(_teacher_forced(model)) == expected
 
 
 @pytest.mark.parametrize(
