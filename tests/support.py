@@ -10,6 +10,7 @@ import keras
 import tensorflow as tf
 
 from kseq.decoding import GreedySearch
+from kseq.special_ids import BOS_ID, EOS_ID
 from kseq.layers.masking import padding_mask
 from kseq.training.losses import MaskedSparseCategoricalCrossentropy
 from kseq.models import RNNLanguageModel, RNNSeq2Seq, SequenceClassifier, TransformerSeq2Seq
@@ -142,6 +143,24 @@ out = serve(**{name: tf.constant(json.loads(sys.argv[2]))})
 print(json.dumps({"input": name, **{key: value.numpy().tolist() for key, value in out.items()}},
                  default=lambda b: b.decode()))
 """
+
+
+def uncached_greedy(model, fixed_inputs, max_length):
+    """Greedy decoding by the naive loop: the whole teacher-forced model on
+    the growing prefix, `fixed_inputs` (e.g. {"source_ids": ...}) beside
+    `target_ids`. Returns ids without BOS, PAD after EOS."""
+    rows = len(next(iter(fixed_inputs.values())))
+    prefix = np.full((rows, 1), BOS_ID, "int32")
+    finished = np.zeros(rows, bool)
+    for _ in range(max_length):
+        logits = np.array(model({**fixed_inputs, "target_ids": prefix}))[:, -1]
+        logits[:, :2] = -np.inf  # PAD and BOS are never generated
+        chosen = np.where(finished, 0, logits.argmax(-1)).astype("int32")
+        finished |= chosen == EOS_ID
+        prefix = np.concatenate([prefix, chosen[:, None]], 1)
+        if finished.all():
+            break
+    return prefix[:, 1:]
 
 
 def subprocess_env(**extra):

@@ -27,8 +27,10 @@ THREADS, CALLS_PER_THREAD, ROUNDS = 8, 25, 2
 BATCH_SIZES = (1, 8, 64)
 
 # Runs in the serving process. argv: export path, JSON config.
-SERVE_CONCURRENTLY = r"""
-import glob, importlib.util, json, os, sys, threading, time
+# The serving process's first lines: keras, keras-hub and kseq cannot be
+# imported; tensorflow_text's ops are loaded as TF Serving loads them.
+SERVING_PRELUDE = r"""
+import glob, importlib.util, json, os, sys, threading
 BLOCKED = ("keras", "keras_hub", "kseq", "tf_keras")
 for name in BLOCKED:
     sys.modules[name] = None  # import fails as if not installed
@@ -36,6 +38,10 @@ import tensorflow as tf
 text_dir = importlib.util.find_spec("tensorflow_text").submodule_search_locations[0]
 for library in glob.glob(os.path.join(text_dir, "python", "ops", "_*.so")):
     tf.load_op_library(library)
+import time
+"""
+
+SERVE_CONCURRENTLY = SERVING_PRELUDE + r"""
 
 def rss_kib():
     with open("/proc/self/status") as f:
@@ -174,15 +180,7 @@ def test_concurrent_serving_matches_sequential_without_keras_or_leaks(
 
 # Runs in the serving process. argv: export path, JSON config. Both
 # signatures of a label-conditioned generator; bad requests; then threads.
-SERVE_GENERATOR = r"""
-import glob, importlib.util, json, os, sys, threading
-BLOCKED = ("keras", "keras_hub", "kseq", "tf_keras")
-for name in BLOCKED:
-    sys.modules[name] = None  # import fails as if not installed
-import tensorflow as tf
-text_dir = importlib.util.find_spec("tensorflow_text").submodule_search_locations[0]
-for library in glob.glob(os.path.join(text_dir, "python", "ops", "_*.so")):
-    tf.load_op_library(library)
+SERVE_GENERATOR = SERVING_PRELUDE + r"""
 
 config = json.loads(sys.argv[2])
 loaded = tf.saved_model.load(sys.argv[1])

@@ -7,7 +7,7 @@ import tensorflow as tf
 
 import kseq
 from kseq.models import ConditionedGenerator
-from support import assert_close, pad_right
+from support import assert_close, pad_right, uncached_greedy
 
 VOCAB, CLASSES, FEATURES = 30, 3, 5
 EOS = kseq.EOS_ID
@@ -93,27 +93,13 @@ def eos_prone(model, condition, max_length=8):
     raise AssertionError("test setup: no EOS bias gives outputs of different lengths")
 
 
-def naive_greedy(model, condition, max_length):
-    """Greedy decoding by the whole teacher-forced pass on the growing prefix."""
-    prefix = np.full((len(condition), 1), kseq.BOS_ID, "int32")
-    finished = np.zeros(len(condition), bool)
-    for _ in range(max_length):
-        logits = np.array(model({"condition": condition, "target_ids": prefix}))[:, -1]
-        logits[:, :2] = -np.inf  # PAD and BOS are never generated
-        chosen = np.where(finished, 0, logits.argmax(-1)).astype("int32")
-        finished |= chosen == EOS
-        prefix = np.concatenate([prefix, chosen[:, None]], 1)
-        if finished.all():
-            break
-    return prefix[:, 1:]
-
 
 def test_greedy_is_the_naive_loop_and_beam_of_one():
     model = small_model("classes-gru-2-layers-peeky", dropout=0.0)
     condition = conditions(model, batch=6, seed=1)
     eos_prone(model, condition)
     greedy = np.asarray(model.generate(condition, max_length=8))
-    expected = naive_greedy(model, condition, 8)
+    expected = uncached_greedy(model, {"condition": condition}, 8)
     np.testing.assert_array_equal(greedy, expected[:, : greedy.shape[1]])
     assert not expected[:, greedy.shape[1]:].any()
     beam = model.generate(condition, max_length=8, method="beam", beam_size=1, length_penalty=0.0)

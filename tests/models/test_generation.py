@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from kseq.decoding import length_penalty
-from support import assert_close, config_id, small_model
+from support import assert_close, config_id, small_model, uncached_greedy
 
 CONFIGS = [
     ("transformer", dict(norm_first=False)),
@@ -67,26 +67,12 @@ def eos_prone_model(entry):
     return _eos_prone_model(kind, tuple(sorted(config.items()))), sources()
 
 
-def uncached_greedy(model, source, max_length):
-    """The naive loop: the whole teacher-forced model on the growing prefix."""
-    prefix = np.ones((source.shape[0], 1), "int32")
-    finished = np.zeros(source.shape[0], bool)
-    for _ in range(max_length):
-        logits = np.array(model({"source_ids": source, "target_ids": prefix}))[:, -1]
-        logits[:, :2] = -np.inf  # PAD and BOS are never generated
-        chosen = np.where(finished, 0, logits.argmax(-1)).astype("int32")
-        finished |= chosen == EOS
-        prefix = np.concatenate([prefix, chosen[:, None]], 1)
-        if finished.all():
-            break
-    return prefix[:, 1:]
-
 
 @AGREEMENT_ENTRIES
 def test_cached_decoding_equals_uncached_decoding(entry):
     model, source = eos_prone_model(entry)
     cached = np.asarray(model.generate(source, max_length=MAX_LENGTH))
-    assert np.array_equal(cached, uncached_greedy(model, source, MAX_LENGTH))
+    assert np.array_equal(cached, uncached_greedy(model, {"source_ids": source}, MAX_LENGTH))
 
 
 @ENTRIES
