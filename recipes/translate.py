@@ -83,7 +83,8 @@ from kseq.training.callbacks import (  # noqa: E402
 )
 from kseq.training.averaging import RecentWeights, keep_better_average  # noqa: E402
 from kseq.training.distribution import distribute_batches, weights_fingerprint  # noqa: E402
-from kseq.training.evaluation import BatchTranslator, exact_match, translation_scores  # noqa: E402
+from kseq._atomic import write_bytes_atomic  # noqa: E402
+from kseq.training.evaluation import BatchTranslator, exact_match, looping_outputs, translation_scores  # noqa: E402
 from kseq.training.precision import device_class  # noqa: E402
 from kseq.training.recipe import read_tsv_reporting  # noqa: E402
 from kseq.training.resume import ResumableBackup, TrainingPosition  # noqa: E402
@@ -525,11 +526,16 @@ def evaluate(config, model, tokenizer, test, search, decode_xla):
     print(f"test BLEU {scores['bleu']:.2f} ({scores['bleu_signature']})")
     print(f"test chrF {scores['chrf']:.2f} ({scores['chrf_signature']})")
     print(f"test exact match {matched:.2f}%")
+    looping = looping_outputs(hypotheses)
+    print(f"test outputs repeating a 4-gram 3 times or more: {looping} of {len(hypotheses)}")
     for source, hypothesis, reference in list(zip(sources, hypotheses, references))[:3]:
         print(f"  {source}\n  -> {hypothesis}\n  (reference: {reference})")
+    rows = ["\t".join(row) for row in zip(sources, hypotheses, references)]
+    text = "source\toutput\treference\n" + "\n".join(rows) + "\n"
+    write_bytes_atomic(os.path.join(config["logdir"], "test_translations.tsv"), text.encode("utf-8"))
     return {
         "test_bleu": round(scores["bleu"], 2), "test_chrf": round(scores["chrf"], 2),
-        "test_exact_match": round(matched, 2),
+        "test_exact_match": round(matched, 2), "test_looping_outputs": looping,
         "bleu_signature": scores["bleu_signature"], "chrf_signature": scores["chrf_signature"],
         "test_seconds": round(time.time() - start, 1),
         "test_sentences": len(sources),

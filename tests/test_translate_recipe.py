@@ -17,6 +17,7 @@ from tensorboard.backend.event_processing import event_multiplexer
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "recipes"))
 import translate  # noqa: E402
+from kseq.training.evaluation import looping_outputs  # noqa: E402
 from support import serve_with_text_ops, subprocess_env  # noqa: E402
 
 from kseq.data.subword_tokenizer import SubwordTokenizer  # noqa: E402
@@ -76,6 +77,12 @@ def test_metrics_json(run):
     assert saved["lr_scale"] == 0.5 and saved["lr_scale_reason"] == "auto: exact_match data"
     assert saved["vocab_size"] == 298
     assert 0 <= saved["test_exact_match"] <= 100
+    # Every test output beside its source and reference; the looping ones counted.
+    with open(os.path.join(run["logdir"], "test_translations.tsv"), encoding="utf-8") as f:
+        rows = [line.rstrip("\n").split("\t") for line in f]
+    assert rows[0] == ["source", "output", "reference"] and len(rows) == saved["test_sentences"] + 1
+    assert all(len(row) == 3 for row in rows)
+    assert saved["test_looping_outputs"] == looping_outputs([row[1] for row in rows[1:]])
     # Snapshots every 2 steps, the last 4 averaged and kept if they score better.
     averaging = saved["averaging"]
     assert averaging["steps"] == [4, 6, 8, 10] and isinstance(averaging["averaged"], bool)

@@ -58,6 +58,25 @@ def exact_match(hypotheses, references):
     return float(np.mean([h == r for h, r in zip(hypotheses, references)])) if references else 0.0
 
 
+def looping_outputs(hypotheses, n=4, times=3):
+    """How many hypotheses repeat some word n-gram `times` times or more
+    (a decoder stuck in a loop: "de l'arche de l'arche de l'arche").
+
+    Example:
+    >>> looping_outputs(["a b a b a b a b", "a b c d a b c d", "x"], n=2, times=3)
+    1
+    """
+    looping = 0
+    for hypothesis in hypotheses:
+        words = hypothesis.split()
+        counts = {}
+        for start in range(len(words) - n + 1):
+            gram = tuple(words[start : start + n])
+            counts[gram] = counts.get(gram, 0) + 1
+        looping += any(count >= times for count in counts.values())
+    return looping
+
+
 def exact_match_ids(generated, targets):
     """Share of rows of `generated` (B, T') ids equal to their target + EOS.
 
