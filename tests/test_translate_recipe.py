@@ -93,9 +93,10 @@ def test_metrics_json(run):
 def test_decoding_settings_are_chosen_on_validation_pairs(run):
     saved = run["metrics"]
     table = saved["decoding_candidates"]
-    settings = ("beam_size", "length_penalty", "no_repeat_ngram")
+    settings = ("beam_size", "length_penalty", "no_repeat_ngram", "max_ngram_count")
     assert [tuple(row[name] for name in settings) for row in table] == [
-        (2, 0.6, 0), (2, 0.6, 3), (2, 1.0, 0), (2, 1.0, 3)], "--beam-size 2 given, the rest tuned"
+        (2, 0.6, 4, 2), (2, 0.6, 3, 1), (2, 1.0, 4, 2), (2, 1.0, 3, 1)
+    ], "--beam-size 2 given, the rest tuned: the loop guard or no 3-gram twice"
     best = max(table, key=lambda row: row["exact_match"])  # max keeps the first of ties
     assert saved["decoding"] == {name: best[name] for name in settings + ("max_length_ratio",)}
     ratio = saved["decoding"]["max_length_ratio"]
@@ -171,6 +172,7 @@ def test_export_serves_with_tensorflow_and_text_only_and_matches_python(run):
     expected = model.generate(ids, max_length=24, method="beam", beam_size=decoding["beam_size"],
                               length_penalty=decoding["length_penalty"],
                               no_repeat_ngram_size=decoding["no_repeat_ngram"],
+                              max_ngram_count=decoding["max_ngram_count"],
                               max_length_ratio=decoding["max_length_ratio"])
     assert served["token_ids"][0][: np.asarray(expected).shape[1]] == np.asarray(expected)[0].tolist()
 

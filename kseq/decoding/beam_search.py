@@ -43,6 +43,8 @@ class BeamSearch:
         eos_id: the id that ends a hypothesis (-1: none ever ends).
         no_repeat_ngram_size: n > 0 never extends a hypothesis with an
             n-gram it already holds (0: no constraint).
+        max_ngram_count: with `no_repeat_ngram_size` n > 0, how many times an
+            n-gram may occur in a hypothesis (default 1: never twice).
         max_length_ratio: with a Seq2Seq model, each row's hypotheses hold
             at most ceil(ratio x its source tokens) + 5 tokens (None:
             `max_length`).
@@ -69,11 +71,12 @@ class BeamSearch:
 
     def __init__(self, max_length, beam_size=4, length_penalty=0.6, num_return=1,
                  eos_id=EOS_ID, bos_id=BOS_ID, pad_id=PAD_ID, no_repeat_ngram_size=0,
-                 max_length_ratio=None):
+                 max_length_ratio=None, max_ngram_count=1):
         self.max_length = check_positive_int("max_length", max_length)
         self.no_repeat_ngram_size = check_positive_int(
             "no_repeat_ngram_size", no_repeat_ngram_size, allow_zero=True
         )
+        self.max_ngram_count = check_positive_int("max_ngram_count", max_ngram_count)
         self.max_length_ratio = check_length_ratio(max_length_ratio)
         self.beam_size = check_positive_int("beam_size", beam_size)
         self.length_penalty = check_float("length_penalty", length_penalty)
@@ -138,7 +141,8 @@ class BeamSearch:
             logits, state = step_fn(tokens, state, index)
             logp = tf.nn.log_softmax(suppress_special_tokens(tf.cast(logits, tf.float32)))
             history = tf.reshape(alive_ids, [-1, length])
-            logp = block_repeated_ngrams(logp, history, index, self.no_repeat_ngram_size)
+            logp = block_repeated_ngrams(logp, history, index, self.no_repeat_ngram_size,
+                                         self.max_ngram_count)
             logp = end_rows_at_limits(logp, index, length_limits, self.eos_id)
             vocab = tf.shape(logp)[-1]
             total = alive_logp[:, :, None] + tf.reshape(logp, [batch_size, beams, vocab])

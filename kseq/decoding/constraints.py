@@ -22,13 +22,14 @@ def suppress_special_tokens(logits, token_ids=(PAD_ID, BOS_ID)):
     return tf.where(banned, tf.cast(-float("inf"), logits.dtype), logits)
 
 
-def repeated_ngram_tokens(history, index, size, vocab_size):
-    """(R, V) bool: the tokens that would repeat an n-gram of `size` tokens.
+def repeated_ngram_tokens(history, index, size, vocab_size, max_count=1):
+    """(R, V) bool: the tokens that would repeat an n-gram of `size` tokens
+    more often than `max_count` allows.
 
     `history` (R, L) holds each row's generated tokens at positions
     0..index-1 (the token chosen now goes to `index`). Token v is banned
     for a row when the row's last size-1 tokens followed by v already occur
-    in it. Fixed shapes only (windows are static slices, bans one
+    in it `max_count` times (1: once, so never twice). Fixed shapes only (windows are static slices, bans one
     scatter), so searches keep compiling with XLA.
     """
     length = history.shape[1]
@@ -48,15 +49,16 @@ def repeated_ngram_tokens(history, index, size, vocab_size):
         tf.reshape(indices, [-1, 2]), tf.reshape(tf.cast(matches, tf.int32), [-1]),
         tf.stack([tf.shape(history)[0], vocab_size]),
     )
-    return counts > 0
+    return counts >= max_count
 
 
-def block_repeated_ngrams(logits, history, index, size):
-    """`logits` with the tokens that would repeat an n-gram of `size` at
-    -inf (see `repeated_ngram_tokens`); `size` 0 changes nothing."""
+def block_repeated_ngrams(logits, history, index, size, max_count=1):
+    """`logits` with the tokens that would repeat an n-gram of `size` more
+    than `max_count` times at -inf (see `repeated_ngram_tokens`); `size` 0
+    changes nothing."""
     if not size:
         return logits
-    banned = repeated_ngram_tokens(history, index, size, tf.shape(logits)[-1])
+    banned = repeated_ngram_tokens(history, index, size, tf.shape(logits)[-1], max_count)
     return tf.where(banned, tf.cast(-float("inf"), logits.dtype), logits)
 
 

@@ -21,17 +21,21 @@ class TokenSearch:
             to force full-length generation).
         no_repeat_ngram_size: n > 0 never generates an n-gram twice in a row's
             output (0: no constraint).
+        max_ngram_count: with `no_repeat_ngram_size` n > 0, how many times an
+            n-gram may occur in a row's output (default 1: never twice; 2
+            lets a phrase come back once but never loop).
         max_length_ratio: with a Seq2Seq model, each row generates at most
             ceil(ratio x its source tokens) + 5 tokens (None: `max_length`
             for every row).
     """
 
     def __init__(self, max_length, eos_id=EOS_ID, bos_id=BOS_ID, pad_id=PAD_ID,
-                 no_repeat_ngram_size=0, max_length_ratio=None):
+                 no_repeat_ngram_size=0, max_length_ratio=None, max_ngram_count=1):
         self.max_length = check_positive_int("max_length", max_length)
         self.no_repeat_ngram_size = check_positive_int(
             "no_repeat_ngram_size", no_repeat_ngram_size, allow_zero=True
         )
+        self.max_ngram_count = check_positive_int("max_ngram_count", max_ngram_count)
         self.max_length_ratio = check_length_ratio(max_length_ratio)
         self.eos_id, self.bos_id, self.pad_id = int(eos_id), int(bos_id), int(pad_id)
 
@@ -77,7 +81,8 @@ class TokenSearch:
         def body(index, tokens, finished, output, scores, state):
             logits, state = step_fn(tokens, state, index)
             logits = suppress_special_tokens(tf.cast(logits, tf.float32))
-            allowed = block_repeated_ngrams(logits, output, index, self.no_repeat_ngram_size)
+            allowed = block_repeated_ngrams(logits, output, index, self.no_repeat_ngram_size,
+                                            self.max_ngram_count)
             allowed = end_rows_at_limits(allowed, index, length_limits, self.eos_id)
             chosen = choose(allowed, index)
             log_probs = tf.gather(logits, chosen, batch_dims=1) - tf.reduce_logsumexp(logits, -1)

@@ -34,6 +34,7 @@ class Generator(Decoder):
         seed=None,
         num_return=1,
         no_repeat_ngram_size=0,
+        max_ngram_count=1,
         max_length_ratio=None,
         return_scores=False,
         jit_compile=False,
@@ -54,6 +55,9 @@ class Generator(Decoder):
                 gives the same output (None: a fresh draw every call).
             no_repeat_ngram_size: n > 0 never generates the same n-gram twice
                 in one output, with every method (0: no constraint).
+            max_ngram_count: with `no_repeat_ngram_size` n > 0, how many
+                times an n-gram may occur in one output (default 1: never
+                twice; 2 lets a phrase come back once, never a third time).
             max_length_ratio: Seq2Seq models only: each row generates at
                 most ceil(ratio x its source tokens) + 5 tokens (None: no
                 limit below `max_length`).
@@ -82,7 +86,8 @@ class Generator(Decoder):
             method=method, max_length=max_length, beam_size=beam_size,
             length_penalty=length_penalty, num_return=num_return,
             temperature=temperature, top_k=top_k, top_p=top_p,
-            no_repeat_ngram_size=no_repeat_ngram_size, max_length_ratio=max_length_ratio,
+            no_repeat_ngram_size=no_repeat_ngram_size, max_ngram_count=max_ngram_count,
+            max_length_ratio=max_length_ratio,
         )
         make_search(seed=seed, **options)  # checks every option now, by name
         if seed is None:

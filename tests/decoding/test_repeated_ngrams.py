@@ -9,15 +9,20 @@ from kseq.decoding.constraints import repeated_ngram_tokens
 from test_searches import EOS, VOCAB, PrefixTable, all_hypotheses, as_list, penalty, run
 
 SEARCHES = {
-    "greedy": lambda n, length=8: GreedySearch(length, no_repeat_ngram_size=n),
-    "beam": lambda n, length=8: BeamSearch(length, beam_size=3, no_repeat_ngram_size=n),
-    "sample": lambda n, length=8: Sampler(length, seed=3, no_repeat_ngram_size=n),
+    "greedy": lambda n, length=8, **options: GreedySearch(length, no_repeat_ngram_size=n, **options),
+    "beam": lambda n, length=8, **options: BeamSearch(length, beam_size=3, no_repeat_ngram_size=n,
+                                                      **options),
+    "sample": lambda n, length=8, **options: Sampler(length, seed=3, no_repeat_ngram_size=n, **options),
 }
 
 
-def repeats_an_ngram(tokens, size):
+def most_ngram_occurrences(tokens, size):
     grams = [tuple(tokens[i:i + size]) for i in range(len(tokens) - size + 1)]
-    return len(grams) != len(set(grams))
+    return max((grams.count(gram) for gram in grams), default=0)
+
+
+def repeats_an_ngram(tokens, size):
+    return most_ngram_occurrences(tokens, size) > 1
 
 
 def looping_step(tokens, state, index):
@@ -43,23 +48,38 @@ def test_a_looping_model_loops_without_the_constraint_and_not_with_it(method):
         assert np.all(np.isfinite(scores))
 
 
-def reference_banned(history, size):
-    """Tokens that would repeat an n-gram after `history`, by listing them."""
+@pytest.mark.parametrize("method", SEARCHES)
+@pytest.mark.parametrize("size, count", [(1, 2), (2, 2), (3, 2), (2, 3)])
+def test_an_ngram_comes_back_at_most_max_ngram_count_times(method, size, count):
+    """The loop guard: a looping model's n-grams may recur, up to `count`
+    times (beam search may rank ending at once higher than a cut loop)."""
+    ids, _ = SEARCHES[method](size, length=16, max_ngram_count=count)(looping_step, (), 1)
+    output = as_list(best_ids(ids)[0])
+    if method == "beam":
+        assert most_ngram_occurrences(output, size) <= count, output
+    else:
+        assert most_ngram_occurrences(output, size) == count, output
+
+
+def reference_banned(history, size, max_count=1):
+    """Tokens that would make an n-gram occur more than `max_count` times
+    after `history`, by listing them."""
     if len(history) < size - 1:
         return set()
     suffix = tuple(history[len(history) - size + 1:]) if size > 1 else ()
-    return {history[i + size - 1] for i in range(len(history) - size + 1)
-            if tuple(history[i:i + size - 1]) == suffix}
+    following = [history[i + size - 1] for i in range(len(history) - size + 1)
+                 if tuple(history[i:i + size - 1]) == suffix]
+    return {token for token in following if following.count(token) >= max_count}
 
 
-@pytest.mark.parametrize("size", [1, 2, 3, 4])
-def test_banned_tokens_match_a_listing_at_every_position(size):
+@pytest.mark.parametrize("size, max_count", [(1, 1), (2, 1), (3, 1), (4, 1), (1, 2), (2, 2), (3, 3)])
+def test_banned_tokens_match_a_listing_at_every_position(size, max_count):
     rng = np.random.default_rng(size)
     history = rng.integers(3, 6, (16, 10)).astype("int32")
     for index in range(11):
-        banned = repeated_ngram_tokens(tf.constant(history), index, size, VOCAB).numpy()
+        banned = repeated_ngram_tokens(tf.constant(history), index, size, VOCAB, max_count).numpy()
         for row in range(len(history)):
-            expected = reference_banned(list(history[row, :index]), size)
+            expected = reference_banned(list(history[row, :index]), size, max_count)
             assert set(np.flatnonzero(banned[row])) == expected, (row, index)
 
 
@@ -79,13 +99,13 @@ def test_greedy_picks_the_best_allowed_token_at_every_step(size, seed):
     assert list(as_list(ids[0])) == history
 
 
-@pytest.mark.parametrize("size", [1, 2])
+@pytest.mark.parametrize("size, count", [(1, 1), (2, 1), (1, 2)])
 @pytest.mark.parametrize("seed", [0, 1, 2])
-def test_wide_beam_finds_the_exhaustive_best_among_hypotheses_without_repeats(size, seed):
+def test_wide_beam_finds_the_exhaustive_best_among_allowed_hypotheses(size, count, seed):
     table, max_length, alpha = PrefixTable(seed), 4, 0.6
     ids, scores = run(BeamSearch(max_length, beam_size=54, length_penalty=alpha, num_return=3,
-                                 no_repeat_ngram_size=size), table)
-    allowed = [h for h in all_hypotheses(max_length) if not repeats_an_ngram(h, size)]
+                                 no_repeat_ngram_size=size, max_ngram_count=count), table)
+    allowed = [h for h in all_hypotheses(max_length) if most_ngram_occurrences(h, size) <= count]
     best = sorted(((table.sequence_log_prob(h) / penalty(len(h), alpha), h) for h in allowed),
                   key=lambda pair: -pair[0])[:3]
     assert [as_list(row) for row in ids[0]] == [h for _, h in best]
@@ -109,8 +129,12 @@ def test_constrained_searches_compile_under_xla(method):
         assert np.array_equal(ids, eager[0])
 
 
-@pytest.mark.parametrize("make", [lambda: GreedySearch(5, no_repeat_ngram_size=-1),
-                                  lambda: BeamSearch(5, no_repeat_ngram_size=1.5)])
-def test_a_bad_ngram_size_is_named(make):
-    with pytest.raises((ValueError, TypeError), match="no_repeat_ngram_size"):
+@pytest.mark.parametrize("make, name", [
+    (lambda: GreedySearch(5, no_repeat_ngram_size=-1), "no_repeat_ngram_size"),
+    (lambda: BeamSearch(5, no_repeat_ngram_size=1.5), "no_repeat_ngram_size"),
+    (lambda: Sampler(5, no_repeat_ngram_size=2, max_ngram_count=0), "max_ngram_count"),
+    (lambda: BeamSearch(5, no_repeat_ngram_size=2, max_ngram_count=1.5), "max_ngram_count"),
+])
+def test_a_bad_ngram_option_is_named(make, name):
+    with pytest.raises((ValueError, TypeError), match=name):
         make()

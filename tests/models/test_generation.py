@@ -178,10 +178,19 @@ def test_generate_traces_once_per_set_of_options():
     assert function.experimental_get_tracing_count() == 1
 
 
-def repeated_bigrams(row):
+def bigrams(row):
     tokens = [int(t) for t in row if t != 0]
-    grams = list(zip(tokens, tokens[1:]))
+    return list(zip(tokens, tokens[1:]))
+
+
+def repeated_bigrams(row):
+    grams = bigrams(row)
     return len(grams) - len(set(grams))
+
+
+def most_bigram_occurrences(row):
+    grams = bigrams(row)
+    return max(grams.count(gram) for gram in grams)
 
 
 def looping_model():
@@ -207,6 +216,10 @@ def test_no_repeat_ngram_size_stops_a_looping_model(method):
     constrained = generate(no_repeat_ngram_size=2)
     assert constrained.shape == (len(source), MAX_LENGTH)
     assert all(repeated_bigrams(row) == 0 for row in constrained)
+    guarded = generate(no_repeat_ngram_size=2, max_ngram_count=2)  # a bigram at most twice
+    assert all(most_bigram_occurrences(row) <= 2 for row in guarded)
+    if method != "beam":  # the loop comes back once: the guard allows it
+        assert all(most_bigram_occurrences(row) == 2 for row in guarded)
 
 
 @pytest.mark.parametrize("method", ["greedy", "beam", "sample"])
