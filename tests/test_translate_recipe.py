@@ -101,7 +101,7 @@ def test_decoding_settings_are_chosen_on_validation_pairs(run):
     assert saved["decoding"] == {name: best[name] for name in settings + ("max_length_ratio",)}
     ratio = saved["decoding"]["max_length_ratio"]
     assert {row["max_length_ratio"] for row in table} == {ratio}
-    assert 0.1 <= ratio <= 2.0 and "validation pairs" in saved["max_length_ratio_reason"]
+    assert 0.1 <= ratio <= 3.0 and "1.5x the smallest that fits" in saved["max_length_ratio_reason"]
 
 
 def test_the_best_evaluation_is_kept_and_restored(run):

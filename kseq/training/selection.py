@@ -56,19 +56,22 @@ def tune_decoding(translate_with, candidates, sources, references, metric):
     return candidates[best], table
 
 
-def length_ratio_for(source_lengths, target_lengths, step=0.1):
+def length_ratio_for(source_lengths, target_lengths, step=0.1, headroom=1.0):
     """The smallest multiple of `step` whose per-source limits
     (kseq.decoding.constraints.source_length_limits: ceil(ratio x source
-    tokens) + LIMIT_SLACK, EOS included) fit every given pair's target;
-    lengths in tokens, pairs with an empty source ignored.
+    tokens) + LIMIT_SLACK, EOS included) fit every given pair's target,
+    times `headroom` (rounded up to `step`); lengths in tokens, pairs with
+    an empty source ignored.
 
     Example:
     >>> length_ratio_for([10, 4, 20], [12, 9, 15])  # 4 -> 9 tokens + EOS: ceil(4.4) + 5
     1.1
     """
+    if headroom < 1:
+        raise ValueError(f"`headroom` must be at least 1; got {headroom!r}.")
     pairs = [(source, target) for source, target in zip(source_lengths, target_lengths) if source > 0]
     need = max(((target - LIMIT_SLACK) / source for source, target in pairs), default=0.0)
     count = max(math.floor(need / step) + 1, 1)
     while any(math.ceil(count * step * source) + LIMIT_SLACK < target + 1 for source, target in pairs):
         count += 1  # float rounding at the boundary
-    return round(count * step, 6)
+    return round(math.ceil(round(count * headroom, 6)) * step, 6)

@@ -162,6 +162,14 @@ def test_the_length_ratio_is_the_smallest_that_fits_every_pair():
     assert length_ratio_for([0, 0], [5, 9]) == 0.1, "empty sources are ignored"
 
 
+def test_headroom_scales_the_fitted_ratio_up_to_the_step():
+    sources, targets = [10, 4, 20], [12, 9, 15]  # fits at 1.1
+    assert length_ratio_for(sources, targets, headroom=1.5) == 1.7  # ceil(16.5) steps of 0.1
+    assert length_ratio_for(sources, targets, headroom=1.0) == 1.1
+    with pytest.raises(ValueError, match="headroom"):
+        length_ratio_for(sources, targets, headroom=0.5)
+
+
 @pytest.mark.parametrize("average_is_better", [True, False])
 def test_the_average_of_snapshots_is_kept_only_where_it_scores_better(average_is_better):
     model = tiny_model()
