@@ -109,11 +109,12 @@ PRESETS = {
         # Sized for about 1,400 updates in 12 minutes: smaller batches (more
         # updates) and no dropout (no overfitting within 3 epochs) learn faster.
         arch="transformer", num_layers=2, d_model=192, num_heads=4, ff_dim=768, dropout=0.0,
+        embed_dim=192, units=256, max_vocab_size=4000, token_budget=2560, max_length=96,
+        max_minutes=12.0, warmup_steps=400,
         # The clock and patience end training, not epochs: with 30 as the
         # cap, the numbers task stopped at 11.3 of its 12 minutes while its
         # validation score still rose (2026-11-24).
-        embed_dim=192, units=256, max_vocab_size=4000, token_budget=2560, max_length=96,
-        epochs=1000, max_minutes=12.0, warmup_steps=400,
+        epochs=1000,
     ),
     # One GPU, 10 minutes: dozens of passes over the 30k training verses, so
     # a mid-sized model with dropout (not measured on a GPU yet).
