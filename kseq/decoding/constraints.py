@@ -29,8 +29,9 @@ def repeated_ngram_tokens(history, index, size, vocab_size, max_count=1):
     `history` (R, L) holds each row's generated tokens at positions
     0..index-1 (the token chosen now goes to `index`). Token v is banned
     for a row when the row's last size-1 tokens followed by v already occur
-    in it `max_count` times (1: once, so never twice). Fixed shapes only (windows are static slices, bans one
-    scatter), so searches keep compiling with XLA.
+    in it `max_count` times (1: once, so never twice). Fixed shapes only
+    (windows are static slices, bans one scatter), so searches keep
+    compiling with XLA.
     """
     length = history.shape[1]
     windows = length - size + 1

@@ -1,6 +1,7 @@
 """Scores of generated text (sacreBLEU and chrF, exact match), and batched
 translation for scoring."""
 
+import collections
 import time
 
 import numpy as np
@@ -66,15 +67,11 @@ def looping_outputs(hypotheses, n=4, times=3):
     >>> looping_outputs(["a b a b a b a b", "a b c d a b c d", "x"], n=2, times=3)
     1
     """
-    looping = 0
-    for hypothesis in hypotheses:
-        words = hypothesis.split()
-        counts = {}
-        for start in range(len(words) - n + 1):
-            gram = tuple(words[start : start + n])
-            counts[gram] = counts.get(gram, 0) + 1
-        looping += any(count >= times for count in counts.values())
-    return looping
+    def loops(words):
+        grams = collections.Counter(tuple(words[i : i + n]) for i in range(len(words) - n + 1))
+        return any(count >= times for count in grams.values())
+
+    return sum(loops(hypothesis.split()) for hypothesis in hypotheses)
 
 
 def exact_match_ids(generated, targets):
