@@ -166,19 +166,17 @@ def make_dataset(texts, class_ids, tokenizer, config, shuffle):
     return dataset.prefetch(tf.data.AUTOTUNE), int(keep.sum())
 
 
-def build_model(config, vocab_size, num_classes, precision="float32"):
+def build_model(config, vocab_size, num_classes, precision="float32", jit_compile=False):
     model = kseq.models.ConditionedGenerator(
         vocab_size, num_classes=num_classes, embed_dim=config["embed_dim"], units=config["units"],
         cell=config["cell"], num_layers=config["num_layers"], peeky=config["peeky"],
         dropout=config["dropout"], dtype=precision,
     )
     model.build()
-    jit = decide_jit_compile(config["jit_compile"], num_shapes=len(BUCKETS) + 1,
-                             budget_minutes=config["max_minutes"])
     return recipe.compile_model(
         model, keras.optimizers.Adam(config["learning_rate"], global_clipnorm=config["clipnorm"]),
         kseq.losses.MaskedSparseCategoricalCrossentropy(),
-        [kseq.metrics.Perplexity(), kseq.metrics.MaskedAccuracy()], jit_compile=jit.use,
+        [kseq.metrics.Perplexity(), kseq.metrics.MaskedAccuracy()], jit_compile=jit_compile,
     )
 
 
@@ -202,7 +200,7 @@ def sample_writer(model, tokenizer, names, config):
     return write
 
 
-def train(config, run, data, tokenizer, names):
+def train(config, run, data, tokenizer, names, jit_compile=False):
     """Trains the generator; returns (model, its metrics)."""
     datasets = {}
     for split, (texts, class_ids) in data.items():
@@ -213,7 +211,7 @@ def train(config, run, data, tokenizer, names):
     print(f"first batch: condition {tuple(class_ids.shape)}, target_ids "
           f"{tuple(target_in.shape)}, labels {tuple(labels.shape)}")
     with run.strategy.scope():
-        model = build_model(config, tokenizer.vocab_size, len(names), run.precision.policy)
+        model = build_model(config, tokenizer.vocab_size, len(names), run.precision.policy, jit_compile)
     print(f"model: {model.count_params():,} parameters")
     best = os.path.join(config["logdir"], "checkpoints", "best.weights.h5")
     shown = [name for name in names for _ in range(2)]
@@ -265,7 +263,7 @@ def main(argv=None):
     real_per_class, real_overall = agreement(real_labels, [names[i] for i in data["test"][1]], names)
     tokenizer = recipe.tokenizer_for(config, data["train"][0], config["vocab_size"])
     write_hparams(config["logdir"], config | run.precision.as_dict())
-    model, metrics = train(config, run, data, tokenizer, names)
+    model, metrics = train(config, run, data, tokenizer, names, jit.use)
 
     path = export_conditioned_generator(model, tokenizer, config["export_dir"],
                                         search=make_search(config), labels=names,
