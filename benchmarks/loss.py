@@ -1,9 +1,13 @@
 """Loss and gradient over the logits of one training batch, three ways.
 
-kseq's `MaskedSparseCategoricalCrossentropy` (TensorFlow's fused softmax
-cross-entropy kernels) against, measured in the same process:
-- the log-softmax + `take_along_axis` formulation kseq used before (its
-  gradient scatters back into a (B, T, V) tensor);
+kseq's `MaskedSparseCategoricalCrossentropy` (`smoothed_cross_entropy`:
+log-normaliser, label logit and mean logit, with its own gradient) against,
+measured in the same process:
+- TensorFlow's fused softmax cross-entropy kernels, which kseq used until
+  2026-11-24 (the dense kernel with a (B, T, V) smoothed one-hot target;
+  the sparse kernel without smoothing);
+- the log-softmax + `take_along_axis` formulation kseq used before that
+  (its gradient scatters back into a (B, T, V) tensor);
 - keras' `SparseCategoricalCrossentropy(from_logits=True, ignore_class=0)`
   (no label smoothing, so compared at smoothing 0).
 
@@ -45,6 +49,21 @@ def gather_formulation(smoothing):
     return loss
 
 
+def fused_kernel_formulation(smoothing):
+    """TensorFlow's fused kernels, as kseq's loss used them until 2026-11-24."""
+    def loss(labels, logits):
+        if smoothing:
+            vocab = logits.shape[-1]
+            targets = tf.one_hot(labels, vocab, on_value=1 - smoothing + smoothing / vocab,
+                                 off_value=smoothing / vocab)
+            losses = tf.nn.softmax_cross_entropy_with_logits(targets, logits)
+        else:
+            losses = tf.nn.sparse_softmax_cross_entropy_with_logits(labels, logits)
+        weights = ops.cast(labels != 0, "float32")
+        return ops.sum(losses * weights) / ops.sum(weights)
+    return loss
+
+
 def median_ms(loss, labels, logits, jit, repeats):
     @tf.function(jit_compile=jit)
     def value_and_gradient():
@@ -76,9 +95,11 @@ def main():
     print("|---|---|---|---|---|")
     candidates = [
         ("kseq MaskedSparseCategoricalCrossentropy", 0.1, MaskedSparseCategoricalCrossentropy(label_smoothing=0.1)),
-        ("log-softmax + take_along_axis (kseq before)", 0.1, gather_formulation(0.1)),
+        ("TensorFlow's fused kernels (kseq until 2026-11-24)", 0.1, fused_kernel_formulation(0.1)),
+        ("log-softmax + take_along_axis (kseq before that)", 0.1, gather_formulation(0.1)),
         ("kseq MaskedSparseCategoricalCrossentropy", 0.0, MaskedSparseCategoricalCrossentropy()),
-        ("log-softmax + take_along_axis (kseq before)", 0.0, gather_formulation(0.0)),
+        ("TensorFlow's fused kernels (kseq until 2026-11-24)", 0.0, fused_kernel_formulation(0.0)),
+        ("log-softmax + take_along_axis (kseq before that)", 0.0, gather_formulation(0.0)),
         ("keras SparseCategoricalCrossentropy(ignore_class=0)", 0.0,
          keras.losses.SparseCategoricalCrossentropy(from_logits=True, ignore_class=0)),
     ]

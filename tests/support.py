@@ -286,8 +286,9 @@ def check_mixed_training(model, inputs, labels, loss, steps=8):
 
 
 def check_float32_softmax(model, inputs, labels, loss):
-    """Every softmax of a train step (attention weights, the loss) and of a
-    greedy search (attention over the cache or the source) runs in float32."""
+    """Every softmax of a train step (attention weights; the loss, whose
+    normalisation is an Exp) and of a greedy search (attention over the
+    cache or the source) runs in float32."""
     model(inputs)
 
     @tf.function
@@ -305,7 +306,8 @@ def check_float32_softmax(model, inputs, labels, loss):
     for function in functions:
         graph = function.graph.as_graph_def()
         nodes = list(graph.node) + [node for f in graph.library.function for node in f.node_def]
-        softmax += [node for node in nodes if "Softmax" in node.op and "Grad" not in node.op]
+        softmax += [node for node in nodes
+                    if ("Softmax" in node.op and "Grad" not in node.op) or node.op == "Exp"]
     assert softmax, "no softmax found: the check would pass vacuously"
     half = [f"{node.op} {node.name}" for node in softmax
             if node.attr["T"].type != tf.float32.as_datatype_enum]

@@ -51,6 +51,31 @@ def test_loss_gradient_is_softmax_minus_target_over_real_tokens(batch, smoothing
     assert_close(tape.gradient(value, logits), expected)
 
 
+@pytest.mark.parametrize("jit_compile", [False, True])
+def test_loss_is_finite_on_large_bfloat16_logits_of_any_rank(jit_compile):
+    # Logits of +-3e4 overflow exp() unless the maximum comes off first.
+    rng = np.random.default_rng(1)
+    logits = (rng.normal(size=(6, 9)) * 1e4).astype("float32")
+    labels = np.array([5, 6, 2, 0, 8, 1], "int32")
+    rounded = np.asarray(tf.cast(tf.cast(logits, tf.bfloat16), tf.float32))
+
+    @tf.function(jit_compile=jit_compile)
+    def value_and_gradient(logits):
+        with tf.GradientTape() as tape:
+            tape.watch(logits)
+            value = MaskedSparseCategoricalCrossentropy(label_smoothing=0.1)(labels, logits)
+        return value, tape.gradient(value, logits)
+
+    value, gradient = value_and_gradient(tf.cast(logits, tf.bfloat16))
+    target = np.eye(9)[labels] * 0.9 + 0.1 / 9
+    real = labels != 0
+    logp = log_softmax(rounded.astype("float64"))
+    np.testing.assert_allclose(float(value), -(target * logp).sum(-1)[real].mean(), rtol=1e-2)
+    expected = (np.exp(logp) - target) * real[:, None] / real.sum()
+    assert gradient.dtype == tf.bfloat16
+    assert_close(tf.cast(gradient, tf.float32), expected, atol=1e-2)
+
+
 def test_loss_matches_keras_without_smoothing(batch):
     labels, logits = batch
     reference = keras.losses.SparseCategoricalCrossentropy(from_logits=True, ignore_class=0)

@@ -29,6 +29,49 @@ def token_weights(y_true, sample_weight=None, pad_id=PAD_ID):
     return weights
 
 
+def smoothed_cross_entropy(labels, logits, smoothing=0.0):
+    """(...) int labels, (..., V) logits -> (...) float32 cross-entropy
+    against the target (1 - e) one-hot + e / V, e = `smoothing`.
+
+    Written out with its own gradient, softmax minus target, because that
+    is half the time of TensorFlow's fused kernels on a CPU: the dense
+    kernel needs a (N, V) one-hot target and the sparse one has no
+    smoothing (both single passes that ran slower than these few
+    multi-threaded ones; benchmarks/loss.py). The forward pass keeps
+    exp(logits - max), so the backward pass is one multiply and a scatter.
+    """
+    labels = ops.cast(labels, "int32")
+    logits = ops.cast(logits, "float32")
+    vocab_size = tf.shape(logits)[-1]
+    flat_labels = tf.reshape(labels, (-1,))
+    uniform = smoothing / tf.cast(vocab_size, tf.float32)
+
+    @tf.custom_gradient
+    def per_token(logits):
+        rows = tf.reshape(logits, (-1, vocab_size))
+        peak = tf.stop_gradient(tf.reduce_max(rows, -1, keepdims=True))
+        exp = tf.exp(rows - peak)
+        total = tf.reduce_sum(exp, -1, keepdims=True)
+        label_logit = tf.gather(rows, flat_labels[:, None], batch_dims=1)[:, 0]
+        # -sum_i t_i log p_i = log Z - (1 - e) z_label - e mean(z)
+        value = (peak + tf.math.log(total))[:, 0] - (1.0 - smoothing) * label_logit
+        if smoothing:
+            value -= smoothing * tf.reduce_mean(rows, -1)
+
+        def gradient(upstream):
+            upstream = tf.reshape(upstream, (-1, 1))
+            grad = exp * (upstream / total)
+            if smoothing:
+                grad -= uniform * upstream
+            at_labels = tf.stack([tf.range(tf.shape(flat_labels)[0]), flat_labels], 1)
+            grad = tf.tensor_scatter_nd_sub(grad, at_labels, (1.0 - smoothing) * upstream[:, 0])
+            return tf.reshape(grad, tf.shape(logits))
+
+        return tf.reshape(value, tf.shape(labels)), gradient
+
+    return per_token(logits)
+
+
 @keras.saving.register_keras_serializable("kseq")
 class MaskedSparseCategoricalCrossentropy(keras.losses.Loss):
     """Cross-entropy from logits over integer labels, ignoring PAD labels,
@@ -74,22 +117,8 @@ class MaskedSparseCategoricalCrossentropy(keras.losses.Loss):
         self.pad_id = pad_id
 
     def call(self, y_true, y_pred):
-        """Per-token losses (B, T), PAD positions included.
-
-        TensorFlow's fused softmax cross-entropy kernels compute the loss and
-        its gradient (softmax minus target) in one pass over the logits; a
-        log-softmax and a gather would scatter the gradient back into a
-        (B, T, V) tensor (slower: benchmarks/loss.py, benchmarks/README.md)."""
-        logits = ops.cast(y_pred, "float32")
-        labels = ops.cast(y_true, "int32")
-        if not self.label_smoothing:
-            return tf.nn.sparse_softmax_cross_entropy_with_logits(labels, logits)
-        # (1 - e) one-hot + e / V as a dense target.
-        vocab_size = ops.shape(logits)[-1]
-        off = self.label_smoothing / ops.cast(vocab_size, "float32")
-        targets = tf.one_hot(labels, vocab_size, on_value=1.0 - self.label_smoothing + off,
-                             off_value=off)
-        return tf.nn.softmax_cross_entropy_with_logits(targets, logits)
+        """Per-token losses (B, T), PAD positions included, in float32."""
+        return smoothed_cross_entropy(y_true, y_pred, self.label_smoothing)
 
     def __call__(self, y_true, y_pred, sample_weight=None):
         with keras.name_scope(self.name):
