@@ -242,14 +242,17 @@ def child_peak(seconds):
     return {"shapes": results, "peak_gflops": best["gflops_best"], "peak_shape": best["shape"]}
 
 
-def kseq_optimizer(keras, kseq, transformer):
+def make_optimizer(keras, kseq, transformer, reference):
+    """The recipe's optimizer: kseq's FusedAdam for kseq's models (as
+    recipes/translate.py), keras' Adam for the references (as keras-io)."""
     from kseq.training.distribution import clip_after_all_reduce
 
+    adam = keras.optimizers.Adam if reference else kseq.optimizers.FusedAdam
     if transformer:
         rate = kseq.schedules.TransformerSchedule(D_MODEL, 400)
-        optimizer = keras.optimizers.Adam(rate, beta_2=0.98, epsilon=1e-9, clipnorm=1.0)
+        optimizer = adam(rate, beta_2=0.98, epsilon=1e-9, clipnorm=1.0)
     else:  # recipes/translate.py's rate for --arch rnn
-        optimizer = keras.optimizers.Adam(1e-3, clipnorm=1.0)
+        optimizer = adam(1e-3, clipnorm=1.0)
     return clip_after_all_reduce(optimizer)
 
 
@@ -352,7 +355,8 @@ def child_train(name, workdir):
 
     with tf.distribute.MirroredStrategy().scope():
         model = build_model(base, keras, kseq)
-        model.compile(kseq_optimizer(keras, kseq, transformer=name in TRANSFORMERS),
+        reference = base.startswith("hub") or base == "keras_lstm"
+        model.compile(make_optimizer(keras, kseq, name in TRANSFORMERS, reference),
                       kseq.losses.MaskedSparseCategoricalCrossentropy(label_smoothing=0.1),
                       jit_compile=xla)
     start = time.perf_counter()

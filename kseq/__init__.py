@@ -28,10 +28,11 @@ if keras.backend.backend() != "tensorflow":
 from kseq.special_ids import BOS_ID, EOS_ID, PAD_ID, UNK_ID  # noqa: E402
 from kseq import data, decoding, export, layers, models, training  # noqa: E402,I001
 
-# Modules that moved into kseq.training keep their old names:
+# Modules of kseq.training also answer to kseq.X (most lived there first):
 # `kseq.losses.X`, `from kseq.losses import X` and `import kseq.losses` work.
 _MOVED = {
     "losses": "kseq.training.losses",
+    "optimizers": "kseq.training.optimizers",
     "metrics": "kseq.training.metrics",
     "schedules": "kseq.training.schedules",
     "callbacks": "kseq.training.callbacks",
@@ -48,7 +49,7 @@ _MOVED = {
 for _old, _new in _MOVED.items():
     sys.modules[f"{__name__}.{_old}"] = globals()[_old] = importlib.import_module(_new)
 
-from kseq.training import callbacks, losses, metrics, schedules  # noqa: E402,F811
+from kseq.training import callbacks, losses, metrics, optimizers, schedules  # noqa: E402,F811
 
 __version__ = "0.1.0"
 
@@ -65,6 +66,7 @@ __all__ = [
     "losses",
     "metrics",
     "models",
+    "optimizers",
     "schedules",
     "training",
     "__version__",

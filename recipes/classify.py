@@ -120,7 +120,7 @@ def build_model(config, vocab_size, num_classes, precision="float32"):
     model.build()
     jit = decide_jit_compile(config["jit_compile"], num_shapes=1, budget_minutes=None)
     return recipe.compile_model(
-        model, keras.optimizers.Adam(config["learning_rate"], global_clipnorm=config["clipnorm"]),
+        model, kseq.optimizers.FusedAdam(config["learning_rate"], global_clipnorm=config["clipnorm"]),
         keras.losses.SparseCategoricalCrossentropy(from_logits=True), ["accuracy"], jit_compile=jit.use,
     )
 

@@ -174,7 +174,7 @@ def build_model(config, vocab_size, num_classes, precision="float32", jit_compil
     )
     model.build()
     return recipe.compile_model(
-        model, keras.optimizers.Adam(config["learning_rate"], global_clipnorm=config["clipnorm"]),
+        model, kseq.optimizers.FusedAdam(config["learning_rate"], global_clipnorm=config["clipnorm"]),
         kseq.losses.MaskedSparseCategoricalCrossentropy(),
         [kseq.metrics.Perplexity(), kseq.metrics.MaskedAccuracy()], jit_compile=jit_compile,
     )

@@ -103,7 +103,7 @@ def build_model(config, vocab_size, carry_state, precision="float32"):
     model.build()
     jit = decide_jit_compile(config["jit_compile"], num_shapes=1, budget_minutes=config["max_minutes"])
     return recipe.compile_model(
-        model, keras.optimizers.Adam(config["learning_rate"], global_clipnorm=config["clipnorm"]),
+        model, kseq.optimizers.FusedAdam(config["learning_rate"], global_clipnorm=config["clipnorm"]),
         kseq.losses.MaskedSparseCategoricalCrossentropy(), [kseq.metrics.Perplexity()],
         jit_compile=jit.use,
     )

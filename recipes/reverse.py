@@ -97,7 +97,7 @@ def main(argv=None):
     with run.strategy.scope():
         model = build_model(config, tokenizer.vocab_size, run.precision.policy)
         recipe.compile_model(
-            model, keras.optimizers.Adam(config["learning_rate"], clipnorm=1.0),
+            model, kseq.optimizers.FusedAdam(config["learning_rate"], clipnorm=1.0),
             kseq.losses.MaskedSparseCategoricalCrossentropy(),
             [kseq.metrics.MaskedAccuracy(), kseq.metrics.Perplexity()],
             jit_compile=decide_jit_compile(config["jit_compile"], num_shapes=config["max_length"]).use,

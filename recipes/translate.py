@@ -412,7 +412,7 @@ def train(config, run, data, tokenizer, decision, resuming, metric):
         model.build()  # variables under the strategy, before the graph is logged
         schedule, rate_report = learning_rate(config, metric)
         recipe.compile_model(
-            model, keras.optimizers.Adam(schedule, beta_2=0.98, epsilon=1e-9,
+            model, kseq.optimizers.FusedAdam(schedule, beta_2=0.98, epsilon=1e-9,
                                          clipnorm=config["clipnorm"]),
             kseq.losses.MaskedSparseCategoricalCrossentropy(label_smoothing=config["label_smoothing"]),
             [kseq.metrics.MaskedAccuracy(), kseq.metrics.Perplexity()], jit_compile=decision.use,

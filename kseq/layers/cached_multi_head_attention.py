@@ -48,16 +48,20 @@ class CachedMultiHeadAttention(keras.layers.MultiHeadAttention):
             return self(query, value, attention_mask=attention_mask, training=training,
                         return_attention_scores=return_attention_scores)
         if value is None:
-            query, key, value = self._project(query, "query", "key", "value")
+            query, key, value = self._project_heads_first(query, "query", "key", "value")
         else:
-            (query,) = self._project(query, "query")
-            key, value = self._project(value, "key", "value")
+            (query,) = self._project_heads_first(query, "query")
+            key, value = self._project_heads_first(value, "key", "value")
         if attention_mask is not None:
             attention_mask = ops.cast(attention_mask, "bool")
-        output, scores = self._compute_attention(
-            query, key, value, attention_mask, training, return_attention_scores)
-        output = self._output_dense(output)
-        return (output, scores) if return_attention_scores else output
+        # Batched matmuls over (B, H, T, D/H): on a CPU they and their
+        # gradients ran faster than keras' einsums (benchmarks/README.md).
+        query = query * ops.cast(self._inverse_sqrt_key_dim, query.dtype)
+        scores = ops.matmul(query, ops.swapaxes(key, -1, -2))
+        weights = self._masked_softmax(scores, attention_mask)
+        output = ops.matmul(self._dropout_layer(weights, training=training), value)
+        output = self._merge_heads(output)
+        return (output, weights) if return_attention_scores else output
 
     def _masked_softmax(self, attention_scores, attention_mask=None):
         """keras' masked softmax (zero weight where masked, also on rows with
@@ -79,25 +83,37 @@ class CachedMultiHeadAttention(keras.layers.MultiHeadAttention):
         return all(layer.quantization_mode is None and not layer.lora_enabled for layer in layers) \
             and len({tuple(layer.kernel.shape) for layer in layers}) == 1
 
-    def _project(self, x, *names):
-        """(B, T, D) -> one (B, T, H, D/H) tensor per named projection, with
-        a single matmul against their kernels concatenated along the heads."""
+    def _project_heads_first(self, x, *names):
+        """(B, T, D) -> one (B, H, T, D/H) tensor per named projection: one
+        (B*T, D) @ (D, n*H*D/H) matmul and one transpose for all n."""
         layers = [getattr(self, f"_{name}_dense") for name in names]
-        if len(layers) == 1:
-            return [layers[0](x)]
-        kernel = ops.concatenate([ops.cast(layer.kernel, x.dtype) for layer in layers], axis=1)
-        projected = ops.einsum("btd,dhk->bthk", x, kernel)
+        batch, length, width = ops.shape(x)[0], ops.shape(x)[1], x.shape[-1]
+        heads, head_dim = layers[0].kernel.shape[1:]
+        kernel = ops.stack([ops.cast(layer.kernel, x.dtype) for layer in layers], axis=1)
+        projected = ops.matmul(ops.reshape(x, (-1, width)), ops.reshape(kernel, (width, -1)))
+        projected = ops.reshape(projected, (batch, length, len(layers), heads, head_dim))
         if all(layer.bias is not None for layer in layers):
-            projected = projected + ops.concatenate(
-                [ops.cast(layer.bias, x.dtype) for layer in layers], axis=0)
-        return ops.split(projected, len(layers), axis=2)
+            projected = projected + ops.stack([ops.cast(layer.bias, x.dtype) for layer in layers])
+        return ops.unstack(ops.transpose(projected, (2, 0, 3, 1, 4)), len(layers))
+
+    def _merge_heads(self, output):
+        """(B, H, T, D/H) attention output -> (B, T, D) through the output
+        projection, as one (B*T, D) @ (D, D) matmul."""
+        batch, length = ops.shape(output)[0], ops.shape(output)[2]
+        heads, head_dim = output.shape[1], output.shape[3]
+        dense = self._output_dense
+        merged = ops.reshape(ops.transpose(output, (0, 2, 1, 3)), (-1, heads * head_dim))
+        result = ops.matmul(merged, ops.reshape(ops.cast(dense.kernel, merged.dtype), (heads * head_dim, -1)))
+        if dense.bias is not None:
+            result = result + ops.cast(dense.bias, result.dtype)
+        return ops.reshape(result, (batch, length, -1))
 
     def project_memory(self, value, key=None):
         """(B, S, D) memory -> {"key", "value"}: (B, H, S, D/H) each."""
         if key is None and self._can_fuse():
-            key, value = self._project(value, "key", "value")
-        else:
-            key, value = self._key_dense(value if key is None else key), self._value_dense(value)
+            key, value = self._project_heads_first(value, "key", "value")
+            return {"key": key, "value": value}
+        key, value = self._key_dense(value if key is None else key), self._value_dense(value)
         return {"key": _heads_first(key), "value": _heads_first(value)}
 
     def attend(self, query, memory, attention_mask=None, training=None, return_attention_scores=False):
