@@ -4,7 +4,8 @@ import os
 
 import pytest
 
-from kseq.training.precision import MEASURED_FASTEST, resolve_precision
+from kseq.training import precision
+from kseq.training.precision import MEASURED_FASTEST, precision_class, resolve_precision
 from kseq.training.xla import (
     MEASURED, XlaCost, decide_jit_compile, enable_persistent_cache, keras_jit_status,
 )
@@ -15,9 +16,26 @@ def test_precision_is_taken_as_asked_or_looked_up_per_device_class():
     for device, (policy, _) in MEASURED_FASTEST.items():
         chosen = resolve_precision("auto", device=device)
         assert chosen.policy == policy and chosen.reason.startswith(f"auto on {device}")
-    assert resolve_precision("auto").as_dict()["precision"] == MEASURED_FASTEST["cpu"][0]
+    assert resolve_precision("auto").as_dict()["precision"] == MEASURED_FASTEST[precision_class()][0]
     with pytest.raises(ValueError, match="`precision` must be one of"):
         resolve_precision("float16")
+
+
+@pytest.mark.parametrize("flags, expected", [
+    ("fpu sse2 avx2 avx512f avx512_bf16 avx512_vnni", "cpu-bf16"),
+    ("fpu sse2 avx2 amx_bf16 amx_tile", "cpu-bf16"),
+    ("fpu sse2 avx2 avx512f avx512_vnni", "cpu"),
+])
+def test_a_cpu_with_bfloat16_units_is_its_own_device_class(tmp_path, monkeypatch, flags, expected):
+    assert not precision.cpu_has_bfloat16_units(str(tmp_path / "missing"))
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text(f"processor\t: 0\nmodel name\t: test\nflags\t\t: {flags}\n\n")
+    has_units = precision.cpu_has_bfloat16_units(str(cpuinfo))
+    assert has_units == (expected == "cpu-bf16")
+    monkeypatch.setattr(precision, "cpu_has_bfloat16_units", lambda: has_units)
+    monkeypatch.setattr(precision, "device_class", lambda: "cpu")
+    assert precision_class() == expected
+    assert resolve_precision("auto").policy == MEASURED_FASTEST[expected][0]
 
 
 def test_auto_xla_weighs_the_budget_against_compile_time():
