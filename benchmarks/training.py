@@ -18,23 +18,28 @@ second pass (wall clock). Configurations:
 
 1. `peak`: float32 `tf.matmul` in a `tf.function` at a few sizes (1024^3 and
    the shapes of the Transformer train step), 2*M*N*K FLOPs each; the best
-   sustained GFLOP/s is the machine's dense peak used for MFU.
+   sustained GFLOP/s is the machine's dense peak used for MFU. Also bfloat16
+   at 1024^3 and the logits shape: the peak for runs in mixed_bfloat16.
 2. `kseq`: `kseq.models.TransformerSeq2Seq`, the quick preset of
    recipes/translate.py (2+2 layers, d_model 192, 4 heads, ff 768, dropout 0,
-   shared embeddings, max_length 97), Adam (beta_2 0.98, epsilon 1e-9,
-   clipnorm 1.0) on `TransformerSchedule(192, 400)`,
+   shared embeddings, max_length 97), at the recipe's precision ("auto":
+   mixed_bfloat16 on a CPU with bfloat16 units, else float32), kseq's
+   `FusedAdam` (beta_2 0.98, epsilon 1e-9, clipnorm 1.0) on
+   `TransformerSchedule(192, 400)`,
    `MaskedSparseCategoricalCrossentropy(label_smoothing=0.1)`, the bucketed
-   batches as they are. `kseq_xla`: the same with `jit_compile=True`
-   (`recipes/translate.py --jit-compile on`); its warm-up pass includes
-   one XLA compilation per batch shape.
+   batches as they are. `kseq_float32`: the same in float32. `kseq_xla`: the
+   same as `kseq` with `jit_compile=True` (`recipes/translate.py
+   --jit-compile on`); its warm-up pass includes one XLA compilation per
+   batch shape.
 3. `hub64`, `hub26`: the reference, KerasHub layers of the same size
    (`TokenAndPositionEmbedding` with `mask_zero=True` for each language,
    2 `TransformerEncoder` + 2 `TransformerDecoder`, 4 heads, intermediate 768,
    dropout 0, a `Dense` over the same 4,000 ids) fed as the keras-io example
    feeds it: the same sentence pairs, every one padded to 96 tokens, batches
    of a fixed size (64 as in keras-io; 26 = 2560 // 97, so a batch holds
-   about as many padded tokens as kseq's). Same optimizer and loss (the
-   Dense gives logits; keras-io's softmax then log would be the same work).
+   about as many padded tokens as kseq's), in float32 with keras' Adam (same
+   settings) and kseq's loss (the Dense gives logits; keras-io's softmax
+   then log would be the same work).
    Keras compiles without XLA on a CPU-only machine by default
    (`jit_compile="auto"`), so that is the reference; `hub64_xla` is the same
    with `jit_compile=True`, for the XLA-to-XLA comparison.
@@ -43,7 +48,9 @@ second pass (wall clock). Configurations:
    `keras_lstm`: an attention-free Keras LSTM encoder-decoder of the same size
    (Embedding + LSTM(256, return_state=True), its states initialising an
    LSTM(256, return_sequences=True) decoder, Dense(4000)); all three on the
-   bucketed batches, Adam(1e-3, clipnorm 1.0), the same loss.
+   bucketed batches, Adam(1e-3, clipnorm 1.0) (kseq's FusedAdam and the
+   recipe's precision for kseq's two, keras' Adam in float32 for keras'),
+   the same loss.
 
 Reported per run: real (non-PAD) target tokens/s (the same sentences, so the
 same real tokens, in every training run), padded target tokens/s (label
@@ -88,11 +95,15 @@ MAX_LENGTH = 96
 # The quick preset of recipes/translate.py.
 D_MODEL, NUM_HEADS, FF_DIM, NUM_LAYERS = 192, 4, 768, 2
 RNN_SIZE = 256
-CONFIGS = ("peak", "kseq", "kseq_xla", "hub64", "hub64_xla", "hub26", "rnn_luong", "rnn_bahdanau",
-           "keras_lstm")
-TRANSFORMERS = ("kseq", "kseq_xla", "hub64", "hub64_xla", "hub26")
+CONFIGS = ("peak", "kseq", "kseq_float32", "kseq_xla", "hub64", "hub64_xla", "hub26", "rnn_luong",
+           "rnn_bahdanau", "keras_lstm")
+TRANSFORMERS = ("kseq", "kseq_float32", "kseq_xla", "hub64", "hub64_xla", "hub26")
+# kseq's models train at the recipes' precision ("auto": kseq.training.precision);
+# the references, and kseq_float32, in float32 (keras' default).
+RECIPE_PRECISION = ("kseq", "kseq_xla", "rnn_luong", "rnn_bahdanau")
 LABELS = {
     "kseq": "kseq TransformerSeq2Seq, bucketed (budget 2560)",
+    "kseq_float32": "kseq TransformerSeq2Seq, bucketed, float32",
     "kseq_xla": "kseq TransformerSeq2Seq, bucketed, XLA",
     "hub64": "KerasHub Transformer, pad to 96, batch 64",
     "hub64_xla": "KerasHub Transformer, pad to 96, batch 64, XLA",
@@ -212,34 +223,43 @@ def child_peak(seconds):
     ]
     results = []
     for name, batch, m, k, n, transpose_a in shapes:
-        a_shape = (k, m) if transpose_a else (m, k)
-        a = tf.random.normal(a_shape if batch == 1 else (batch,) + a_shape)
-        b = tf.random.normal((k, n) if batch == 1 else (batch, k, n))
-
-        @tf.function
-        def matmul(a, b):
-            return tf.matmul(a, b, transpose_a=transpose_a)
-
-        for _ in range(3):
-            matmul(a, b).numpy()
-        flops = 2 * batch * m * n * k
-        rates = []
-        for _ in range(3):
-            calls, start = 0, time.perf_counter()
-            while True:
-                out = matmul(a, b)
-                calls += 1
-                if calls % 4 == 0:
-                    out.numpy()
-                    elapsed = time.perf_counter() - start
-                    if elapsed >= seconds:
-                        break
-            rates.append(flops * calls / elapsed / 1e9)
+        rates = matmul_rates(tf, tf.float32, batch, m, k, n, transpose_a, seconds)
         results.append({"shape": name, "batch": batch, "m": m, "k": k, "n": n,
                         "gflops_best": round(max(rates), 1),
                         "gflops_windows": [round(r, 1) for r in rates]})
     best = max(results, key=lambda r: r["gflops_best"])
-    return {"shapes": results, "peak_gflops": best["gflops_best"], "peak_shape": best["shape"]}
+    bfloat16 = [round(max(matmul_rates(tf, tf.bfloat16, 1, m, k, n, False, seconds)), 1)
+                for m, k, n in ((1024, 1024, 1024), (2560, 192, 4000))]
+    return {"shapes": results, "peak_gflops": best["gflops_best"], "peak_shape": best["shape"],
+            "peak_gflops_bfloat16": max(bfloat16), "bfloat16_gflops": bfloat16}
+
+
+def matmul_rates(tf, dtype, batch, m, k, n, transpose_a, seconds):
+    """GFLOP/s of 3 timed windows of one (batched) matmul in a tf.function."""
+    a_shape = (k, m) if transpose_a else (m, k)
+    a = tf.cast(tf.random.normal(a_shape if batch == 1 else (batch,) + a_shape), dtype)
+    b = tf.cast(tf.random.normal((k, n) if batch == 1 else (batch, k, n)), dtype)
+
+    @tf.function
+    def matmul(a, b):
+        return tf.matmul(a, b, transpose_a=transpose_a)
+
+    for _ in range(3):
+        matmul(a, b).numpy()
+    flops = 2 * batch * m * n * k
+    rates = []
+    for _ in range(3):
+        calls, start = 0, time.perf_counter()
+        while True:
+            out = matmul(a, b)
+            calls += 1
+            if calls % 4 == 0:
+                out.numpy()
+                elapsed = time.perf_counter() - start
+                if elapsed >= seconds:
+                    break
+        rates.append(flops * calls / elapsed / 1e9)
+    return rates
 
 
 def make_optimizer(keras, kseq, transformer, reference):
@@ -256,11 +276,11 @@ def make_optimizer(keras, kseq, transformer, reference):
     return clip_after_all_reduce(optimizer)
 
 
-def build_model(name, keras, kseq):
+def build_model(name, keras, kseq, dtype):
     if name == "kseq":
         return kseq.models.TransformerSeq2Seq(
             VOCAB_SIZE, VOCAB_SIZE, num_layers=NUM_LAYERS, d_model=D_MODEL, num_heads=NUM_HEADS,
-            ff_dim=FF_DIM, dropout=0.0, max_length=MAX_LENGTH + 1, share_embeddings=True)
+            ff_dim=FF_DIM, dropout=0.0, max_length=MAX_LENGTH + 1, share_embeddings=True, dtype=dtype)
     if name.startswith("hub"):
         import keras_hub
 
@@ -278,7 +298,8 @@ def build_model(name, keras, kseq):
         return keras.Model({"source_ids": source, "target_ids": target}, logits, name="keras_hub")
     if name.startswith("rnn_"):
         return kseq.models.RNNSeq2Seq(VOCAB_SIZE, VOCAB_SIZE, embed_dim=RNN_SIZE, units=RNN_SIZE,
-                                      cell="lstm", attention=name[4:].replace("luong", "general"))
+                                      cell="lstm", attention=name[4:].replace("luong", "general"),
+                                      dtype=dtype)
     if name == "keras_lstm":
         source = keras.Input((None,), dtype="int32", name="source_ids")
         target = keras.Input((None,), dtype="int32", name="target_ids")
@@ -301,7 +322,7 @@ def pad_to(rows, width):
 
 
 def child_train(name, workdir):
-    base, xla = name.removesuffix("_xla"), name.endswith("_xla")
+    base, xla = name.removesuffix("_xla").removesuffix("_float32"), name.endswith("_xla")
     import numpy as np
     import tensorflow as tf
 
@@ -353,8 +374,12 @@ def child_train(name, workdir):
         result["train_flops_real"] = 3 * real_forward
         result["train_flops_padded"] = 3 * padded_forward
 
+    from kseq.training.precision import resolve_precision
+
+    precision = resolve_precision("auto").policy if name in RECIPE_PRECISION else "float32"
+    result["precision"] = precision
     with tf.distribute.MirroredStrategy().scope():
-        model = build_model(base, keras, kseq)
+        model = build_model(base, keras, kseq, precision)
         reference = base.startswith("hub") or base == "keras_lstm"
         model.compile(make_optimizer(keras, kseq, name in TRANSFORMERS, reference),
                       kseq.losses.MaskedSparseCategoricalCrossentropy(label_smoothing=0.1),
@@ -458,13 +483,21 @@ def machine_info():
             "kernel": platform.release(), "gpu": "none"}
 
 
-def table(results, peak):
+def run_peak(results, name):
+    """The matmul peak for the precision `name` ran at (float32 or bfloat16)."""
+    peak = results.get("peak", {})
+    if results[name].get("precision", "float32") == "mixed_bfloat16":
+        return peak.get("peak_gflops_bfloat16")
+    return peak.get("peak_gflops")
+
+
+def table(results):
     reference = results.get("hub64")
     lstm = results.get("keras_lstm")
-    rows = ["| configuration | steps | real target tokens | s (warm-up pass) | s (timed pass) "
+    rows = ["| configuration | precision | steps | real target tokens | s (warm-up pass) | s (timed pass) "
             "| real target tokens/s | padded target tokens/s | steps/s | peak RSS MiB | vs KerasHub b64 "
             "| vs Keras LSTM | GFLOP/s padded / real | MFU padded / real |",
-            "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for name, label in LABELS.items():
         r = results.get(name)
         if r is None:
@@ -475,12 +508,14 @@ def table(results, peak):
                    if lstm and name in ("rnn_luong", "rnn_bahdanau", "keras_lstm") else "-")
         if "achieved_gflops_real" in r:
             gflops = f"{r['achieved_gflops_padded']:.1f} / {r['achieved_gflops_real']:.1f}"
+            peak = run_peak(results, name)
             mfu = (f"{r['achieved_gflops_padded'] / peak:.0%} / {r['achieved_gflops_real'] / peak:.0%}"
                    if peak else "-")
         else:
             gflops = mfu = "-"
         rows.append(
-            f"| {label} | {r['steps']} | {r['real_target_tokens']:,} | {r['warmup_pass_s']:.1f} "
+            f"| {label} | {r.get('precision', 'float32')} | {r['steps']} | {r['real_target_tokens']:,} "
+            f"| {r['warmup_pass_s']:.1f} "
             f"| {r['timed_pass_s']:.1f} "
             f"| {r['real_target_tokens_per_s']:,.0f} | {r['padded_target_tokens_per_s']:,.0f} "
             f"| {r['steps_per_s']:.2f} | {r['peak_rss_mib']:,.0f} | {vs_ref} | {vs_lstm} "
@@ -549,16 +584,19 @@ def main():
     if "kseq" in results and "hub26" in results:
         summary["kseq_vs_keras_hub_b26_real_tokens"] = round(
             results["kseq"]["real_target_tokens_per_s"] / results["hub26"]["real_target_tokens_per_s"], 2)
-    if peak:
-        for name in TRANSFORMERS:
-            if name in results:
-                summary[f"{name}_mfu_padded"] = round(results[name]["achieved_gflops_padded"] / peak, 3)
-                summary[f"{name}_mfu_real"] = round(results[name]["achieved_gflops_real"] / peak, 3)
+    if "kseq" in results and "kseq_float32" in results:
+        summary["kseq_vs_kseq_float32_real_tokens"] = round(
+            results["kseq"]["real_target_tokens_per_s"] / results["kseq_float32"]["real_target_tokens_per_s"], 2)
+    for name in TRANSFORMERS:
+        if name in results and run_peak(results, name):
+            peak = run_peak(results, name)
+            summary[f"{name}_mfu_padded"] = round(results[name]["achieved_gflops_padded"] / peak, 3)
+            summary[f"{name}_mfu_real"] = round(results[name]["achieved_gflops_real"] / peak, 3)
     for name in ("rnn_luong", "rnn_bahdanau"):
         if name in results and "keras_lstm" in results:
             summary[f"{name}_vs_keras_lstm_real_tokens"] = round(
                 results[name]["real_target_tokens_per_s"] / results["keras_lstm"]["real_target_tokens_per_s"], 2)
-    markdown = table(results, peak)
+    markdown = table(results)
     info.update({"total_s": round(time.time() - started, 1), "load_average_at_end": os.getloadavg(),
                  "prepared": prepared, "versions": prepared.get("versions"),
                  "peak_gflops": peak, "summary": summary, "results": results, "table": markdown})
@@ -566,7 +604,8 @@ def main():
     with open(args.output, "w") as f:
         json.dump(info, f, indent=2)
     if peak:
-        print(f"\nmatmul peak: {peak} GFLOP/s ({results['peak']['peak_shape']})")
+        print(f"\nmatmul peak: {peak} GFLOP/s float32 ({results['peak']['peak_shape']}), "
+              f"{results['peak']['peak_gflops_bfloat16']} bfloat16")
     print(json.dumps(summary, indent=2))
     print("\n" + markdown)
     print(f"\nwrote {args.output} ({info['total_s'] / 60:.1f} minutes)")
