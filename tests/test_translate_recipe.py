@@ -18,6 +18,7 @@ from tensorboard.backend.event_processing import event_multiplexer
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "recipes"))
 import translate  # noqa: E402
 from kseq.training.evaluation import looping_outputs  # noqa: E402
+from kseq.training.precision import MEASURED_FASTEST, precision_class  # noqa: E402
 from support import serve_with_text_ops, subprocess_env  # noqa: E402
 
 from kseq.data.subword_tokenizer import SubwordTokenizer  # noqa: E402
@@ -66,7 +67,7 @@ def test_metrics_json(run):
     assert saved["bleu_signature"].startswith("nrefs:1|") and saved["epochs_run"] == 2
     assert saved["steps"] == 10 and saved["evaluations"] == 2
     # What ran, and where the time went.
-    assert saved["precision"] == "float32" and saved["jit_compile"] is False
+    assert saved["precision"] == MEASURED_FASTEST[precision_class()][0] and saved["jit_compile"] is False
     assert saved["eval_every"] == "every 5 steps"
     assert 0 < saved["train_step_seconds"] <= saved["fit_seconds"] <= saved["wall_seconds"]
     assert saved["train_step_share"] == round(saved["train_step_seconds"] / saved["wall_seconds"], 3)

@@ -106,7 +106,7 @@ class CachedMultiHeadAttention(keras.layers.MultiHeadAttention):
         result = ops.matmul(merged, ops.reshape(ops.cast(dense.kernel, merged.dtype), (heads * head_dim, -1)))
         if dense.bias is not None:
             result = result + ops.cast(dense.bias, result.dtype)
-        return ops.reshape(result, (batch, length, -1))
+        return ops.reshape(result, (batch, length, result.shape[-1]))
 
     def project_memory(self, value, key=None):
         """(B, S, D) memory -> {"key", "value"}: (B, H, S, D/H) each."""

@@ -5,6 +5,7 @@ from keras import ops
 
 from kseq.layers.cached_multi_head_attention import CachedMultiHeadAttention
 from kseq.layers.feed_forward import PositionwiseFeedForward
+from kseq.layers.layer_norm import LayerNorm
 from kseq._validation import check_positive_int, check_rate
 
 
@@ -61,7 +62,7 @@ class TransformerBlock(keras.layers.Layer):
 
     def _make_residual(self, name, inputs_shape):
         """A (LayerNorm, Dropout) pair for one sublayer."""
-        norm = keras.layers.LayerNormalization(
+        norm = LayerNorm(
             epsilon=self.layer_norm_epsilon, dtype=self.dtype_policy, name=f"{name}_norm"
         )
         norm.build(inputs_shape)

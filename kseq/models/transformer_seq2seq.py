@@ -5,6 +5,7 @@ from keras import ops
 
 from kseq.decoding.state import gather_beams
 from kseq.layers.masking import padding_mask
+from kseq.layers.layer_norm import LayerNorm
 from kseq.layers.token_and_position_embedding import TokenAndPositionEmbedding
 from kseq.layers.transformer_decoder_block import TransformerDecoderBlock
 from kseq.layers.transformer_encoder_block import TransformerEncoderBlock
@@ -132,7 +133,7 @@ class TransformerSeq2Seq(Seq2Seq):
     def _make_final_norm(self, name):
         if not self.norm_first:
             return None
-        return keras.layers.LayerNormalization(epsilon=1e-5, dtype=self.dtype_policy, name=name)
+        return LayerNorm(epsilon=1e-5, dtype=self.dtype_policy, name=name)
 
     def build(self, inputs_shape=None):
         batch, shape = None, (None, None, self.d_model)

@@ -84,16 +84,20 @@ def precision_class():
     return "cpu-bf16" if cpu_has_bfloat16_units() else "cpu"
 
 
-def resolve_precision(requested="auto", device=None):
+def resolve_precision(requested="auto", device=None, bfloat16_cpu=True):
     """`requested` ("auto" or a policy name) -> `Precision`.
 
     "auto" picks `MEASURED_FASTEST` for the device class (`precision_class()`
-    unless given); any other value is taken as asked.
+    unless given); any other value is taken as asked. `bfloat16_cpu=False`
+    treats a CPU with bfloat16 units as one without: for models not yet
+    measured there (the recipes say which were).
     """
     check_choice("precision", requested, PRECISIONS)
     if requested != "auto":
         return Precision(requested, requested, "asked for")
     device = device or precision_class()
+    if device == "cpu-bf16" and not bfloat16_cpu:
+        device = "cpu"
     policy, measured = MEASURED_FASTEST[device]
     return Precision(policy, "auto", f"auto on {device}: {measured}")
 

@@ -106,7 +106,7 @@ class Run:
     writes logs and exports), `workdir` (the logdir, or this worker's
     folder under it), `precision` and `xla_cache` (None without XLA)."""
 
-    def __init__(self, config, xla):
+    def __init__(self, config, xla, bfloat16_cpu=False):
         self.started = time.monotonic()
         # TensorFlow reads XLA's flags when it sets up its devices: first.
         self.xla_cache = enable_persistent_cache(config.get("xla_cache")) if xla else None
@@ -117,7 +117,7 @@ class Run:
         print(f"strategy: {type(self.strategy).__name__} with {self.strategy.num_replicas_in_sync} "
               "replica(s)" + ("" if self.chief else f"; this is {task_type} {task_id}: logs and "
                               "exports are the chief's"))
-        self.precision = resolve_precision(config["precision"])
+        self.precision = resolve_precision(config["precision"], bfloat16_cpu=bfloat16_cpu)
         print(describe_precision(self.precision))
         keras.utils.set_random_seed(config["seed"])
         # Other workers keep their own files, as on separate disks.
@@ -130,11 +130,13 @@ class Run:
         return time.monotonic() - self.started
 
 
-def start(config, xla=False):
+def start(config, xla=False, bfloat16_cpu=False):
     """Sets up a run (see `Run`); call it before any other TensorFlow work.
     `xla`: whether the run compiles anything with XLA (then compiled
-    programs are kept in the persistent cache)."""
-    return Run(config, xla)
+    programs are kept in the persistent cache). `bfloat16_cpu`: whether the
+    recipe's models were measured to train well under mixed_bfloat16 on a
+    CPU with bfloat16 units, where "auto" precision then picks it."""
+    return Run(config, xla, bfloat16_cpu)
 
 
 def compile_model(model, optimizer, loss, metrics=(), jit_compile=False):
