@@ -42,7 +42,8 @@ def test_examples_exist_for_every_public_class():
         kseq.models.RNNSeq2Seq, kseq.models.TransformerSeq2Seq, kseq.models.RNNLanguageModel,
         kseq.models.SequenceClassifier,
         kseq.losses.MaskedSparseCategoricalCrossentropy, kseq.metrics.MaskedAccuracy,
-        kseq.metrics.Perplexity, kseq.schedules.TransformerSchedule, kseq.data.CharacterTokenizer,
+        kseq.metrics.Perplexity, kseq.schedules.TransformerSchedule, kseq.optimizers.FusedAdam,
+        kseq.data.CharacterTokenizer,
         kseq.data.KerasHubTokenizer, kseq.data.SubwordTokenizer,
     ]
     missing = [cls.__name__ for cls in public if ">>>" not in (cls.__doc__ or "")]

@@ -14,6 +14,11 @@ class LayerNorm(keras.layers.LayerNormalization):
     On a CPU those small ops were an eighth of the Transformer's step
     (benchmarks/README.md). Other configurations (several axes, RMS scaling,
     no centre or scale) run keras' own call.
+
+    Example:
+    >>> x = keras.ops.convert_to_tensor([[1.0, 2.0, 3.0, 6.0]])
+    >>> [round(float(v), 3) for v in LayerNorm(epsilon=1e-5)(x)[0]]
+    [-1.069, -0.535, 0.0, 1.604]
     """
 
     def call(self, inputs):

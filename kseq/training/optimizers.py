@@ -18,6 +18,13 @@ class FusedAdam(keras.optimizers.Adam):
     checkpoints and `.keras` files move between the two. Falls back to
     keras' update with `amsgrad=True`, outside the TensorFlow backend, and
     for variables that are not float32 or float64.
+
+    Example:
+    >>> model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
+    >>> model.compile(FusedAdam(1e-3, clipnorm=1.0), "mse")
+    >>> history = model.fit(keras.ops.ones((4, 3)), keras.ops.zeros((4, 1)), verbose=0)
+    >>> int(model.optimizer.iterations)
+    1
     """
 
     def update_step(self, gradient, variable, learning_rate):

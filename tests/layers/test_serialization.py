@@ -25,6 +25,7 @@ CASES = {
         [float_input(5, 8)], lambda l, x: l(x)),
     "PositionEmbedding": (
         lambda: layers.PositionEmbedding(max_length=9), [float_input(5, 8)], lambda l, x: l(x)),
+    "LayerNorm": (lambda: layers.LayerNorm(epsilon=1e-5), [float_input(5, 8)], lambda l, x: l(x)),
     "TokenAndPositionEmbedding": (
         lambda: layers.TokenAndPositionEmbedding(20, 8, max_length=9, position="learned"),
         [keras.Input((5,), dtype="int32")], lambda l, x: l(x)),
