@@ -103,7 +103,8 @@ class CachedMultiHeadAttention(keras.layers.MultiHeadAttention):
         heads, head_dim = output.shape[1], output.shape[3]
         dense = self._output_dense
         merged = ops.reshape(ops.transpose(output, (0, 2, 1, 3)), (-1, heads * head_dim))
-        result = ops.matmul(merged, ops.reshape(ops.cast(dense.kernel, merged.dtype), (heads * head_dim, -1)))
+        kernel = ops.reshape(ops.cast(dense.kernel, merged.dtype), (heads * head_dim, -1))
+        result = ops.matmul(merged, kernel)
         if dense.bias is not None:
             result = result + ops.cast(dense.bias, result.dtype)
         return ops.reshape(result, (batch, length, result.shape[-1]))

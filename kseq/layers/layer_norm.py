@@ -8,9 +8,10 @@ import tensorflow as tf
 class LayerNorm(keras.layers.LayerNormalization):
     """`keras.layers.LayerNormalization` over the last axis, same weights and
     outputs, whose backward pass is the closed form
-    dx = (g - mean(g) - x̂ mean(g x̂)) / sigma with g = dy * gamma: a dozen ops
-    where differentiating keras' forward pass (moments, rsqrt, the affine
-    terms) gives about thirty. In float32 whatever the policy, as keras'.
+    dx = (g - mean(g) - x̂ mean(g x̂)) / sigma with g = dy * gamma: about 20
+    ops forward and backward where differentiating keras' forward pass
+    (moments, rsqrt, the affine terms) gave about 43. In float32 whatever
+    the policy, as keras'.
     On a CPU those small ops were an eighth of the Transformer's step
     (benchmarks/README.md). Other configurations (several axes, RMS scaling,
     no centre or scale) run keras' own call.
