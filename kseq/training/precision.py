@@ -97,7 +97,9 @@ def resolve_precision(requested="auto", device=None, bfloat16_cpu=True):
         return Precision(requested, requested, "asked for")
     device = device or precision_class()
     if device == "cpu-bf16" and not bfloat16_cpu:
-        device = "cpu"
+        policy, measured = MEASURED_FASTEST["cpu"]
+        return Precision(policy, "auto", "auto on cpu-bf16, where this model was not measured: "
+                                         f"as on a CPU without bfloat16 units ({measured})")
     policy, measured = MEASURED_FASTEST[device]
     return Precision(policy, "auto", f"auto on {device}: {measured}")
 

@@ -37,7 +37,9 @@ def test_a_cpu_with_bfloat16_units_is_its_own_device_class(tmp_path, monkeypatch
     assert precision_class() == expected
     assert resolve_precision("auto").policy == MEASURED_FASTEST[expected][0]
     # Recipes whose models were not measured there keep the plain CPU's choice.
-    assert resolve_precision("auto", bfloat16_cpu=False).policy == MEASURED_FASTEST["cpu"][0]
+    unmeasured = resolve_precision("auto", bfloat16_cpu=False)
+    assert unmeasured.policy == MEASURED_FASTEST["cpu"][0]
+    assert unmeasured.reason.startswith(f"auto on {expected}")
 
 
 def test_auto_xla_weighs_the_budget_against_compile_time():
