@@ -76,6 +76,15 @@ def test_loss_is_finite_on_large_bfloat16_logits_of_any_rank(jit_compile):
     assert_close(tf.cast(gradient, tf.float32), expected, atol=1e-2)
 
 
+@pytest.mark.parametrize("bad_id", [9, -1])
+def test_loss_names_labels_outside_the_vocabulary(batch, bad_id):
+    labels, logits = batch
+    labels = labels.copy()
+    labels[0, 0] = bad_id
+    with pytest.raises(tf.errors.InvalidArgumentError, match="`y_true` holds ids outside"):
+        MaskedSparseCategoricalCrossentropy(label_smoothing=0.1)(labels, logits)
+
+
 def test_loss_matches_keras_without_smoothing(batch):
     labels, logits = batch
     reference = keras.losses.SparseCategoricalCrossentropy(from_logits=True, ignore_class=0)
