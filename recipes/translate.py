@@ -48,6 +48,14 @@ uses your tokenizer for both languages instead (kseq.data.tokenizers.
 load_tokenizer: a SentencePiece model, a WordPiece vocab.txt, or a BPE
 "vocab.json,merges.txt" pair, through keras-hub); the export carries it.
 
+The model's size follows the data where you leave it open
+(kseq.training.sizing): open text that the budget can pass over more than
+30 times (its training target tokens against --max-minutes at the preset's
+measured tokens a minute, and --epochs) gets a narrower Transformer with
+dropout (d_model 128, 4 heads, ff 512, dropout 0.3); other data, and short
+deterministic targets, the preset's. Giving --d-model, --num-heads,
+--ff-dim or --num-layers keeps the preset's widths; --dropout keeps yours.
+
 A killed run continues where it last saved (every --save-every steps and at
 every evaluation) when started again with the same command; --strategy
 multiworker trains on every machine of TF_CONFIG (see README).
@@ -93,6 +101,7 @@ from kseq.training.recipe import read_tsv_reporting  # noqa: E402
 from kseq.training.resume import ResumableBackup, TrainingPosition  # noqa: E402
 from kseq.training.runtime import tune_cpu_runtime  # noqa: E402
 from kseq.training.schedules import Scaled  # noqa: E402
+from kseq.training.sizing import SMALL_DATA_MODEL, WIDTHS, expected_passes, model_for_data  # noqa: E402
 from kseq.training.stopping import KeepBest  # noqa: E402
 from kseq.decoding.constraints import LIMIT_SLACK  # noqa: E402
 from kseq.training.selection import (  # noqa: E402
@@ -155,6 +164,12 @@ BEAM_SIZES, LENGTH_PENALTIES = (4, 1), (0.6, 1.0)
 # validation chrF in one of two runs and left 9 of 624 test outputs with a
 # 4-word phrase three times or more (2026-11-24).
 NGRAM_LIMITS = ((4, 2), (3, 1))
+# Target tokens a minute the preset's model trains on, for the passes over
+# the data that size_for_data counts. quick: the Bible runs on the 2-core
+# CPU, 630k (float32) to 880k (mixed_bfloat16) a minute (2026-11-24); gpu:
+# the base model's train step on one H100 (111.7k a second; the gpu preset's
+# smaller model is faster, so its passes are counted low); base: epochs alone.
+TOKENS_PER_MINUTE = {"quick": 750_000, "gpu": 6_700_000, "base": None}
 # The ratio that just fits the validation pairs, times this: the tight fit
 # cut one of 1,000 test dates short (a 6-token source needed 0.67, the
 # validation pairs 0.5; 2026-11-24). A limit only costs time on outputs
@@ -383,6 +398,7 @@ def main(argv=None):
     data, tokenizer = prepare(config, run.workdir, resuming)
     metric, metric_reason = choose_metric(data["valid"][1], config["metric"])
     print(f"validation metric: {metric} ({metric_reason})")
+    config, sizing = size_for_data(config, data["train"][1], tokenizer, metric)
     trained = train(config, run, data, tokenizer, decision, resuming, metric)
     if not run.chief:
         return trained
@@ -391,7 +407,7 @@ def main(argv=None):
     metrics = {
         **evaluate(config, model, tokenizer, data["test"], make_search(config, decoding), decode_xla),
         **{name: value for name, value in trained.items() if name != "model"},
-        "metric": metric, "metric_reason": metric_reason, **decoding_report,
+        "metric": metric, "metric_reason": metric_reason, **sizing, **decoding_report,
         "vocab_size": tokenizer.vocab_size,
         "wall_seconds": round(run.seconds, 1),
     }
@@ -401,6 +417,32 @@ def main(argv=None):
     print(f"train steps took {metrics['train_step_share']:.0%} of {metrics['wall_seconds']:.0f} s of wall time")
     print(f"TensorBoard: tensorboard --logdir {config['logdir']}")
     return metrics
+
+
+def size_for_data(config, targets, tokenizer, metric):
+    """(config, report): the Transformer's width and dropout from the
+    passes training can make over the training targets
+    (kseq.training.sizing): the options given keep their values; the RNNs
+    keep the preset's (the rule was measured on the Transformer)."""
+    lengths = tokenizer.tokenize(targets).row_lengths().numpy()
+    tokens = int(sum(length + 1 for length in lengths if length <= config["max_length"]))  # EOS
+    passes = expected_passes(max(tokens, 1), config["epochs"], config["max_minutes"],
+                             TOKENS_PER_MINUTE.get(config["preset"]))
+    names = tuple(SMALL_DATA_MODEL)
+    settings, reason = model_for_data(passes, metric, {name: config[name] for name in names})
+    given = set(config["options_given"])
+    if config["arch"] != "transformer":
+        settings, reason = {}, "the preset's: the rule was measured on the Transformer alone"
+    elif given & {"num_layers", *WIDTHS}:
+        settings = {"dropout": settings["dropout"]}  # a width given: the user sized the model
+    settings = {name: value for name, value in settings.items() if name not in given}
+    config = dict(config, **settings)
+    report = {"train_target_tokens": tokens, "expected_passes": passes,
+              "model_size": {name: config[name] for name in names}, "model_size_reason": reason,
+              "model_size_options_given": sorted(given & {"num_layers", *names})}
+    print(f"model size: {report['model_size']} ({reason}; {tokens:,} training target tokens; "
+          f"given: {', '.join(report['model_size_options_given']) or 'none'})")
+    return config, report
 
 
 def train(config, run, data, tokenizer, decision, resuming, metric):

@@ -77,6 +77,11 @@ def test_metrics_json(run):
     assert saved["metric"] == "exact_match" and "median of 3 words" in saved["metric_reason"]
     assert saved["lr_scale"] == 0.5 and saved["lr_scale_reason"] == "auto: exact_match data"
     assert saved["vocab_size"] == 298
+    # --epochs 2 end training before the minutes: 2 passes; the widths given stay.
+    assert saved["expected_passes"] == 2.0 and saved["train_target_tokens"] > 298
+    assert saved["model_size"] == dict(d_model=32, num_heads=2, ff_dim=64, dropout=0.0)
+    assert "exact match" in saved["model_size_reason"]
+    assert saved["model_size_options_given"] == ["d_model", "ff_dim", "num_heads", "num_layers"]
     assert 0 <= saved["test_exact_match"] <= 100
     # Every test output beside its source and reference; the looping ones counted.
     with open(os.path.join(run["logdir"], "test_translations.tsv"), encoding="utf-8") as f:

@@ -61,7 +61,9 @@ def parse_config(doc, defaults, argv=None, presets=None, choices=None, types=Non
         extra: `parser -> None`, to add options that are no config value.
 
     Returns:
-        The config dict; `parser.error` (exit 2, usage) on bad values.
+        The config dict, with "options_given": the names set on the command
+        line (a recipe may choose what the user left open); `parser.error`
+        (exit 2, usage) on bad values.
     """
     parser = argparse.ArgumentParser(
         description=doc.split("\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -89,7 +91,8 @@ def parse_config(doc, defaults, argv=None, presets=None, choices=None, types=Non
     config = dict(defaults)
     if presets:
         config.update(presets[args.preset], preset=args.preset)
-    config.update({name: value for name, value in vars(args).items() if value is not None})
+    given = {name: value for name, value in vars(args).items() if value is not None}
+    config.update(given, options_given=tuple(sorted(name for name in given if name in names)))
     for name in positive:
         if config[name] is not None and config[name] < 1:
             parser.error(f"--{name.replace('_', '-')} must be >= 1")

@@ -1,0 +1,70 @@
+"""The Transformer's width and dropout from the size of the training data,
+where the user does not say.
+
+What matters is how often the budget can go over the data. Open text seen a
+few dozen times is learned by heart by the quick preset's model (no dropout),
+and a narrower model with dropout translates it better; seen 8-17 times, the
+preset's model without dropout did best, and dropout only slowed it. Short
+deterministic targets (exact-match data) have nothing to learn by heart
+beyond the rule: dropout did not help there. Figures: benchmarks/README.md,
+"Model size from the data".
+"""
+
+import math
+
+from kseq._validation import check_positive_int
+
+# More expected passes than this: small data for the budget (measured: 8.7
+# and about 17 passes, the preset did best; about 45, the small model).
+SMALL_DATA_PASSES = 30.0
+# Upper bounds for the widths, a floor for the dropout: never wider, never
+# less dropout than the preset.
+SMALL_DATA_MODEL = dict(d_model=128, num_heads=4, ff_dim=512, dropout=0.3)
+WIDTHS = ("d_model", "num_heads", "ff_dim")
+
+
+def expected_passes(train_tokens, epochs, minutes=None, tokens_per_minute=None):
+    """How many times training can go over `train_tokens` target tokens:
+    `epochs`, or fewer where `minutes` at `tokens_per_minute` end it first.
+
+    Example:
+    >>> expected_passes(500_000, epochs=1000, minutes=12, tokens_per_minute=750_000)
+    18.0
+    """
+    check_positive_int("train_tokens", train_tokens)
+    check_positive_int("epochs", epochs)
+    if minutes is None or tokens_per_minute is None:
+        return float(epochs)
+    if not (minutes > 0 and tokens_per_minute > 0):
+        raise ValueError(f"`minutes` and `tokens_per_minute` must be > 0; got {minutes!r}, {tokens_per_minute!r}.")
+    return round(min(float(epochs), minutes * tokens_per_minute / train_tokens), 2)
+
+
+def model_for_data(passes, metric, preset):
+    """(settings, reason): `preset` ({"d_model", "num_heads", "ff_dim",
+    "dropout"}) as it is, or, for open text (`metric` other than
+    "exact_match") that training passes over more than `SMALL_DATA_PASSES`
+    times, narrowed and with more dropout by `SMALL_DATA_MODEL`.
+
+    Example:
+    >>> preset = dict(d_model=192, num_heads=4, ff_dim=768, dropout=0.0)
+    >>> model_for_data(45.0, "chrf", preset)[0]
+    {'d_model': 128, 'num_heads': 4, 'ff_dim': 512, 'dropout': 0.3}
+    >>> model_for_data(45.0, "exact_match", preset)[0] == preset
+    True
+    """
+    if not math.isfinite(passes) or passes <= 0:
+        raise ValueError(f"`passes` must be a positive number; got {passes!r}.")
+    missing = sorted(set(SMALL_DATA_MODEL) - set(preset))
+    if missing:
+        raise ValueError(f"`preset` needs {', '.join(missing)}; got {sorted(preset)}.")
+    settings = {name: preset[name] for name in SMALL_DATA_MODEL}
+    if metric == "exact_match":
+        return settings, "the preset's: short deterministic targets (exact match) did not gain from dropout"
+    if passes <= SMALL_DATA_PASSES:
+        return settings, f"the preset's: {passes:g} expected passes over the data (<= {SMALL_DATA_PASSES:g})"
+    settings.update({name: min(settings[name], SMALL_DATA_MODEL[name]) for name in WIDTHS})
+    while settings["d_model"] % settings["num_heads"]:  # heads must split the width
+        settings["num_heads"] -= 1
+    settings["dropout"] = max(settings["dropout"], SMALL_DATA_MODEL["dropout"])
+    return settings, f"small data: {passes:g} expected passes over the data (> {SMALL_DATA_PASSES:g})"
