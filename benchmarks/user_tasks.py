@@ -8,8 +8,13 @@ rule, so a model that learned the task gets every pair exactly right.
   ("the third of march nineteen eighty-four" -> "1984-03-03").
 - `numbers`: a number from 0 to 999,999 in English words -> its digits
   ("four thousand and twelve" -> "4012").
+- `bible`: not a rule but open text, a user's small corpus: `--train` verses
+  sampled (seeded) from the Bible's training split, in corpus order, and its
+  whole validation and test splits (kseq.data.bible), for the model size
+  the recipe chooses from the data's size.
 
     python benchmarks/user_tasks.py dates /tmp/dates   # train.tsv, valid.tsv, test.tsv
+    python benchmarks/user_tasks.py bible /tmp/bible3k --train 3000
     python recipes/translate.py --train-tsv /tmp/dates/train.tsv \
         --valid-tsv /tmp/dates/valid.tsv --test-tsv /tmp/dates/test.tsv
 """
@@ -93,6 +98,21 @@ def number_pair(rng):
 TASKS = {"dates": date_pair, "numbers": number_pair}
 
 
+def bible_splits(train, seed=0):
+    """{split: [(source, target)]}: `train` of the Bible's training verses
+    (a seeded sample, in corpus order), its validation and test splits."""
+    from kseq.data.bible import load_bible_pairs
+
+    splits = {name: list(zip(*load_bible_pairs(name))) for name in ("train", "valid", "test")}
+    if not 0 < train <= len(splits["train"]):
+        raise SystemExit(f"--train must be in [1, {len(splits['train'])}] for bible; got {train}")
+    order = list(range(len(splits["train"])))
+    random.Random(seed).shuffle(order)
+    splits["train"] = [splits["train"][index] for index in sorted(order[:train])]
+    return {name: [tuple(text.replace("\t", " ") for text in pair) for pair in pairs]
+            for name, pairs in splits.items()}
+
+
 def make_splits(task, seed=0, sizes=(30000, 1000, 1000)):
     """{split: [(source, target)]}, no source in two splits."""
     rng, seen, splits = random.Random(seed), set(), {}
@@ -109,16 +129,20 @@ def make_splits(task, seed=0, sizes=(30000, 1000, 1000)):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("task", choices=sorted(TASKS))
+    parser.add_argument("task", choices=sorted(TASKS) + ["bible"])
     parser.add_argument("folder")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--train", type=int, default=30000)
     args = parser.parse_args()
     os.makedirs(args.folder, exist_ok=True)
-    for name, pairs in make_splits(args.task, args.seed, (args.train, 1000, 1000)).items():
+    if args.task == "bible":
+        splits = bible_splits(args.train, args.seed)
+    else:
+        splits = make_splits(args.task, args.seed, (args.train, 1000, 1000))
+    for name, pairs in splits.items():
         with open(os.path.join(args.folder, f"{name}.tsv"), "w", encoding="utf-8") as file:
             file.writelines(f"{source}\t{target}\n" for source, target in pairs)
-    print(f"{args.task}: {args.train} / 1000 / 1000 pairs in {args.folder}")
+    print(f"{args.task}: {' / '.join(str(len(pairs)) for pairs in splits.values())} pairs in {args.folder}")
 
 
 if __name__ == "__main__":

@@ -102,3 +102,20 @@ def test_translate_sizes_the_model_from_the_training_targets():
     config, report = size([], ["w " * 39] * 29_870)
     assert report["expected_passes"] == 7.53 and report["model_size"] == dict(
         d_model=192, num_heads=4, ff_dim=768, dropout=0.0)
+
+
+@pytest.mark.slow  # 20-40 s: a SentencePiece vocabulary of the real training verses
+def test_the_bible_keeps_the_quick_model_and_3000_of_its_verses_get_the_small_one():
+    import random
+
+    from kseq.data.bible import load_bible_pairs
+    from kseq.data.subword_tokenizer import SubwordTokenizer, vocab_size_for
+
+    sources, targets = load_bible_pairs("train")
+    tokenizer = SubwordTokenizer.train(sources + targets, vocab_size_for(sources + targets, 4000))
+    config, report = translate.size_for_data(translate.parse_args([]), targets, tokenizer, "chrf")
+    assert 6 < report["expected_passes"] < 9, report
+    assert report["model_size"] == dict(d_model=192, num_heads=4, ff_dim=768, dropout=0.0)
+    few = random.Random(0).sample(targets, 3000)
+    config, report = translate.size_for_data(translate.parse_args([]), few, tokenizer, "chrf")
+    assert report["expected_passes"] > SMALL_DATA_PASSES and report["model_size"] == SMALL_DATA_MODEL
