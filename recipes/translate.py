@@ -434,7 +434,7 @@ def size_for_data(config, targets, tokenizer, metric):
     if config["arch"] != "transformer":
         settings, reason = {}, "the preset's: the rule was measured on the Transformer alone"
     elif given & {"num_layers", *WIDTHS}:
-        settings, reason = {"dropout": settings["dropout"]}, reason + "; a width given: the preset's widths"
+        settings, reason = {"dropout": settings["dropout"]}, reason + "; widths as given"
     settings = {name: value for name, value in settings.items() if name not in given}
     config = dict(config, **settings)
     report = {"train_target_tokens": tokens, "expected_passes": passes,
