@@ -425,7 +425,7 @@ def size_for_data(config, targets, tokenizer, metric):
     (kseq.training.sizing): the options given keep their values; the RNNs
     keep the preset's (the rule was measured on the Transformer)."""
     lengths = tokenizer.tokenize(targets).row_lengths().numpy()
-    tokens = int(sum(length + 1 for length in lengths if length <= config["max_length"]))  # EOS
+    tokens = int((lengths[lengths <= config["max_length"]] + 1).sum())  # EOS
     passes = expected_passes(max(tokens, 1), config["epochs"], config["max_minutes"],
                              TOKENS_PER_MINUTE.get(config["preset"]))
     names = tuple(SMALL_DATA_MODEL)
