@@ -2,12 +2,14 @@
 translation for scoring."""
 
 import collections
+import os
 import time
 
 import numpy as np
 import sacrebleu
 import tensorflow as tf
 
+from kseq._atomic import write_bytes_atomic
 from kseq._compat import align_function_names
 from kseq.special_ids import EOS_ID
 
@@ -124,3 +126,40 @@ class BatchTranslator:
             translated = self.function(tf.constant(padded))["translation"].numpy()
             outputs += [t.decode("utf-8") for t in translated[: len(batch)]]
         return outputs
+
+
+def write_test_report(sources, hypotheses, references, logdir, shown=3):
+    """Test scores of `hypotheses` (BLEU, chrF, exact match, looping
+    outputs), printed with a few samples, and every output beside its source
+    and reference in `<logdir>/test_translations.tsv`; returns metrics.json's
+    test part."""
+    scores = translation_scores(hypotheses, references)
+    matched = 100.0 * exact_match(hypotheses, references)
+    looping = looping_outputs(hypotheses)
+    print(f"test BLEU {scores['bleu']:.2f} ({scores['bleu_signature']})")
+    print(f"test chrF {scores['chrf']:.2f} ({scores['chrf_signature']})")
+    print(f"test exact match {matched:.2f}%")
+    print(f"test outputs repeating a 4-gram 3 times or more: {looping} of {len(hypotheses)}")
+    rows = list(zip(sources, hypotheses, references))
+    for source, hypothesis, reference in rows[:shown]:
+        print(f"  {source}\n  -> {hypothesis}\n  (reference: {reference})")
+    text = "source\toutput\treference\n" + "".join("\t".join(row) + "\n" for row in rows)
+    write_bytes_atomic(os.path.join(logdir, "test_translations.tsv"), text.encode("utf-8"))
+    return {
+        "test_bleu": round(scores["bleu"], 2), "test_chrf": round(scores["chrf"], 2),
+        "test_exact_match": round(matched, 2), "test_looping_outputs": looping,
+        "bleu_signature": scores["bleu_signature"], "chrf_signature": scores["chrf_signature"],
+        "test_sentences": len(sources),
+        "samples": [{"source": s, "output": h, "reference": r} for s, h, r in rows[:shown]],
+    }
+
+
+def model_translator(model, tokenizer, max_source_length, search, jit_compile=False, seconds=None):
+    """strings -> strings through the export's in-graph translate function
+    (`kseq.export.translate_function`, one tokenizer for both sides), in
+    batches of 64 (`BatchTranslator`)."""
+    from kseq.export import translate_function
+
+    function = translate_function(model, tokenizer, tokenizer, max_source_length=max_source_length,
+                                  search=search, jit_compile=jit_compile)
+    return BatchTranslator(function, batch_size=64, seconds=seconds)

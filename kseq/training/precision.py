@@ -55,6 +55,13 @@ class Precision:
         return {"precision": self.policy, "precision_requested": self.requested,
                 "precision_reason": self.reason, "tf32": tf32_enabled()}
 
+    def as_decision(self):
+        """The same entries as a `kseq.training.decisions.Decision`."""
+        from kseq.training.decisions import Decision
+
+        return Decision("precision", self.policy, self.reason,
+                        {"precision_requested": self.requested, "tf32": tf32_enabled()})
+
 
 def device_class():
     """"gpu" when TensorFlow sees a GPU, else "cpu". Asks for physical

@@ -112,19 +112,19 @@ class Run:
     def __init__(self, config, xla, bfloat16_cpu=False):
         self.started = time.monotonic()
         # TensorFlow reads XLA's flags when it sets up its devices: first.
-        self.xla_cache = enable_persistent_cache(config.get("xla_cache")) if xla else None
+        self.xla_cache = enable_persistent_cache(_value(config, "xla_cache")) if xla else None
         # Then a multi-worker strategy sets up collectives before other TensorFlow work.
-        self.strategy = make_strategy(config["strategy"])
+        self.strategy = make_strategy(_value(config, "strategy"))
         self.chief = is_chief(self.strategy)
         task_type, task_id = task(self.strategy)
         print(f"strategy: {type(self.strategy).__name__} with {self.strategy.num_replicas_in_sync} "
               "replica(s)" + ("" if self.chief else f"; this is {task_type} {task_id}: logs and "
                               "exports are the chief's"))
-        self.precision = resolve_precision(config["precision"], bfloat16_cpu=bfloat16_cpu)
+        self.precision = resolve_precision(_value(config, "precision"), bfloat16_cpu=bfloat16_cpu)
         print(describe_precision(self.precision))
-        keras.utils.set_random_seed(config["seed"])
+        keras.utils.set_random_seed(_value(config, "seed"))
         # Other workers keep their own files, as on separate disks.
-        logdir = config["logdir"]
+        logdir = _value(config, "logdir")
         self.workdir = logdir if self.chief else os.path.join(logdir, "workers", f"{task_type}-{task_id}")
         os.makedirs(self.workdir, exist_ok=True)
 
@@ -231,7 +231,7 @@ def tokenizer_for(config, texts, vocab_size, folder=None):
     from kseq.data.subword_tokenizer import SubwordTokenizer
     from kseq.data.tokenizers import load_tokenizer
 
-    path = config.get("tokenizer")
+    path = _value(config, "tokenizer")
     if path:
         try:
             tokenizer = load_tokenizer(path)
@@ -243,7 +243,30 @@ def tokenizer_for(config, texts, vocab_size, folder=None):
         tokenizer = SubwordTokenizer.train(texts, vocab_size)
         print(f"SentencePiece vocabulary: {tokenizer.vocab_size} pieces")
     for name, content in tokenizer_files(tokenizer).items():
-        write_bytes_atomic(os.path.join(folder or config["logdir"], name), content)
+        write_bytes_atomic(os.path.join(folder or _value(config, "logdir"), name), content)
+    return tokenizer
+
+
+def resumable_tokenizer(options, texts, workdir, resuming):
+    """The run's tokenizer: the one a resumed run saved in `workdir`, else
+    `tokenizer_for` with `options.vocab_size` ("auto": sized to `texts` by
+    `kseq.data.subword_tokenizer.vocab_size_for`, at most
+    `options.max_vocab_size`)."""
+    from kseq.data.subword_tokenizer import vocab_size_for
+    from kseq.data.tokenizers import load_tokenizer
+
+    start = time.time()
+    saved = [path for path in (os.path.join(workdir, name) for name in ("spm.model", "tokenizer.json"))
+             if os.path.exists(path)]
+    if resuming and saved:
+        tokenizer = load_tokenizer(saved[0])
+    else:
+        size = options.vocab_size
+        if size == "auto" and not options.tokenizer:
+            size = vocab_size_for(texts, options.max_vocab_size)
+        tokenizer = tokenizer_for(options, texts, size, folder=workdir)
+    print(f"vocabulary: {tokenizer.vocab_size} ids ({time.time() - start:.0f} s; "
+          f"--vocab-size {options.vocab_size}, at most {options.max_vocab_size})")
     return tokenizer
 
 
@@ -254,6 +277,11 @@ def tokenizer_files(tokenizer):
     if hasattr(tokenizer, "asset_files"):
         return tokenizer.asset_files()
     return {}
+
+
+def _value(options, name):
+    """An option of a recipe's options (a dataclass; a dict while recipes move to one)."""
+    return options.get(name) if isinstance(options, dict) else getattr(options, name, None)
 
 
 def _option(name):
@@ -292,11 +320,11 @@ def read_splits(config, kind, read, every):
     `--valid-<kind>` or every `every`-th training item held out, then
     `--test-<kind>` or the valid split. `read(path, role)` returns a tuple
     of parallel lists (e.g. sources and targets)."""
-    splits = {"train": read(config[f"train_{kind}"], "train")}
-    if config.get(f"valid_{kind}"):
-        splits["valid"] = read(config[f"valid_{kind}"], "valid")
+    splits = {"train": read(_value(config, f"train_{kind}"), "train")}
+    if _value(config, f"valid_{kind}"):
+        splits["valid"] = read(_value(config, f"valid_{kind}"), "valid")
     else:
         splits["train"], splits["valid"] = hold_out(*splits["train"], every=every)
-    test = config.get(f"test_{kind}")
+    test = _value(config, f"test_{kind}")
     splits["test"] = read(test, "test") if test else splits["valid"]
     return splits

@@ -3,6 +3,14 @@
 import keras
 from keras import ops
 
+from kseq.training.decisions import Decision
+
+# --lr-scale auto for exact-match data (dates words -> ISO, 30,000 pairs,
+# 2026-11-23): at the full rate the validation exact match fell 95.5 ->
+# 67.5% after the warm-up peak and the test reached 96.8%; at half, 98.9%
+# in the same budget.
+EXACT_MATCH_LR_SCALE = 0.5
+
 
 @keras.saving.register_keras_serializable("kseq")
 class TransformerSchedule(keras.optimizers.schedules.LearningRateSchedule):
@@ -78,3 +86,27 @@ class Scaled(keras.optimizers.schedules.LearningRateSchedule):
         if isinstance(schedule, dict):
             schedule = keras.saving.deserialize_keras_object(schedule)
         return cls(schedule, config["factor"])
+
+
+def recipe_learning_rate(arch, d_model, warmup_steps, metric, scale="auto", rate=None):
+    """(schedule, Decision "lr_scale"): a translation recipe's learning rate.
+
+    A `Scaled` schedule (which `KeepBest` lowers after a fall): the
+    Transformer's schedule for `arch` "transformer", else a constant 1e-3,
+    times `scale` ("auto": `EXACT_MATCH_LR_SCALE` for exact-match data, else
+    1). A constant `rate` given replaces both.
+
+    Example:
+    >>> schedule, decision = recipe_learning_rate("rnn", 256, 400, "exact_match")
+    >>> round(float(schedule(0)), 6), decision.reason
+    (0.0005, 'auto: exact_match data')
+    """
+    reason = "asked for"
+    if scale == "auto":
+        scale = EXACT_MATCH_LR_SCALE if metric == "exact_match" else 1.0
+        reason = f"auto: {metric} data"
+    if rate:
+        return Scaled(rate), Decision("lr_scale", scale, "--learning-rate given")
+    if arch == "transformer":
+        return Scaled(TransformerSchedule(d_model, warmup_steps, scale)), Decision("lr_scale", scale, reason)
+    return Scaled(1e-3 * scale), Decision("lr_scale", scale, reason)

@@ -1,10 +1,15 @@
 """Choosing by validation scores: the metric that fits the data, and the
 decoding settings that score best on the validation split."""
 
+import dataclasses
 import math
 import statistics
+import time
 
+from kseq.decoding import BeamSearch, GreedySearch
 from kseq.decoding.constraints import LIMIT_SLACK
+from kseq.training.decisions import Decision
+from kseq.training.options import AUTO, Auto, RecipeOptions, option
 from kseq.training.evaluation import exact_match, translation_scores
 
 METRICS = ("bleu", "chrf", "exact_match")
@@ -51,7 +56,8 @@ def tune_decoding(translate_with, candidates, sources, references, metric):
     table = []
     for settings in candidates:
         scores = all_scores(translate_with(settings)(sources), references)
-        table.append({**settings, **{name: round(value, 2) for name, value in scores.items()}})
+        row = dataclasses.asdict(settings) if dataclasses.is_dataclass(settings) else settings
+        table.append({**row, **{name: round(value, 2) for name, value in scores.items()}})
     best = max(range(len(table)), key=lambda i: (table[i][metric], -i))
     return candidates[best], table
 
@@ -75,3 +81,103 @@ def length_ratio_for(source_lengths, target_lengths, step=0.1, headroom=1.0):
     while any(math.ceil(count * step * source) + LIMIT_SLACK < target + 1 for source, target in pairs):
         count += 1  # float rounding at the boundary
     return round(math.ceil(round(count * headroom, 6)) * step, 6)
+
+
+# Decoding settings tried on validation pairs where not given (the first wins
+# ties). Greedy is among them: a model trained for minutes can score better
+# greedy than with a beam, which prefers its too-short outputs.
+BEAM_SIZES, LENGTH_PENALTIES = (4, 1), (0.6, 1.0)
+# (n, k): an n-gram of tokens occurs at most k times. The loop guard (4, 2)
+# replaced "no constraint" among the candidates: on the Bible that won on
+# validation chrF in one of two runs and left 9 of 624 test outputs with a
+# 4-word phrase three times or more (2026-11-24).
+NGRAM_LIMITS = ((4, 2), (3, 1))
+# The ratio that just fits the validation pairs, times this: the tight fit
+# cut one of 1,000 test dates short (a 6-token source needed 0.67, the
+# validation pairs 0.5; 2026-11-24). A limit only costs time on outputs
+# that would loop, and the loop guard ends most of those first.
+LENGTH_HEADROOM = 1.5
+
+
+@dataclasses.dataclass(frozen=True)
+class DecodingOptions(RecipeOptions):
+    """A recipe's decoding options: "auto" ones are chosen on validation pairs."""
+
+    beam_size: int | Auto = option(AUTO, "beams (1: greedy); auto: 4 or 1", minimum=1)
+    length_penalty: float | Auto = option(AUTO, "the beam's length penalty; auto: 0.6 or 1.0")
+    no_repeat_ngram: int | Auto = option(
+        AUTO, "no N tokens twice (0: no limit); auto: no 3 tokens twice or no 4 tokens a third time", minimum=0)
+    max_length_ratio: float | Auto = option(
+        AUTO, "outputs end by ceil(ratio x source tokens) + 5 (0: --max-length alone); auto: fitted", minimum=0)
+    tune_sentences: int = option(200, "validation pairs the auto decoding settings are chosen on", minimum=1)
+
+    def decoding_candidates(self, max_length_ratio):
+        """`decoding_candidates` of these options with the ratio decided."""
+        return decoding_candidates(self.beam_size, self.length_penalty, self.no_repeat_ngram, max_length_ratio)
+
+
+@dataclasses.dataclass(frozen=True)
+class DecodingSettings:
+    """One decoding configuration: `beam_size` (1: greedy), its
+    `length_penalty`, the n-gram limit (`no_repeat_ngram` tokens at most
+    `max_ngram_count` times; 0: none) and `max_length_ratio` (None: the
+    search's max_length alone)."""
+
+    beam_size: int
+    length_penalty: float
+    no_repeat_ngram: int
+    max_ngram_count: int
+    max_length_ratio: float | None
+
+    def search(self, max_length):
+        """The kseq.decoding search of these settings, up to `max_length` tokens."""
+        limits = dict(no_repeat_ngram_size=self.no_repeat_ngram, max_ngram_count=self.max_ngram_count,
+                      max_length_ratio=self.max_length_ratio)
+        if self.beam_size == 1:
+            return GreedySearch(max_length, **limits)
+        return BeamSearch(max_length, self.beam_size, self.length_penalty, **limits)
+
+
+def decoding_candidates(beam_size="auto", length_penalty="auto", no_repeat_ngram="auto", max_length_ratio=None):
+    """The `DecodingSettings` to try: every combination of the values given
+    ("auto": `BEAM_SIZES`, `LENGTH_PENALTIES`, `NGRAM_LIMITS`; a
+    `no_repeat_ngram` n given means (n, 1)); greedy once, with the first
+    penalty.
+
+    Example:
+    >>> [(c.beam_size, c.length_penalty) for c in decoding_candidates(no_repeat_ngram=0)]
+    [(4, 0.6), (4, 1.0), (1, 0.6)]
+    """
+    beams = list(BEAM_SIZES) if beam_size == "auto" else [beam_size]
+    penalties = list(LENGTH_PENALTIES) if length_penalty == "auto" else [length_penalty]
+    ngrams = list(NGRAM_LIMITS) if no_repeat_ngram == "auto" else [(no_repeat_ngram, 1)]
+    return [DecodingSettings(beam, penalty, size, count, max_length_ratio)
+            for beam in beams for penalty in penalties for size, count in ngrams
+            if beam > 1 or penalty == penalties[0]]  # greedy has no penalty
+
+
+def fitted_length_ratio(requested, source_lengths, target_lengths):
+    """(--max-length-ratio, None for none; reason): `requested` as given
+    (0: none), or for "auto" the smallest ratio whose limits fit every pair
+    (`length_ratio_for`) times `LENGTH_HEADROOM`. Lengths in tokens, the
+    sources cut as the export cuts them."""
+    if requested != "auto":
+        return requested or None, "asked for"
+    ratio = length_ratio_for(source_lengths, target_lengths, headroom=LENGTH_HEADROOM)
+    return ratio, f"{LENGTH_HEADROOM}x the smallest that fits all {len(source_lengths)} validation pairs"
+
+
+def choose_decoding(candidates, translator_for, sources, references, metric):
+    """(the best `DecodingSettings`, Decision "decoding"): the only
+    candidate as asked for, else the one scoring best by `metric` on the
+    validation pairs. `translator_for(settings)` returns strings -> strings."""
+    if len(candidates) == 1:
+        return candidates[0], Decision("decoding", dataclasses.asdict(candidates[0]), "asked for")
+    start = time.time()
+    best, table = tune_decoding(translator_for, candidates, sources, references, metric)
+    for row in table:
+        print("  decoding " + ", ".join(f"{name} {value}" for name, value in row.items()))
+    seconds = round(time.time() - start, 1)
+    details = {"decoding_candidates": table, "decoding_tune_seconds": seconds}
+    return best, Decision("decoding", dataclasses.asdict(best),
+                          f"best {metric} on {len(sources)} validation pairs", details)

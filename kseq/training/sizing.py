@@ -12,7 +12,10 @@ beyond the rule: dropout did not help there. Figures: benchmarks/README.md,
 
 import math
 
+import numpy as np
+
 from kseq._validation import check_positive_int
+from kseq.training.decisions import Decision
 
 # More expected passes than this: small data for the budget. The preset did
 # best on the Bible (7.5 counted) and 10,000 of its verses (22.3 counted),
@@ -22,6 +25,12 @@ SMALL_DATA_PASSES = 30.0
 # less dropout than the preset.
 SMALL_DATA_MODEL = dict(d_model=128, num_heads=4, ff_dim=512, dropout=0.3)
 WIDTHS = ("d_model", "num_heads", "ff_dim")
+# Target tokens a minute each translation preset's model trains on, for the
+# passes `choose_model_size` counts. quick: the Bible runs on the 2-core CPU,
+# 630k (float32) to 880k (mixed_bfloat16) a minute (2026-11-24); gpu: the
+# base model's train step on one H100 (111.7k a second; the gpu preset's
+# smaller model is faster, so its passes are counted low); base: epochs alone.
+TOKENS_PER_MINUTE = {"quick": 750_000, "gpu": 6_700_000, "base": None}
 
 
 def expected_passes(train_tokens, epochs, minutes=None, tokens_per_minute=None):
@@ -69,3 +78,29 @@ def model_for_data(passes, metric, preset):
         settings["num_heads"] -= 1
     settings["dropout"] = max(settings["dropout"], SMALL_DATA_MODEL["dropout"])
     return settings, f"small data: {passes:g} expected passes over the data (> {SMALL_DATA_PASSES:g})"
+
+
+def choose_model_size(options, target_lengths, metric):
+    """(settings, Decision "model_size"): `model_for_data` for a translation
+    recipe's `options` (its preset, arch, widths, dropout, max_length,
+    epochs, max_minutes and options_given), from the token counts of the
+    training targets (`target_lengths`; over-long ones are left out, as the
+    pipeline drops them, and each gets its EOS). Options given keep their
+    values, a width given keeps every width; the RNNs keep the preset's (the
+    rule was measured on the Transformer). `settings` holds the values to
+    change."""
+    lengths = np.asarray(target_lengths)
+    tokens = int((lengths[lengths <= options.max_length] + 1).sum())
+    passes = expected_passes(max(tokens, 1), options.epochs, options.max_minutes,
+                             TOKENS_PER_MINUTE.get(options.preset))
+    current = {name: getattr(options, name) for name in SMALL_DATA_MODEL}
+    settings, reason = model_for_data(passes, metric, current)
+    given = set(options.options_given)
+    if options.arch != "transformer":
+        settings, reason = {}, "the preset's: the rule was measured on the Transformer alone"
+    elif given & {"num_layers", *WIDTHS}:
+        settings, reason = {"dropout": settings["dropout"]}, reason + "; widths as given"
+    settings = {name: value for name, value in settings.items() if name not in given}
+    details = {"train_target_tokens": tokens, "expected_passes": passes,
+               "model_size_options_given": sorted(given & {"num_layers", *SMALL_DATA_MODEL})}
+    return settings, Decision("model_size", {**current, **settings}, reason, details)

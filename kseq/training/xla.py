@@ -14,6 +14,7 @@ import keras
 import tensorflow as tf
 
 from kseq._compat import align_function_names
+from kseq.data.bucketing import xla_boundaries
 from kseq.data.pypi_data import cache_root
 from kseq.training.precision import device_class
 from kseq._validation import check_choice
@@ -82,6 +83,35 @@ def decide_jit_compile(requested, num_shapes, budget_minutes=None, device=None, 
         f"auto on {device}: {num_shapes} shapes x {cost.compile_seconds:.0f} s to compile "
         f"{'<' if use else '>='} {saved:.0f} s saved over {budget_minutes:g} min ({cost.measured})",
     )
+
+
+def decide_for_recipe(requested, max_length, budget_minutes, arch):
+    """A recipe's XLA decision for its train step: `decide_jit_compile` over
+    the run's few XLA batch shapes (`kseq.data.bucketing.xla_boundaries`);
+    on a GPU "auto" leaves the recurrent models off XLA (keras runs LSTM/GRU
+    with cuDNN there, which XLA cannot compile)."""
+    decision = decide_jit_compile(requested, len(xla_boundaries(max_length)), budget_minutes)
+    if decision.use and arch == "rnn" and requested == "auto" and device_class() == "gpu":
+        return JitDecision("auto", False, "auto on gpu: keras runs LSTM/GRU with cuDNN, which XLA cannot compile")
+    return decision
+
+
+def check_replicas(decision, strategy):
+    """`decision`, unless the strategy holds several replicas on the CPU
+    devices of one process, which XLA cannot train (a variable one CPU
+    device holds cannot be read by another under XLA): then "auto" turns XLA
+    off, and "on" exits with a message that says what to change."""
+    local = strategy.extended.worker_devices if strategy.num_replicas_in_sync > 1 else ()
+    replicas_on_cpus = sum("CPU" in device for device in local)
+    if not decision.use or replicas_on_cpus <= 1:
+        return decision
+    if decision.requested == "on":
+        raise SystemExit(
+            f"--jit-compile on cannot train {replicas_on_cpus} replicas on CPU devices of one "
+            "process (XLA cannot read a variable another CPU device holds); use "
+            "--strategy default or --jit-compile off."
+        )
+    return JitDecision("auto", False, f"auto: {replicas_on_cpus} CPU replicas in one process")
 
 
 def keras_jit_status(model, decision):

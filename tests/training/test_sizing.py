@@ -1,14 +1,17 @@
 """The model's width and dropout from the data's size (kseq.training.sizing), and how recipes know
 which options the user gave."""
 
+import dataclasses
 import os
 import sys
 
 import pytest
 import tensorflow as tf
 
-from kseq.training import recipe
-from kseq.training.sizing import SMALL_DATA_MODEL, SMALL_DATA_PASSES, expected_passes, model_for_data
+from kseq.training import options as opts
+from kseq.training.sizing import (
+    SMALL_DATA_MODEL, SMALL_DATA_PASSES, choose_model_size, expected_passes, model_for_data,
+)
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "recipes"))
 import translate  # noqa: E402
@@ -63,13 +66,19 @@ def test_model_for_data_rejects_bad_arguments():
         model_for_data(10.0, "chrf", dict(d_model=192, num_heads=4, dropout=0.0))
 
 
-def test_parse_config_names_the_options_given_on_the_command_line():
-    defaults = dict(seed=0, rate=0.5, name="x", flag=False)
-    config = recipe.parse_config("Doc.\n", defaults, ["--rate", "0.1", "--no-flag"],
-                                 presets={"a": dict(width=3)})
-    assert config["options_given"] == ("flag", "rate")
-    assert config["rate"] == 0.1 and config["width"] == 3 and config["preset"] == "a"
-    assert recipe.parse_config("Doc.\n", defaults, [])["options_given"] == ()
+@dataclasses.dataclass(frozen=True)
+class Options(opts.RecipeOptions):
+    rate: float = opts.option(0.5, "a rate")
+    name: str = opts.option("x", "a name")
+    flag: bool = opts.option(False, "a flag")
+    width: int = opts.option(1, "a width")
+
+
+def test_parse_names_the_options_given_on_the_command_line():
+    options = opts.parse(Options, ["--rate", "0.1", "--no-flag"], presets={"a": dict(width=3)})
+    assert options.options_given == ("flag", "rate")
+    assert options.rate == 0.1 and options.width == 3 and options.preset == "a"
+    assert opts.parse(Options, []).options_given == ()
 
 
 class WordTokenizer:
@@ -77,8 +86,14 @@ class WordTokenizer:
         return tf.strings.split(tf.constant(texts))
 
 
+def size_for_data(options, targets, tokenizer, metric):
+    """(options resized, metrics.json's entries) as the translation recipe sizes its model."""
+    sizes, decision = choose_model_size(options, tokenizer.tokenize(targets).row_lengths().numpy(), metric)
+    return dataclasses.asdict(dataclasses.replace(options, **sizes)), decision.metrics()
+
+
 def size(argv, targets, metric="chrf"):
-    return translate.size_for_data(translate.parse_args(argv), targets, WordTokenizer(), metric)
+    return size_for_data(translate.parse_args(argv), targets, WordTokenizer(), metric)
 
 
 def test_translate_sizes_the_model_from_the_training_targets():
@@ -113,9 +128,9 @@ def test_the_bible_keeps_the_quick_model_and_3000_of_its_verses_get_the_small_on
 
     sources, targets = load_bible_pairs("train")
     tokenizer = SubwordTokenizer.train(sources + targets, vocab_size_for(sources + targets, 4000))
-    config, report = translate.size_for_data(translate.parse_args([]), targets, tokenizer, "chrf")
+    config, report = size_for_data(translate.parse_args([]), targets, tokenizer, "chrf")
     assert 6 < report["expected_passes"] < 9, report
     assert report["model_size"] == dict(d_model=192, num_heads=4, ff_dim=768, dropout=0.0)
     few = random.Random(0).sample(targets, 3000)
-    config, report = translate.size_for_data(translate.parse_args([]), few, tokenizer, "chrf")
+    config, report = size_for_data(translate.parse_args([]), few, tokenizer, "chrf")
     assert report["expected_passes"] > SMALL_DATA_PASSES and report["model_size"] == SMALL_DATA_MODEL

@@ -12,7 +12,7 @@ from kseq.decoding.constraints import source_length_limits
 from kseq.training.averaging import RecentWeights, keep_better_average
 from kseq.training.selection import all_scores, choose_metric, length_ratio_for, tune_decoding
 from kseq.training.schedules import Scaled, TransformerSchedule
-from kseq.training.stopping import KeepBest
+from kseq.training.stopping import KeepBest, stopping_monitor
 
 
 def tiny_model():
@@ -187,3 +187,9 @@ def test_the_average_of_snapshots_is_kept_only_where_it_scores_better(average_is
     assert score(model) == (2.0 if average_is_better else 5.0)
     single = RecentWeights(every=1, count=2)
     assert keep_better_average(model, single, score, "min")["averaged"] is False
+
+
+def test_training_stops_on_exact_match_for_short_targets_and_on_the_loss_otherwise():
+    assert stopping_monitor("exact_match", "mirrored") == ("val_exact_match", "max")
+    assert stopping_monitor("chrf", "mirrored") == ("val_loss", "min")
+    assert stopping_monitor("exact_match", "multiworker") == ("val_loss", "min")

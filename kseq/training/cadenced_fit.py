@@ -1,0 +1,114 @@
+"""`model.fit` on an evaluation cadence that survives a kill: the callbacks
+a recipe trains with, in the order they must run, and what they measured."""
+
+import dataclasses
+import os
+
+from kseq.training.callbacks import NonFiniteLoss, StopOnNonFiniteLoss, TimeLimit
+from kseq.training.options import AUTO, RecipeOptions, option
+from kseq.training.periods import EvaluationPeriods, StepTimer, parse_cadence
+from kseq.training.resume import ResumableBackup
+from kseq.training.xla import StableFunctionNames
+
+
+@dataclasses.dataclass(frozen=True)
+class CadenceOptions(RecipeOptions):
+    """How often a `CadencedFit` run evaluates and saves, within its budget."""
+
+    epochs: int = option(10, "passes over the training data at most", minimum=1)
+    max_minutes: float | None = option(None, "training budget in minutes (default: none)")
+    eval_every: str = option(AUTO, "steps (500) or minutes (2m) between evaluations; auto: 6 in the budget")
+    eval_seconds: float | None = option(None, "time bound of an evaluation's decoding (default: a tenth "
+                                        "of a period of minutes, else 30 s)")
+    eval_sentences: int = option(200, "validation pairs decoded at each evaluation", minimum=1)
+    save_every: int = option(200, "steps between saves", minimum=1)
+
+    @property
+    def cadence(self):
+        return parse_cadence(self.eval_every, self.max_minutes)
+
+    @property
+    def decoding_seconds(self):
+        """The time bound of an evaluation's decoding."""
+        if self.eval_seconds is not None:
+            return self.eval_seconds
+        return 6.0 * self.cadence.minutes if self.cadence.minutes else 30.0
+
+    def problems(self):
+        try:
+            self.cadence
+        except ValueError as error:
+            return super().problems() + [f"--eval-every: {error}"]
+        return super().problems()
+
+
+class CadencedFit:
+    """One pass of `fit` over a pipeline of all epochs, cut into evaluation
+    periods (`EvaluationPeriods`), timed (`StepTimer`), bounded in minutes
+    (`TimeLimit`, counting the runs before a resume) and saved every
+    `save_every` steps and at every period (`ResumableBackup`), so that the
+    same command started again continues a killed run.
+
+    Args:
+        workdir: the run's folder; the backup goes to `<workdir>/backup`.
+        position: the `TrainingPosition` the train pipeline reads.
+        cadence: a `kseq.training.periods.Cadence`.
+        total_steps: the steps of all epochs.
+        steps_per_epoch: batches per data epoch.
+        save_every: steps between saves.
+        max_minutes: the training budget, or None.
+        resuming: the backup's saved state (`ResumableBackup.saved_state`), or None.
+        non_finite_hint: what to try when the loss is not finite.
+    """
+
+    def __init__(self, workdir, position, cadence, total_steps, steps_per_epoch, save_every, max_minutes,
+                 resuming, non_finite_hint):
+        self.backup_dir = os.path.join(workdir, "backup")
+        self.backup = ResumableBackup(self.backup_dir, position, save_freq=save_every, steps_position=True)
+        self.timer = StepTimer()
+        self.periods = EvaluationPeriods(cadence, total_steps, steps_per_epoch=steps_per_epoch)
+        self.total_steps, self.steps_per_epoch = total_steps, steps_per_epoch
+        self.resuming = resuming
+        spent = resuming["train_seconds"] if resuming else 0.0
+        self.limits = [TimeLimit(max_minutes, spent_seconds=spent), StopOnNonFiniteLoss(non_finite_hint)]
+
+    def fit(self, model, train, valid, logging=(), stopping=()):
+        """`model.fit` with the chief's `logging` callbacks (scores, curves,
+        checkpoints) and the `stopping` ones (e.g. `KeepBest`); returns the
+        history. Stopping runs after logging (a period's line shows its
+        scores) and before the periods end and the backup saves (a period
+        counts as saved once its logs are written); nothing traces after
+        that before the steps compile (`StableFunctionNames`)."""
+        callbacks = [self.timer, *self.limits, *logging, *stopping, self.periods, self.backup,
+                     StableFunctionNames()]
+        try:
+            return model.fit(train, validation_data=valid, epochs=self.total_steps,
+                             steps_per_epoch=self.total_steps, callbacks=callbacks, verbose=0, shuffle=False)
+        except NonFiniteLoss as error:
+            raise SystemExit(f"{error}\nThe last save is kept in {self.backup_dir}; delete it to start over.")
+
+    def report(self, model):
+        """metrics.json's entries on how training went."""
+        steps = int(model.optimizer.iterations.numpy())
+        return {
+            "train_seconds": round(self.backup.train_seconds, 1),
+            "steps": steps,
+            "epochs_run": round(steps / self.steps_per_epoch, 3),
+            "evaluations": self.periods.periods,
+            "resumed_from_step": self.resuming["step"] if self.resuming else None,
+            "train_step_seconds": round(self.timer.train_step_seconds, 1),
+            "fit_seconds": round(self.timer.fit_seconds, 1),
+        }
+
+
+@dataclasses.dataclass
+class Trained:
+    """What a recipe's `train` returns, the same on every worker: the model
+    with the weights to test and export, the decisions made on the way
+    (`kseq.training.decisions.Decision`), metrics.json's training part, and
+    whether decoding compiles with XLA."""
+
+    model: object
+    decisions: list
+    metrics: dict
+    decode_xla: bool = False

@@ -1,0 +1,207 @@
+"""A recipe's options as one typed dataclass: the command line, the presets
+and the checks all come from its fields.
+
+A field is declared with `option(default, help, ...)`; its annotation gives
+the type argparse parses (`int | Auto` takes "auto" or an int, `str | None`
+a string or nothing, `bool` a `--name` / `--no-name` pair). Rules on one
+option (`choices`, `minimum`, `file`) sit on the field; rules across
+options are the class's `problems()`. Everything is checked at parse time,
+so a mistyped option, a preset naming an option that does not exist or an
+impossible combination stops the run before any work, with a message that
+names the option.
+
+Example:
+>>> @dataclasses.dataclass(frozen=True)
+... class Options(RecipeOptions):
+...     beams: int | Auto = option(AUTO, "beam size", minimum=1)
+>>> parse(Options, ["--beams", "4"]).beams
+4
+"""
+
+import argparse
+import dataclasses
+import os
+import types
+import typing
+
+AUTO = "auto"
+Auto = typing.Literal["auto"]
+
+
+def option(default, help="", *, choices=None, minimum=None, file=False):
+    """A field of a recipe's options: its default and `--help` text.
+
+    Args:
+        default: the value when neither the command line nor a preset sets it.
+        help: one line for `--help`.
+        choices: the values allowed (argparse checks them).
+        minimum: the smallest value allowed ("auto" and None are let through).
+        file: the value is an input file that must exist and be readable.
+    """
+    metadata = dict(help=help, choices=choices, minimum=minimum, file=file)
+    return dataclasses.field(default=default, metadata=metadata)
+
+
+def auto_or(kind):
+    """An argparse type: "auto", or a value of `kind` (e.g. `auto_or(float)`)."""
+
+    def parse_value(text):
+        return AUTO if text == AUTO else kind(text)
+
+    parse_value.__name__ = f"auto or {kind.__name__}"  # how argparse names it in errors
+    return parse_value
+
+
+@dataclasses.dataclass(frozen=True)
+class RecipeOptions:
+    """Options every recipe takes. Subclasses add theirs, override the
+    defaults of `logdir` and `export_dir`, and add rules in `problems()`."""
+
+    seed: int = option(0, "random seed of weights, data order and sampling")
+    strategy: str = option("mirrored", "tf.distribute strategy",
+                           choices=("default", "mirrored", "multiworker"))
+    precision: str = option(AUTO, "dtype policy; auto: the fastest measured on this device class",
+                            choices=(AUTO, "float32", "mixed_bfloat16", "mixed_float16"))
+    jit_compile: str = option(AUTO, "XLA for the train step; auto: where it pays",
+                              choices=(AUTO, "on", "off"))
+    xla_cache: str | None = option(None, "folder of compiled XLA programs (default ~/.cache/kseq/xla)")
+    logdir: str = option("runs", "TensorBoard logs, metrics.json, checkpoints and the resumable backup")
+    export_dir: str = option("savedmodels", "the SavedModel goes to <export-dir>/<next version>/")
+    # Set by `parse`: the preset applied and the options the command line gave.
+    preset: str | None = None
+    options_given: tuple = ()
+
+    def problems(self):
+        """Messages for impossible combinations (empty when there is none)."""
+        return []
+
+    def as_hparams(self):
+        """{name: value} of every option, for TensorBoard's HParams."""
+        return {name: value for name, value in dataclasses.asdict(self).items() if name != "options_given"}
+
+
+@dataclasses.dataclass(frozen=True)
+class TextRecipeOptions(RecipeOptions):
+    """Options of a recipe that tokenizes text: `--tokenizer PATH`."""
+
+    tokenizer: str | None = option(
+        None, "your tokenizer: a SentencePiece model, a WordPiece vocab.txt, or BPE 'vocab.json,merges.txt' "
+        "(default: a SentencePiece vocabulary trained on the data)")
+
+    def problems(self):
+        """Each path of `--tokenizer` (a file, a folder, or two files joined
+        by a comma) must exist; what it holds is read after TensorFlow starts."""
+        path = self.tokenizer
+        if not path:
+            return super().problems()
+        parts = [path] if os.path.exists(path) or "," not in path else path.split(",", 1)
+        return super().problems() + [f"--tokenizer {path}: {part}: no such file or folder"
+                                     for part in parts if not os.path.exists(part)]
+
+
+def parse(options_class, argv=None, doc=None, presets=None):
+    """`options_class` from its defaults, then `--preset`'s values, then the
+    command line; `parser.error` (exit 2 with usage) names the option of a
+    bad value, a missing input file, an output folder that cannot be one, a
+    preset that names no option, or a combination `problems()` refuses."""
+    doc = doc or options_class.__doc__ or ""
+    parser = argparse.ArgumentParser(
+        description=doc.strip().split("\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=doc.split("\n", 2)[2] if doc.count("\n") > 1 else None,
+    )
+    fields = _cli_fields(options_class)
+    if presets:
+        parser.add_argument("--preset", choices=list(presets), default=next(iter(presets)),
+                            help="option values sized for a machine and a budget; the defaults below are "
+                            f"{next(iter(presets))!r}'s")
+    for field in fields:
+        _add_argument(parser, field, options_class)
+    args = parser.parse_args(argv)
+    given = {name: value for name, value in vars(args).items() if value is not None and name != "preset"}
+    values = {}
+    if presets:
+        unknown = sorted(set(presets[args.preset]) - {field.name for field in fields})
+        if unknown:
+            parser.error(f"preset {args.preset!r} names no option: {', '.join(unknown)}")
+        values.update(presets[args.preset], preset=args.preset)
+    options = options_class(**{**values, **given}, options_given=tuple(sorted(given)))
+    problems = _field_problems(options, fields) + list(options.problems())
+    if problems:
+        parser.error(problems[0])
+    return options
+
+
+def flag(name):
+    """The command-line spelling of option `name`."""
+    return "--" + name.replace("_", "-")
+
+
+def _cli_fields(options_class):
+    """The fields declared with `option` (others, such as `preset`, are set by `parse` or the recipe)."""
+    return [field for field in dataclasses.fields(options_class) if "help" in field.metadata]
+
+
+def _add_argument(parser, field, options_class):
+    kind, can_be_auto = _value_type(typing.get_type_hints(options_class)[field.name])
+    help_text = field.metadata.get("help", "")
+    if field.default is not None:
+        help_text += f" (default: {field.default})"
+    if kind is bool:
+        parser.add_argument(flag(field.name), action=argparse.BooleanOptionalAction, default=None, help=help_text)
+        return
+    parser.add_argument(flag(field.name), type=auto_or(kind) if can_be_auto else kind,
+                        choices=field.metadata.get("choices"), default=None, help=help_text)
+
+
+def _value_type(annotation):
+    """(the parsed type, whether "auto" is accepted) of an annotation such
+    as `int`, `float | None` or `int | Auto`."""
+    if isinstance(annotation, types.UnionType) or typing.get_origin(annotation) is typing.Union:
+        parts = typing.get_args(annotation)
+        kinds = [part for part in parts if part not in (type(None), Auto)]
+        return (kinds[0] if kinds else str), Auto in parts
+    return annotation, False
+
+
+def _field_problems(options, fields):
+    problems = []
+    for field in fields:
+        value, name = getattr(options, field.name), flag(field.name)
+        minimum = field.metadata.get("minimum")
+        if minimum is not None and value not in (None, AUTO) and value < minimum:
+            can_be_auto = _value_type(typing.get_type_hints(type(options))[field.name])[1]
+            problems.append(f"{name} must be {'auto or ' if can_be_auto else ''}>= {minimum}")
+        if field.metadata.get("file") and value:
+            problems += _file_problems(name, value)
+    for name in ("logdir", "export_dir"):
+        problems += _folder_problems(flag(name), getattr(options, name), export=name == "export_dir")
+    return problems
+
+
+def _file_problems(option_name, path):
+    if os.path.isdir(path):
+        return [f"{option_name} {path}: is a directory, not a file"]
+    if not os.path.isfile(path):
+        return [f"{option_name} {path}: no such file"]
+    if not os.access(path, os.R_OK):
+        return [f"{option_name} {path}: not readable (permission denied)"]
+    return []
+
+
+def _folder_problems(option_name, path, export):
+    """An output folder that exists as something else or lies under a file;
+    for an export, one that is itself a SavedModel version (exports go to
+    `<folder>/<next version>/`)."""
+    if not path:
+        return []
+    if os.path.exists(path) and not os.path.isdir(path):
+        return [f"{option_name} {path} exists and is not a directory"]
+    parent = os.path.dirname(os.path.abspath(path))
+    while parent and not os.path.exists(parent):
+        parent = os.path.dirname(parent)
+    if parent and not os.path.isdir(parent):
+        return [f"{option_name} {path}: {parent} is a file, not a directory"]
+    if export and os.path.isfile(os.path.join(path, "saved_model.pb")):
+        return [f"{option_name} {path} is itself a SavedModel version (it holds saved_model.pb); pass the "
+                f"folder that holds the numbered versions, e.g. {os.path.dirname(os.path.normpath(path)) or '.'}"]
+    return []
