@@ -1,4 +1,4 @@
-"""What kseq.runtime.tune_cpu_runtime buys: train-step throughput on CPU.
+"""What kseq.training.runtime.tune_cpu_runtime buys: train-step throughput on CPU.
 
 Trains the translation recipe's quick-preset Transformer on the same N
 bucketed Bible batches (cached, so both runs see identical batches in the

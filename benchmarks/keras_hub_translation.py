@@ -17,7 +17,7 @@ same data split (kseq.data.bible) for the same wall-clock budget:
 - greedy decoding with `keras_hub.samplers.GreedySampler`, re-running the
   whole decoder on the prompt at every step (no key/value cache).
 
-Test-set sacreBLEU and chrF (kseq.evaluation.translation_scores), training
+Test-set sacreBLEU and chrF (kseq.training.evaluation.translation_scores), training
 time, steps, parameters, decoding time and three sample translations are
 printed and written as JSON to --output.
 

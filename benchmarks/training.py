@@ -5,7 +5,7 @@ English -> French, `kseq.data.bible.load_bible_pairs("train")`) with one
 SentencePiece vocabulary of 4,000 pieces, trained once and saved to a temp
 file that every run loads, so only the model and the batching differ. Each
 configuration runs in its own fresh process (peak RSS, VmHWM, is per run),
-after `kseq.runtime.tune_cpu_runtime()`, under a one-device MirroredStrategy
+after `kseq.training.runtime.tune_cpu_runtime()`, under a one-device MirroredStrategy
 as `recipes/translate.py` uses on a CPU, with `jit_compile=False` (the
 recipe's CPU setting) and no metrics but the loss.
 

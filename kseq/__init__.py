@@ -9,9 +9,7 @@ decoder protocol), `kseq.data` (tokenizers, pipelines, data sets),
 distribution, precision, XLA, evaluation, recipe plumbing) and `kseq.export`.
 """
 
-import importlib
 import os
-import sys
 
 # kseq builds on tf.data, tf.function and SavedModel: it needs the TensorFlow
 # backend, so choose it unless the user already picked one.
@@ -28,28 +26,8 @@ if keras.backend.backend() != "tensorflow":
 from kseq.special_ids import BOS_ID, EOS_ID, PAD_ID, UNK_ID  # noqa: E402
 from kseq import data, decoding, export, layers, models, training  # noqa: E402,I001
 
-# Modules of kseq.training also answer to kseq.X (most lived there first):
-# `kseq.losses.X`, `from kseq.losses import X` and `import kseq.losses` work.
-_MOVED = {
-    "losses": "kseq.training.losses",
-    "optimizers": "kseq.training.optimizers",
-    "metrics": "kseq.training.metrics",
-    "schedules": "kseq.training.schedules",
-    "callbacks": "kseq.training.callbacks",
-    "resume": "kseq.training.resume",
-    "distribution": "kseq.training.distribution",
-    "runtime": "kseq.training.runtime",
-    "evaluation": "kseq.training.evaluation",
-    "plotting": "kseq.training.plotting",
-    "tensorboard_logging": "kseq.training.tensorboard",
-    "recipe_support": "kseq.training.recipe",
-    "atomic": "kseq._atomic",
-    "validation": "kseq._validation",
-}
-for _old, _new in _MOVED.items():
-    sys.modules[f"{__name__}.{_old}"] = globals()[_old] = importlib.import_module(_new)
-
-from kseq.training import callbacks, losses, metrics, optimizers, schedules  # noqa: E402,F811
+# The training pieces users reach for most, also as kseq.losses, kseq.metrics, ...
+from kseq.training import callbacks, losses, metrics, optimizers, schedules  # noqa: E402
 
 __version__ = "0.1.0"
 

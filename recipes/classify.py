@@ -24,6 +24,7 @@ model, a WordPiece vocab.txt or a BPE "vocab.json,merges.txt" pair, applied
 with keras-hub's tokenizers (kseq.data.tokenizers.load_tokenizer).
 """
 
+import dataclasses
 import os
 import time
 
@@ -36,34 +37,48 @@ import tensorflow as tf  # noqa: E402
 import kseq  # noqa: E402
 from kseq.export import export_classifier  # noqa: E402
 from kseq.special_ids import PAD_ID  # noqa: E402
-from kseq.training import recipe  # noqa: E402
+from kseq.training import options as opts, recipe  # noqa: E402
+from kseq.training.cadenced_fit import Trained  # noqa: E402
+from kseq.training.decisions import Decision, as_hparams, as_metrics  # noqa: E402
+from kseq.training.options import option  # noqa: E402
 from kseq.training.recipe import read_tsv_reporting  # noqa: E402
 from kseq.training.runtime import tune_cpu_runtime  # noqa: E402
 from kseq.training.tensorboard import write_hparams  # noqa: E402
-from kseq.training.xla import decide_jit_compile  # noqa: E402
+from kseq.training.xla import decide_jit_compile, keras_jit_status  # noqa: E402
 
-DEFAULTS = dict(
-    recipe.COMMON, **recipe.TOKENIZER, train_tsv=None, valid_tsv=None, test_tsv=None,
-    encoder="rnn", pooling="attention", cell="lstm", bidirectional=True, num_layers=1,
-    embed_dim=128, units=128, num_heads=4, ff_dim=256, dropout=0.5, vocab_size=4000,
-    batch_size=32, max_length=128, epochs=10, patience=3, learning_rate=1e-3, clipnorm=1.0,
-    logdir="runs/classify", export_dir="savedmodels/classify",
-)
-CHOICES = dict(encoder=("rnn", "transformer"), pooling=("last", "mean", "max", "attention"),
-               cell=("rnn", "lstm", "gru"))
+@dataclasses.dataclass(frozen=True)
+class Options(opts.TextRecipeOptions):
+    train_tsv: str | None = option(None, "training texts, text<TAB>label (default: Rotten Tomatoes)", file=True)
+    valid_tsv: str | None = option(None, "validation texts (default: every 10th training text)", file=True)
+    test_tsv: str | None = option(None, "test texts (default: the validation texts)", file=True)
+    encoder: str = option("rnn", "the sequence encoder", choices=("rnn", "transformer"))
+    pooling: str = option("attention", "how the encoder's states become one vector",
+                          choices=("last", "mean", "max", "attention"))
+    cell: str = option("lstm", "the RNN's cell", choices=("rnn", "lstm", "gru"))
+    bidirectional: bool = option(True, "a bidirectional RNN")
+    num_layers: int = option(1, "encoder layers", minimum=1)
+    embed_dim: int = option(128, "embedding width", minimum=1)
+    units: int = option(128, "the RNN's units, the Transformer's width", minimum=1)
+    num_heads: int = option(4, "the Transformer's attention heads", minimum=1)
+    ff_dim: int = option(256, "the Transformer's feed-forward width", minimum=1)
+    dropout: float = option(0.5, "dropout rate")
+    vocab_size: int = option(4000, "SentencePiece pieces", minimum=1)
+    batch_size: int = option(32, "texts per batch", minimum=1)
+    max_length: int = option(128, "tokens per text; longer texts are cut", minimum=1)
+    epochs: int = option(10, "epochs at most", minimum=1)
+    patience: int = option(3, "epochs without a better validation accuracy before stopping", minimum=0)
+    learning_rate: float = option(1e-3, "Adam's learning rate")
+    clipnorm: float = option(1.0, "gradient clipping by global norm")
+    logdir: str = option("runs/classify", "TensorBoard logs, metrics.json and the model")
+    export_dir: str = option("savedmodels/classify", "the SavedModel goes to <export-dir>/<next version>/")
+
+    def problems(self):
+        last = self.encoder == "transformer" and self.pooling == "last"
+        return super().problems() + (["--pooling last needs --encoder rnn"] if last else [])
 
 
 def parse_args(argv=None):
-    def check(config):
-        if config["encoder"] == "transformer" and config["pooling"] == "last":
-            return "--pooling last needs --encoder rnn"
-        return None
-
-    return recipe.parse_config(
-        __doc__, DEFAULTS, argv, choices=CHOICES, check=check,
-        positive=("vocab_size", "batch_size", "max_length", "epochs"),
-        files=("train_tsv", "valid_tsv", "test_tsv"),
-    )
+    return opts.parse(Options, argv, doc=__doc__)
 
 
 def read_labelled(path, role):
@@ -73,13 +88,13 @@ def read_labelled(path, role):
     return texts, labels
 
 
-def load_data(config):
+def load_data(options):
     """({split: (texts, class ids)}, label names)."""
-    if config.get("train_tsv"):
-        raw = recipe.read_splits(config, "tsv", read_labelled, every=10)
+    if options.train_tsv:
+        raw = recipe.read_splits(options, "tsv", read_labelled, every=10)
         names = sorted(set(raw["train"][1]))
         if len(names) < 2:
-            raise SystemExit(f"{config['train_tsv']}: needs at least 2 labels; found {names}")
+            raise SystemExit(f"{options.train_tsv}: needs at least 2 labels; found {names}")
         data = {}
         for split, (texts, labels) in raw.items():
             unknown = sorted(set(labels) - set(names))
@@ -97,80 +112,80 @@ def load_data(config):
     return data, names
 
 
-def make_dataset(texts, labels, tokenizer, config, shuffle):
-    ids = tokenizer.tokenize(list(texts))[:, : config["max_length"]]
+def make_dataset(texts, labels, tokenizer, options, shuffle):
+    ids = tokenizer.tokenize(list(texts))[:, : options.max_length]
     dataset = tf.data.Dataset.from_tensor_slices((ids, np.asarray(labels, np.int32)))
     if shuffle:
-        dataset = dataset.shuffle(len(texts), seed=config["seed"], reshuffle_each_iteration=True)
-    dataset = dataset.ragged_batch(config["batch_size"]).map(
+        dataset = dataset.shuffle(len(texts), seed=options.seed, reshuffle_each_iteration=True)
+    dataset = dataset.ragged_batch(options.batch_size).map(
         lambda ids, labels: (ids.to_tensor(default_value=PAD_ID), labels),
         num_parallel_calls=tf.data.AUTOTUNE,
     )
     return dataset.prefetch(tf.data.AUTOTUNE)
 
 
-def build_model(config, vocab_size, num_classes, precision="float32"):
+def build_model(options, vocab_size, num_classes, precision="float32", jit_compile=False):
     model = kseq.models.SequenceClassifier(
-        vocab_size, num_classes, encoder=config["encoder"], pooling=config["pooling"],
-        embed_dim=config["embed_dim"], units=config["units"], cell=config["cell"],
-        num_layers=config["num_layers"], bidirectional=config["bidirectional"],
-        num_heads=config["num_heads"], ff_dim=config["ff_dim"], dropout=config["dropout"],
-        max_length=config["max_length"], dtype=precision,
+        vocab_size, num_classes, encoder=options.encoder, pooling=options.pooling,
+        embed_dim=options.embed_dim, units=options.units, cell=options.cell,
+        num_layers=options.num_layers, bidirectional=options.bidirectional,
+        num_heads=options.num_heads, ff_dim=options.ff_dim, dropout=options.dropout,
+        max_length=options.max_length, dtype=precision,
     )
     model.build()
-    jit = decide_jit_compile(config["jit_compile"], num_shapes=1, budget_minutes=None)
     return recipe.compile_model(
-        model, kseq.optimizers.FusedAdam(config["learning_rate"], global_clipnorm=config["clipnorm"]),
-        keras.losses.SparseCategoricalCrossentropy(from_logits=True), ["accuracy"], jit_compile=jit.use,
+        model, kseq.optimizers.FusedAdam(options.learning_rate, global_clipnorm=options.clipnorm),
+        keras.losses.SparseCategoricalCrossentropy(from_logits=True), ["accuracy"], jit_compile=jit_compile,
     )
 
 
 def main(argv=None):
-    config = parse_args(argv)
-    run = recipe.start(config, xla=decide_jit_compile(config["jit_compile"], num_shapes=1).use)
-    data, names = load_data(config)
-    tokenizer = recipe.tokenizer_for(config, data["train"][0], config["vocab_size"])
-    datasets = {split: make_dataset(*pair, tokenizer, config, shuffle=split == "train")
+    options = parse_args(argv)
+    xla = decide_jit_compile(options.jit_compile, num_shapes=1)
+    run = recipe.start(options, xla=xla.use)
+    data, names = load_data(options)
+    tokenizer = recipe.tokenizer_for(options, data["train"][0], options.vocab_size)
+    datasets = {split: make_dataset(*pair, tokenizer, options, shuffle=split == "train")
                 for split, pair in data.items()}
     inputs, labels = next(iter(datasets["train"]))
     print(f"first batch: token_ids {tuple(inputs.shape)}, labels {tuple(labels.shape)}")
+    trained = train(options, run, datasets, tokenizer.vocab_size, names, xla)
+    test = trained.model.evaluate(datasets["test"], verbose=0, return_dict=True)
+    majority = float(np.mean(np.asarray(data["test"][1]) == np.bincount(data["train"][1]).argmax()))
+    metrics = recipe.write_metrics(options.logdir, {
+        "test_accuracy": round(float(test["accuracy"]), 4), "test_loss": float(test["loss"]),
+        "majority_class_test_accuracy": round(majority, 4), **trained.metrics,
+        "wall_seconds": round(run.seconds, 1), "labels": names, **as_metrics(trained.decisions),
+    })
+    print(f"test accuracy {metrics['test_accuracy']:.4f} (majority class {majority:.4f})")
+    path = export_classifier(trained.model, tokenizer, names, options.export_dir, max_length=options.max_length,
+                             assets=recipe.tokenizer_files(tokenizer))
+    recipe.serve_sample(path, {"text": data["test"][0][:1]})
+    print(f"TensorBoard: tensorboard --logdir {options.logdir}")
+    return metrics
 
+
+def train(options, run, datasets, vocab_size, names, xla):
+    """Fits with early stopping on validation accuracy; the best epoch's weights are kept."""
     with run.strategy.scope():
-        model = build_model(config, tokenizer.vocab_size, len(names), run.precision.policy)
-    print(f"model: {config['encoder']} + {config['pooling']} pooling, {model.count_params():,} parameters")
-    write_hparams(config["logdir"], config | run.precision.as_dict())
+        model = build_model(options, vocab_size, len(names), run.precision.policy, xla.use)
+    print(f"model: {options.encoder} + {options.pooling} pooling, {model.count_params():,} parameters")
+    decisions = [run.precision.as_decision(), Decision("jit_compile", *keras_jit_status(model, xla))]
+    write_hparams(options.logdir, options.as_hparams() | as_hparams(decisions))
     callbacks = [
-        keras.callbacks.TensorBoard(config["logdir"]),
-        keras.callbacks.EarlyStopping(monitor="val_accuracy", mode="max", patience=config["patience"],
+        keras.callbacks.TensorBoard(options.logdir),
+        keras.callbacks.EarlyStopping(monitor="val_accuracy", mode="max", patience=options.patience,
                                       restore_best_weights=True),
     ]
     start = time.time()
     history = model.fit(datasets["train"], validation_data=datasets["valid"],
-                        epochs=config["epochs"], callbacks=callbacks, verbose=2, shuffle=False)
+                        epochs=options.epochs, callbacks=callbacks, verbose=2, shuffle=False).history
     train_seconds = time.time() - start
-    model.save(os.path.join(config["logdir"], "model.keras"))  # the best epoch's weights
-    test = model.evaluate(datasets["test"], verbose=0, return_dict=True)
-    best = int(np.argmax(history.history["val_accuracy"]))
-    majority = float(np.mean(np.asarray(data["test"][1]) == np.bincount(data["train"][1]).argmax()))
-    metrics = recipe.write_metrics(config["logdir"], {
-        "test_accuracy": round(float(test["accuracy"]), 4),
-        "test_loss": float(test["loss"]),
-        "valid_accuracy": float(history.history["val_accuracy"][best]),
-        "valid_loss": float(history.history["val_loss"][best]),
-        "majority_class_test_accuracy": round(majority, 4),
-        "best_epoch": best + 1,
-        "epochs_run": len(history.history["loss"]),
-        "train_seconds": round(train_seconds, 1),
-        "wall_seconds": round(run.seconds, 1),
-        "labels": names,
-        **run.precision.as_dict(),
-    })
-    print(f"test accuracy {metrics['test_accuracy']:.4f} (majority class {majority:.4f})")
-    path = export_classifier(model, tokenizer, names, config["export_dir"],
-                             max_length=config["max_length"], assets=recipe.tokenizer_files(tokenizer))
-    recipe.serve_sample(path, {"text": data["test"][0][:1]})
-    print(f"TensorBoard: tensorboard --logdir {config['logdir']}")
-    return metrics
+    model.save(os.path.join(options.logdir, "model.keras"))  # the best epoch's weights
+    best = int(np.argmax(history["val_accuracy"]))
+    return Trained(model, decisions, {
+        "valid_accuracy": float(history["val_accuracy"][best]), "valid_loss": float(history["val_loss"][best]),
+        "best_epoch": best + 1, "epochs_run": len(history["loss"]), "train_seconds": round(train_seconds, 1)})
 
 
 if __name__ == "__main__":

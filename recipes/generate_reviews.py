@@ -34,6 +34,7 @@ About 6 minutes on 2 idle CPU cores (5 min 36 s measured on 2026-11-24):
 as in recipes/classify.py (your vocabulary instead of a trained one).
 """
 
+import dataclasses
 import os
 import re
 import shlex
@@ -52,58 +53,76 @@ import kseq  # noqa: E402
 from kseq.data.text_pairs import add_specials  # noqa: E402
 from kseq.decoding import Sampler  # noqa: E402
 from kseq.export import export_conditioned_generator, latest_version  # noqa: E402
-from kseq.training import recipe  # noqa: E402
+from kseq.training import options as opts, recipe  # noqa: E402
+from kseq.training.cadenced_fit import Trained  # noqa: E402
+from kseq.training.decisions import Decision, as_hparams, as_metrics  # noqa: E402
+from kseq.training.options import option  # noqa: E402
 from kseq.training.callbacks import GenerationMonitor, TimeLimit  # noqa: E402
 from kseq.training.runtime import tune_cpu_runtime  # noqa: E402
 from kseq.training.tensorboard import write_hparams  # noqa: E402
-from kseq.training.xla import decide_jit_compile  # noqa: E402
+from kseq.training.xla import decide_jit_compile, keras_jit_status  # noqa: E402
 
-DEFAULTS = dict(
-    recipe.COMMON, **recipe.TOKENIZER, train_tsv=None, valid_tsv=None, test_tsv=None,
-    cell="lstm", num_layers=1, embed_dim=128, units=256, peeky=True, dropout=0.3,
-    vocab_size=2000, batch_size=64, max_length=80, epochs=30, max_minutes=5.0,
-    learning_rate=3e-3, clipnorm=1.0,
-    samples_per_class=100, sample_length=64, temperature=0.6, top_k=10, no_repeat_ngram=3,
-    classifier_export="savedmodels/classify", classifier_args="--epochs 1",
-    logdir="runs/generate_reviews", export_dir="savedmodels/generate_reviews",
-)
 WORD = re.compile(r"[a-z']+")
 BUCKETS = [16, 24, 32, 40, 48, 64]  # target lengths (BOS included) where batches are cut
 
 
+@dataclasses.dataclass(frozen=True)
+class Options(opts.TextRecipeOptions):
+    train_tsv: str | None = option(None, "training snippets, text<TAB>label (default: Rotten Tomatoes)", file=True)
+    valid_tsv: str | None = option(None, "validation snippets (default: every 10th training snippet)", file=True)
+    test_tsv: str | None = option(None, "test snippets (default: the validation snippets)", file=True)
+    cell: str = option("lstm", "the RNN's cell", choices=("rnn", "lstm", "gru"))
+    num_layers: int = option(1, "decoder layers", minimum=1)
+    embed_dim: int = option(128, "embedding width", minimum=1)
+    units: int = option(256, "the RNN's units", minimum=1)
+    peeky: bool = option(True, "the label joins every step's input")
+    dropout: float = option(0.3, "dropout rate")
+    vocab_size: int = option(2000, "SentencePiece pieces", minimum=1)
+    batch_size: int = option(64, "snippets per batch", minimum=1)
+    max_length: int = option(80, "pieces per snippet; longer ones are left out", minimum=1)
+    epochs: int = option(30, "epochs at most", minimum=1)
+    max_minutes: float | None = option(5.0, "training budget in minutes")
+    learning_rate: float = option(3e-3, "Adam's learning rate")
+    clipnorm: float = option(1.0, "gradient clipping by global norm")
+    samples_per_class: int = option(100, "snippets sampled per label for the agreement", minimum=1)
+    sample_length: int = option(64, "pieces per sampled snippet at most", minimum=1)
+    temperature: float = option(0.6, "sampling temperature")
+    top_k: int = option(10, "sample among the k likeliest pieces", minimum=1)
+    no_repeat_ngram: int = option(3, "no n pieces twice in a sample (0: no limit)", minimum=0)
+    classifier_export: str = option("savedmodels/classify", "the classifier's exports (trained here if none)")
+    classifier_args: str = option("--epochs 1", "recipes/classify.py's options when it trains one here")
+    logdir: str = option("runs/generate_reviews", "TensorBoard logs, metrics.json and the model")
+    export_dir: str = option("savedmodels/generate_reviews", "the SavedModel goes to <export-dir>/<next version>/")
+
+
 def parse_args(argv=None):
-    return recipe.parse_config(
-        __doc__, DEFAULTS, argv, choices=dict(cell=("rnn", "lstm", "gru")),
-        positive=("vocab_size", "batch_size", "max_length", "epochs", "samples_per_class",
-                  "sample_length", "top_k"),
-        files=("train_tsv", "valid_tsv", "test_tsv"),
-    )
+    return opts.parse(Options, argv, doc=__doc__)
 
 
 # The classifier that labels the samples ----------------------------------------------
 
 
-def classifier_path(config):
+def classifier_path(options):
     """The classifier export to label with: the latest version under
     `--classifier-export`, else one that recipes/classify.py trains now
     (with `--classifier-args`, on the same data). -> (path, seconds spent)."""
-    path = latest_version(config["classifier_export"])
+    path = latest_version(options.classifier_export)
     if path:
         print(f"classifier: {path}")
         return path, 0.0
-    print(f"classifier: none under {config['classifier_export']}; training one with "
-          f"recipes/classify.py {config['classifier_args']}")
-    argv = shlex.split(config["classifier_args"]) + [
-        "--logdir", os.path.join(config["logdir"], "classifier"),
-        "--export-dir", config["classifier_export"], "--seed", str(config["seed"]),
-        "--strategy", config["strategy"], "--precision", config["precision"],
+    print(f"classifier: none under {options.classifier_export}; training one with "
+          f"recipes/classify.py {options.classifier_args}")
+    argv = shlex.split(options.classifier_args) + [
+        "--logdir", os.path.join(options.logdir, "classifier"),
+        "--export-dir", options.classifier_export, "--seed", str(options.seed),
+        "--strategy", options.strategy, "--precision", options.precision,
     ]
     for name in ("train_tsv", "valid_tsv", "test_tsv"):
-        if config.get(name):
-            argv += ["--" + name.replace("_", "-"), config[name]]
+        if getattr(options, name):
+            argv += [opts.flag(name), getattr(options, name)]
     start = time.time()
     classify.main(argv)
-    return latest_version(config["classifier_export"]), time.time() - start
+    return latest_version(options.classifier_export), time.time() - start
 
 
 def label_texts(path, texts, batch=256):
@@ -145,12 +164,12 @@ def agreement(predicted, wanted, names):
 # The generator -------------------------------------------------------------------------
 
 
-def make_dataset(texts, class_ids, tokenizer, config, shuffle):
+def make_dataset(texts, class_ids, tokenizer, options, shuffle):
     """((class id, BOS + pieces), pieces + EOS) batches, bucketed by length.
     Snippets over `max_length` pieces (EOS included) are left out rather
     than cut: a cut one would teach the model to stop mid-sentence."""
     pieces = tokenizer.tokenize(list(texts))
-    keep = (pieces.row_lengths() < config["max_length"]).numpy()
+    keep = (pieces.row_lengths() < options.max_length).numpy()
     target_in, target_out = add_specials(tf.ragged.boolean_mask(pieces, keep))
     dataset = tf.data.Dataset.from_tensor_slices(
         ((np.asarray(class_ids, np.int32)[keep], target_in), target_out))
@@ -158,39 +177,39 @@ def make_dataset(texts, class_ids, tokenizer, config, shuffle):
     dataset = dataset.map(lambda inputs, labels: (
         (inputs[0], tf.identity(inputs[1])), tf.identity(labels)))
     if shuffle:
-        dataset = dataset.shuffle(len(texts), seed=config["seed"], reshuffle_each_iteration=True)
+        dataset = dataset.shuffle(len(texts), seed=options.seed, reshuffle_each_iteration=True)
     dataset = dataset.bucket_by_sequence_length(
         lambda inputs, labels: tf.shape(labels)[0], BUCKETS,
-        [config["batch_size"]] * (len(BUCKETS) + 1),
+        [options.batch_size] * (len(BUCKETS) + 1),
     )
     return dataset.prefetch(tf.data.AUTOTUNE), int(keep.sum())
 
 
-def build_model(config, vocab_size, num_classes, precision="float32", jit_compile=False):
+def build_model(options, vocab_size, num_classes, precision="float32", jit_compile=False):
     model = kseq.models.ConditionedGenerator(
-        vocab_size, num_classes=num_classes, embed_dim=config["embed_dim"], units=config["units"],
-        cell=config["cell"], num_layers=config["num_layers"], peeky=config["peeky"],
-        dropout=config["dropout"], dtype=precision,
+        vocab_size, num_classes=num_classes, embed_dim=options.embed_dim, units=options.units,
+        cell=options.cell, num_layers=options.num_layers, peeky=options.peeky,
+        dropout=options.dropout, dtype=precision,
     )
     model.build()
     return recipe.compile_model(
-        model, kseq.optimizers.FusedAdam(config["learning_rate"], global_clipnorm=config["clipnorm"]),
+        model, kseq.optimizers.FusedAdam(options.learning_rate, global_clipnorm=options.clipnorm),
         kseq.losses.MaskedSparseCategoricalCrossentropy(),
         [kseq.metrics.Perplexity(), kseq.metrics.MaskedAccuracy()], jit_compile=jit_compile,
     )
 
 
-def make_search(config):
+def sampler(options):
     """Seeded top-k sampling without repeated n-grams: every row differs
     (greedy would give one snippet per label), and loops are cut."""
-    return Sampler(config["sample_length"], temperature=config["temperature"],
-                   top_k=config["top_k"], seed=config["seed"],
-                   no_repeat_ngram_size=config["no_repeat_ngram"])
+    return Sampler(options.sample_length, temperature=options.temperature,
+                   top_k=options.top_k, seed=options.seed,
+                   no_repeat_ngram_size=options.no_repeat_ngram)
 
 
-def sample_writer(model, tokenizer, names, config):
+def sample_writer(model, tokenizer, names, options):
     """label strings -> sampled snippets, with the export's search."""
-    search = make_search(config)
+    search = sampler(options)
 
     def write(labels):
         class_ids = tf.constant([names.index(label) for label in labels], tf.int32)
@@ -200,44 +219,49 @@ def sample_writer(model, tokenizer, names, config):
     return write
 
 
-def train(config, run, data, tokenizer, names, jit_compile=False):
-    """Trains the generator; returns (model, its metrics)."""
-    datasets = {}
-    for split, (texts, class_ids) in data.items():
-        datasets[split], kept = make_dataset(texts, class_ids, tokenizer, config,
-                                             shuffle=split == "train")
-        print(f"{split}: {kept} of {len(texts)} snippets within {config['max_length']} pieces")
-    (class_ids, target_in), labels = next(iter(datasets["train"]))
-    print(f"first batch: condition {tuple(class_ids.shape)}, target_ids "
-          f"{tuple(target_in.shape)}, labels {tuple(labels.shape)}")
+def train(options, run, datasets, tokenizer, names, xla):
+    """Trains the generator, keeping the epoch with the best validation loss."""
     with run.strategy.scope():
-        model = build_model(config, tokenizer.vocab_size, len(names), run.precision.policy, jit_compile)
+        model = build_model(options, tokenizer.vocab_size, len(names), run.precision.policy, xla.use)
     print(f"model: {model.count_params():,} parameters")
-    best = os.path.join(config["logdir"], "checkpoints", "best.weights.h5")
+    decisions = [run.precision.as_decision(), Decision("jit_compile", *keras_jit_status(model, xla))]
+    write_hparams(options.logdir, options.as_hparams() | as_hparams(decisions))
+    best = os.path.join(options.logdir, "checkpoints", "best.weights.h5")
     shown = [name for name in names for _ in range(2)]
     callbacks = [
-        TimeLimit(config["max_minutes"]),
-        keras.callbacks.TensorBoard(config["logdir"]),
-        GenerationMonitor(shown, None, sample_writer(model, tokenizer, names, config), {},
-                          logdir=config["logdir"], samples=len(shown)),
+        TimeLimit(options.max_minutes),
+        keras.callbacks.TensorBoard(options.logdir),
+        GenerationMonitor(shown, None, sample_writer(model, tokenizer, names, options), {},
+                          logdir=options.logdir, samples=len(shown)),
         keras.callbacks.ModelCheckpoint(best, save_weights_only=True, save_best_only=True),
     ]
     start = time.time()
     history = model.fit(datasets["train"], validation_data=datasets["valid"],
-                        epochs=config["epochs"], callbacks=callbacks, verbose=2)
+                        epochs=options.epochs, callbacks=callbacks, verbose=2).history
     seconds = time.time() - start
     model.load_weights(best)
-    model.save(os.path.join(config["logdir"], "model.keras"))
+    model.save(os.path.join(options.logdir, "model.keras"))
     test = model.evaluate(datasets["test"], verbose=0, return_dict=True)
     print(f"test perplexity {test['perplexity']:.2f}")
-    return model, {
+    return Trained(model, decisions, {
         "test_perplexity": round(float(test["perplexity"]), 3),
-        "valid_loss": float(min(history.history["val_loss"])),
-        "best_epoch": int(np.argmin(history.history["val_loss"])) + 1,
-        "epochs_run": len(history.history["loss"]),
+        "valid_loss": float(min(history["val_loss"])),
+        "best_epoch": int(np.argmin(history["val_loss"])) + 1,
+        "epochs_run": len(history["loss"]),
         "steps": int(model.optimizer.iterations.numpy()),
         "train_seconds": round(seconds, 1),
-    }
+    })
+
+
+def make_datasets(options, data, tokenizer):
+    datasets = {}
+    for split, (texts, class_ids) in data.items():
+        datasets[split], kept = make_dataset(texts, class_ids, tokenizer, options, shuffle=split == "train")
+        print(f"{split}: {kept} of {len(texts)} snippets within {options.max_length} pieces")
+    (class_ids, target_in), labels = next(iter(datasets["train"]))
+    print(f"first batch: condition {tuple(class_ids.shape)}, target_ids "
+          f"{tuple(target_in.shape)}, labels {tuple(labels.shape)}")
+    return datasets
 
 
 def log_agreement(logdir, per_class, overall, samples, step):
@@ -250,64 +274,63 @@ def log_agreement(logdir, per_class, overall, samples, step):
 
 
 def main(argv=None):
-    config = parse_args(argv)
-    classifier, classifier_seconds = classifier_path(config)
-    jit = decide_jit_compile(config["jit_compile"], num_shapes=len(BUCKETS) + 1,
-                             budget_minutes=config["max_minutes"])
-    run = recipe.start(config, xla=jit.use)
-    data, names = classify.load_data(config)
+    options = parse_args(argv)
+    classifier, classifier_seconds = classifier_path(options)
+    xla = decide_jit_compile(options.jit_compile, num_shapes=len(BUCKETS) + 1, budget_minutes=options.max_minutes)
+    run = recipe.start(options, xla=xla.use)
+    data, names = classify.load_data(options)
     # The classifier on the real test snippets, before training: its
     # ceiling for the agreement, and a check that it knows these labels.
     real_labels = label_texts(classifier, data["test"][0])
     check_labels(classifier, real_labels, names)
     real_per_class, real_overall = agreement(real_labels, [names[i] for i in data["test"][1]], names)
-    tokenizer = recipe.tokenizer_for(config, data["train"][0], config["vocab_size"])
-    write_hparams(config["logdir"], config | run.precision.as_dict())
-    model, metrics = train(config, run, data, tokenizer, names, jit.use)
-
-    path = export_conditioned_generator(model, tokenizer, config["export_dir"],
-                                        search=make_search(config), labels=names,
-                                        assets=recipe.tokenizer_files(tokenizer))
+    tokenizer = recipe.tokenizer_for(options, data["train"][0], options.vocab_size)
+    trained = train(options, run, make_datasets(options, data, tokenizer), tokenizer, names, xla)
+    path = export_conditioned_generator(trained.model, tokenizer, options.export_dir, search=sampler(options),
+                                        labels=names, assets=recipe.tokenizer_files(tokenizer))
     recipe.serve_sample(path, {"label": names[-1:]})
-    # The samples come from the export itself: what is measured is what is served.
-    wanted = [name for name in names for _ in range(config["samples_per_class"])]
+    scores = score_samples(options, path, classifier, data, names, trained.metrics["steps"])
+    results = recipe.write_metrics(options.logdir, {
+        **trained.metrics, **scores,
+        "classifier": classifier,
+        "classifier_trained_here": classifier_seconds > 0,
+        "classifier_seconds": round(classifier_seconds, 1),
+        "classifier_test_accuracy": real_overall,
+        "classifier_test_accuracy_per_class": real_per_class,
+        "samples_per_class": options.samples_per_class,
+        "decoding": dict(method="sample", temperature=options.temperature,
+                         top_k=options.top_k, no_repeat_ngram_size=options.no_repeat_ngram,
+                         seed=options.seed, max_length=options.sample_length),
+        "labels": names,
+        "wall_seconds": round(run.seconds + classifier_seconds, 1),
+        **as_metrics(trained.decisions),
+    })
+    print(f"label agreement with the classifier: {results['agreement']}, overall {results['agreement_overall']:.1%} "
+          f"(the classifier on real test snippets: {real_overall:.1%})")
+    print(f"TensorBoard: tensorboard --logdir {options.logdir}")
+    return results
+
+
+def score_samples(options, path, classifier, data, names, step):
+    """How often the classifier labels snippets sampled from the export as
+    asked, and how they read; the samples come from the export itself, so
+    what is measured is what is served."""
+    wanted = [name for name in names for _ in range(options.samples_per_class)]
     served = tf.saved_model.load(path).signatures["serving_default"]
     texts = [t.decode() for t in served(label=tf.constant(wanted))["text"].numpy()]
     per_class, overall = agreement(label_texts(classifier, texts), wanted, names)
     train_texts = set(data["train"][0])
     vocabulary = {word for text in train_texts for word in WORD.findall(text.lower())}
     samples = {name: [t for t, w in zip(texts, wanted) if w == name][:5] for name in names}
-    log_agreement(config["logdir"], per_class, overall, samples, metrics["steps"])
-    results = recipe.write_metrics(config["logdir"], {
-        **metrics,
-        "agreement": per_class,
-        "agreement_overall": overall,
-        "classifier": classifier,
-        "classifier_trained_here": classifier_seconds > 0,
-        "classifier_seconds": round(classifier_seconds, 1),
-        "classifier_test_accuracy": real_overall,
-        "classifier_test_accuracy_per_class": real_per_class,
-        "samples_per_class": config["samples_per_class"],
+    log_agreement(options.logdir, per_class, overall, samples, step)
+    for name in names:
+        print(f"{name}:" + "".join(f"\n  {text!r}" for text in samples[name][:3]))
+    return {
+        "agreement": per_class, "agreement_overall": overall, "samples": samples,
         "copied_from_train": round(float(np.mean([t in train_texts for t in texts])), 4),
         "known_word_rate": known_word_rate(texts, vocabulary),
         "known_word_rate_real_test": known_word_rate(data["test"][0], vocabulary),
-        "decoding": dict(method="sample", temperature=config["temperature"],
-                         top_k=config["top_k"], no_repeat_ngram_size=config["no_repeat_ngram"],
-                         seed=config["seed"], max_length=config["sample_length"]),
-        "samples": samples,
-        "labels": names,
-        "wall_seconds": round(run.seconds + classifier_seconds, 1),
-        **run.precision.as_dict(),
-    })
-    for name in names:
-        print(f"{name}:")
-        for text in samples[name][:3]:
-            print(f"  {text!r}")
-    shown = ", ".join(f"{name} {value:.1%}" for name, value in per_class.items())
-    print(f"label agreement of {len(texts)} generated snippets with the classifier: {shown}, "
-          f"overall {overall:.1%} (the classifier on real test snippets: {real_overall:.1%})")
-    print(f"TensorBoard: tensorboard --logdir {config['logdir']}")
-    return results
+    }
 
 
 if __name__ == "__main__":

@@ -24,6 +24,7 @@ About 12 minutes on 2 CPU cores (two models of about 5 minutes each).
 as in recipes/classify.py (your vocabulary instead of a trained one).
 """
 
+import dataclasses
 import math
 import os
 import time
@@ -38,33 +39,48 @@ from kseq.data.streams import join_documents, stream_batches  # noqa: E402
 from kseq.data.text import normalize_text  # noqa: E402
 from kseq.decoding import Sampler  # noqa: E402
 from kseq.export import export_language_model  # noqa: E402
-from kseq.training import recipe  # noqa: E402
+from kseq.training import options as opts, recipe  # noqa: E402
+from kseq.training.cadenced_fit import Trained  # noqa: E402
+from kseq.training.decisions import Decision, as_metrics  # noqa: E402
+from kseq.training.options import option  # noqa: E402
 from kseq.training.callbacks import GenerationMonitor, TimeLimit  # noqa: E402
 from kseq.training.runtime import tune_cpu_runtime  # noqa: E402
 from kseq.training.tensorboard import write_hparams  # noqa: E402
-from kseq.training.xla import decide_jit_compile  # noqa: E402
+from kseq.training.xla import decide_jit_compile, keras_jit_status  # noqa: E402
 
-DEFAULTS = dict(
-    recipe.COMMON, **recipe.TOKENIZER, train_txt=None, valid_txt=None, test_txt=None,
-    cell="lstm", num_layers=1, embed_dim=256, units=256, dropout=0.3, tie_weights=True,
-    vocab_size=4000, batch_size=32, bptt=35, epochs=3, learning_rate=2e-3, clipnorm=1.0,
-    max_minutes=5.0, sample_length=40, temperature=0.8, top_k=40,
-    logdir="runs/language_model", export_dir="savedmodels/language_model",
-    prompts=["In the beginning", "The Lord said to Moses,", "Blessed are"],
-)
+@dataclasses.dataclass(frozen=True)
+class Options(opts.TextRecipeOptions):
+    train_txt: str | None = option(None, "training text, a document a line (default: the Bible)", file=True)
+    valid_txt: str | None = option(None, "validation text (default: every 50th training line)", file=True)
+    test_txt: str | None = option(None, "test text (default: the validation text)", file=True)
+    cell: str = option("lstm", "the RNN's cell", choices=("rnn", "lstm", "gru"))
+    num_layers: int = option(1, "RNN layers", minimum=1)
+    embed_dim: int = option(256, "embedding width", minimum=1)
+    units: int = option(256, "the RNN's units", minimum=1)
+    dropout: float = option(0.3, "dropout rate")
+    tie_weights: bool = option(True, "the output projection shares the embedding")
+    vocab_size: int = option(4000, "SentencePiece pieces", minimum=1)
+    batch_size: int = option(32, "parallel streams", minimum=1)
+    bptt: int = option(35, "tokens per batch and stream (truncated BPTT)", minimum=1)
+    epochs: int = option(3, "epochs at most", minimum=1)
+    max_minutes: float | None = option(5.0, "training budget of each model in minutes")
+    learning_rate: float = option(2e-3, "Adam's learning rate")
+    clipnorm: float = option(1.0, "gradient clipping by global norm")
+    sample_length: int = option(40, "pieces per continuation", minimum=1)
+    temperature: float = option(0.8, "sampling temperature")
+    top_k: int = option(40, "sample among the k likeliest pieces", minimum=1)
+    logdir: str = option("runs/language_model", "TensorBoard logs, metrics.json and the models")
+    export_dir: str = option("savedmodels/language_model", "the SavedModel goes to <export-dir>/<next version>/")
+    prompts: tuple = ("In the beginning", "The Lord said to Moses,", "Blessed are")
+
+    def problems(self):
+        untied = self.tie_weights and self.embed_dim != self.units
+        return super().problems() + (
+            ["tied weights need --embed-dim == --units (or pass --no-tie-weights)"] if untied else [])
 
 
 def parse_args(argv=None):
-    def check(config):
-        if config["tie_weights"] and config["embed_dim"] != config["units"]:
-            return "tied weights need --embed-dim == --units (or pass --no-tie-weights)"
-        return None
-
-    return recipe.parse_config(
-        __doc__, DEFAULTS, argv, choices=dict(cell=("rnn", "lstm", "gru")), check=check,
-        positive=("vocab_size", "batch_size", "bptt", "epochs", "units", "embed_dim"),
-        files=("train_txt", "valid_txt", "test_txt"),
-    )
+    return opts.parse(Options, argv, doc=__doc__)
 
 
 def read_lines(path):
@@ -80,10 +96,10 @@ def read_lines(path):
     return lines
 
 
-def load_texts(config):
+def load_texts(options):
     """{split: [documents]} from the text files or the default corpus."""
-    if config.get("train_txt"):
-        splits = recipe.read_splits(config, "txt", lambda path, role: (read_lines(path),), every=50)
+    if options.train_txt:
+        splits = recipe.read_splits(options, "txt", lambda path, role: (read_lines(path),), every=50)
         texts = {split: lines for split, (lines,) in splits.items()}
     else:
         from kseq.data.bible import load_bible_pairs
@@ -94,24 +110,23 @@ def load_texts(config):
     return texts
 
 
-def build_model(config, vocab_size, carry_state, precision="float32"):
+def build_model(options, vocab_size, carry_state, precision="float32", jit_compile=False):
     model = kseq.models.RNNLanguageModel(
-        vocab_size, embed_dim=config["embed_dim"], units=config["units"], cell=config["cell"],
-        num_layers=config["num_layers"], dropout=config["dropout"],
-        tie_weights=config["tie_weights"], carry_state=carry_state, dtype=precision,
+        vocab_size, embed_dim=options.embed_dim, units=options.units, cell=options.cell,
+        num_layers=options.num_layers, dropout=options.dropout,
+        tie_weights=options.tie_weights, carry_state=carry_state, dtype=precision,
     )
     model.build()
-    jit = decide_jit_compile(config["jit_compile"], num_shapes=1, budget_minutes=config["max_minutes"])
     return recipe.compile_model(
-        model, kseq.optimizers.FusedAdam(config["learning_rate"], global_clipnorm=config["clipnorm"]),
+        model, kseq.optimizers.FusedAdam(options.learning_rate, global_clipnorm=options.clipnorm),
         kseq.losses.MaskedSparseCategoricalCrossentropy(), [kseq.metrics.Perplexity()],
-        jit_compile=jit.use,
+        jit_compile=jit_compile,
     )
 
 
-def make_continuer(model, tokenizer, config):
-    search = Sampler(config["sample_length"], temperature=config["temperature"],
-                     top_k=config["top_k"], seed=config["seed"])
+def make_continuer(model, tokenizer, options):
+    search = Sampler(options.sample_length, temperature=options.temperature,
+                     top_k=options.top_k, seed=options.seed)
 
     def continue_texts(prompts):
         ids = tokenizer.tokenize(list(prompts)).to_tensor()
@@ -121,78 +136,78 @@ def make_continuer(model, tokenizer, config):
     return continue_texts, search
 
 
-def train_one(name, config, streams, tokenizer, run, carry_state):
-    """Trains one model; returns (model, its metrics)."""
-    logdir = os.path.join(config["logdir"], name)
+def train(name, options, streams, tokenizer, run, carry_state, xla):
+    """Trains one model; the best epoch's weights are kept."""
+    logdir = os.path.join(options.logdir, name)
     with run.strategy.scope():
-        model = build_model(config, tokenizer.vocab_size, carry_state, run.precision.policy)
+        model = build_model(options, tokenizer.vocab_size, carry_state, run.precision.policy, xla.use)
     print(f"{name}: {model.count_params():,} parameters, carry_state={carry_state}")
-    continuer, _ = make_continuer(model, tokenizer, config)
+    continuer, _ = make_continuer(model, tokenizer, options)
     callbacks = [
-        TimeLimit(config["max_minutes"]),
-        GenerationMonitor(config["prompts"], None, continuer, {}, logdir=logdir),
+        TimeLimit(options.max_minutes),
+        GenerationMonitor(options.prompts, None, continuer, {}, logdir=logdir),
         keras.callbacks.TensorBoard(logdir),
         keras.callbacks.ModelCheckpoint(os.path.join(logdir, "checkpoints", "best.weights.h5"),
                                         save_weights_only=True, save_best_only=True),
     ]
     start = time.time()
     history = model.fit(streams["train"], validation_data=streams["valid"],
-                        epochs=config["epochs"], callbacks=callbacks, verbose=1, shuffle=False)
+                        epochs=options.epochs, callbacks=callbacks, verbose=1, shuffle=False).history
     seconds = time.time() - start
     model.load_weights(os.path.join(logdir, "checkpoints", "best.weights.h5"))
     model.save(os.path.join(logdir, "model.keras"))
     test = model.evaluate(streams["test"], verbose=0, return_dict=True)
     print(f"{name}: test perplexity {test['perplexity']:.2f}")
-    return model, {
+    decisions = [run.precision.as_decision(), Decision("jit_compile", *keras_jit_status(model, xla))]
+    return Trained(model, decisions, {
         "test_perplexity": round(float(test["perplexity"]), 3),
-        "valid_loss": float(min(history.history["val_loss"])),
-        "valid_perplexity": float(min(history.history["val_perplexity"])),
+        "valid_loss": float(min(history["val_loss"])),
+        "valid_perplexity": float(min(history["val_perplexity"])),
         "train_seconds": round(seconds, 1),
-        "epochs_run": len(history.history["loss"]),
+        "epochs_run": len(history["loss"]),
         "steps": int(model.optimizer.iterations.numpy()),
-    }
+    })
 
 
-def main(argv=None):
-    config = parse_args(argv)
-    # Each replica gets the same rows of every batch: its own streams.
-    xla = decide_jit_compile(config["jit_compile"], num_shapes=1, budget_minutes=config["max_minutes"])
-    run = recipe.start(config, xla=xla.use)
-    texts = load_texts(config)
-    tokenizer = recipe.tokenizer_for(config, texts["train"], config["vocab_size"])
+def make_streams(options, texts, tokenizer):
+    """{split: batches of parallel token streams}; each replica gets the same rows of every batch."""
     streams = {}
     for split, documents in texts.items():
         tokens = join_documents(tokenizer.tokenize(documents))
         # Evaluation streams are fewer so that little text is cut off.
-        batch = config["batch_size"] if split == "train" else min(config["batch_size"], 8)
-        streams[split] = stream_batches(tokens, batch, config["bptt"], drop_remainder=split == "train")
+        batch = options.batch_size if split == "train" else min(options.batch_size, 8)
+        streams[split] = stream_batches(tokens, batch, options.bptt, drop_remainder=split == "train")
         print(f"{split}: {len(tokens):,} tokens in {batch} streams")
-    write_hparams(config["logdir"], {k: v for k, v in config.items() if k != "prompts"} | run.precision.as_dict())
+    return streams
 
-    model, metrics = train_one("tbptt", config, streams, tokenizer, run, carry_state=True)
-    _, baseline = train_one("independent_chunks", config, streams, tokenizer, run, carry_state=False)
-    continuer, search = make_continuer(model, tokenizer, config)
-    samples = [{"prompt": p, "continuation": c}
-               for p, c in zip(config["prompts"], continuer(config["prompts"]))]
+
+def main(argv=None):
+    options = parse_args(argv)
+    xla = decide_jit_compile(options.jit_compile, num_shapes=1, budget_minutes=options.max_minutes)
+    run = recipe.start(options, xla=xla.use)
+    texts = load_texts(options)
+    tokenizer = recipe.tokenizer_for(options, texts["train"], options.vocab_size)
+    streams = make_streams(options, texts, tokenizer)
+    write_hparams(options.logdir, options.as_hparams() | run.precision.as_dict())
+    trained = train("tbptt", options, streams, tokenizer, run, True, xla)
+    baseline = train("independent_chunks", options, streams, tokenizer, run, False, xla).metrics
+    continuer, search = make_continuer(trained.model, tokenizer, options)
+    samples = [{"prompt": p, "continuation": c} for p, c in zip(options.prompts, continuer(options.prompts))]
     for sample in samples:
         print(f"  {sample['prompt']!r} -> {sample['continuation']!r}")
-    results = recipe.write_metrics(config["logdir"], {
-        **metrics,
-        "baseline_test_perplexity": baseline["test_perplexity"],
-        "baseline_valid_loss": baseline["valid_loss"],
-        "baseline_train_seconds": baseline["train_seconds"],
-        "baseline_steps": baseline["steps"],
+    metrics = trained.metrics
+    results = recipe.write_metrics(options.logdir, {
+        **metrics, **{f"baseline_{name}": baseline[name]
+                      for name in ("test_perplexity", "valid_loss", "train_seconds", "steps")},
         "test_cross_entropy": round(math.log(metrics["test_perplexity"]), 4),
-        "samples": samples,
-        "wall_seconds": round(run.seconds, 1),
-        **run.precision.as_dict(),
+        "samples": samples, "wall_seconds": round(run.seconds, 1), **as_metrics(trained.decisions),
     })
-    path = export_language_model(model, tokenizer, config["export_dir"], search,
+    path = export_language_model(trained.model, tokenizer, options.export_dir, search,
                                  assets=recipe.tokenizer_files(tokenizer))
-    recipe.serve_sample(path, {"prompt": config["prompts"][:1]})
+    recipe.serve_sample(path, {"prompt": list(options.prompts[:1])})
     print(f"test perplexity {metrics['test_perplexity']:.2f} with truncated BPTT, "
           f"{baseline['test_perplexity']:.2f} with independent chunks")
-    print(f"TensorBoard: tensorboard --logdir {config['logdir']}")
+    print(f"TensorBoard: tensorboard --logdir {options.logdir}")
     return results
 
 

@@ -13,6 +13,7 @@ Time on 2 CPU cores: about 2-4 minutes with the defaults.
     tensorboard --logdir runs/reverse
 """
 
+import dataclasses
 import os
 import string
 import time
@@ -20,122 +21,113 @@ import time
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import keras  # noqa: E402
-import numpy as np  # noqa: E402
 
 import kseq  # noqa: E402
 from kseq.data.character_tokenizer import CharacterTokenizer  # noqa: E402
+from kseq.data.synthetic import reversed_words  # noqa: E402
 from kseq.data.text_pairs import text_pair_dataset  # noqa: E402
 from kseq.export import export_translator  # noqa: E402
-from kseq.training import recipe  # noqa: E402
+from kseq.training import options as opts, recipe  # noqa: E402
+from kseq.training.cadenced_fit import Trained  # noqa: E402
 from kseq.training.callbacks import GenerationMonitor  # noqa: E402
+from kseq.training.decisions import Decision, as_metrics  # noqa: E402
 from kseq.training.evaluation import exact_match  # noqa: E402
-from kseq.training.xla import decide_jit_compile  # noqa: E402
+from kseq.training.options import option  # noqa: E402
+from kseq.training.seq2seq_options import ATTENTIONS  # noqa: E402
+from kseq.training.xla import decide_jit_compile, keras_jit_status  # noqa: E402
 
-DEFAULTS = dict(
-    recipe.COMMON,
-    arch="transformer",
-    attention="bahdanau",  # --arch rnn only
-    cell="gru",  # --arch rnn only
-    train_examples=40000,
-    valid_examples=500,
-    min_length=4,
-    max_length=12,
-    batch_size=64,
-    epochs=3,
-    learning_rate=2e-3,
-    logdir="runs/reverse",
-    export_dir="savedmodels/reverse",
-)
-CHOICES = dict(arch=("transformer", "rnn"), attention=("none", "dot", "general", "concat", "bahdanau"),
-               cell=("rnn", "lstm", "gru"))
+
+@dataclasses.dataclass(frozen=True)
+class Options(opts.RecipeOptions):
+    arch: str = option("transformer", "model", choices=("transformer", "rnn"))
+    attention: str = option("bahdanau", "the RNN's attention", choices=ATTENTIONS)
+    cell: str = option("gru", "the RNN's cell", choices=("rnn", "lstm", "gru"))
+    train_examples: int = option(40000, "training words", minimum=1)
+    valid_examples: int = option(500, "validation (and test) words", minimum=1)
+    min_length: int = option(4, "letters per word at least", minimum=1)
+    max_length: int = option(12, "letters per word at most", minimum=1)
+    batch_size: int = option(64, "words per batch", minimum=1)
+    epochs: int = option(3, "epochs", minimum=1)
+    learning_rate: float = option(2e-3, "Adam's learning rate")
+    logdir: str = option("runs/reverse", "TensorBoard logs and metrics.json")
+    export_dir: str = option("savedmodels/reverse", "the SavedModel goes to <export-dir>/<next version>/")
 
 
 def parse_args(argv=None):
-    return recipe.parse_config(
-        __doc__, DEFAULTS, argv, choices=CHOICES,
-        positive=("train_examples", "valid_examples", "batch_size", "epochs"),
-    )
+    return opts.parse(Options, argv, doc=__doc__)
 
 
-def random_words(count, config, seed):
-    rng = np.random.default_rng(seed)
-    letters = np.array(list(string.ascii_lowercase))
-    lengths = rng.integers(config["min_length"], config["max_length"] + 1, count)
-    return ["".join(rng.choice(letters, n)) for n in lengths]
+def words(options, count, seed):
+    return reversed_words(count, min_length=options.min_length, max_length=options.max_length,
+                          seed=options.seed + seed)
 
 
-def build_model(config, vocab_size, precision="float32"):
-    if config["arch"] == "transformer":
+def build_model(options, vocab_size, precision="float32"):
+    if options.arch == "transformer":
         return kseq.models.TransformerSeq2Seq(
             vocab_size, vocab_size, num_layers=2, d_model=64, num_heads=4, ff_dim=128,
             dropout=0.0, max_length=64, dtype=precision,
         )
-    attention = None if config["attention"] == "none" else config["attention"]
+    attention = None if options.attention == "none" else options.attention
     return kseq.models.RNNSeq2Seq(
-        vocab_size, vocab_size, embed_dim=32, units=128, cell=config["cell"], attention=attention,
+        vocab_size, vocab_size, embed_dim=32, units=128, cell=options.cell, attention=attention,
         dtype=precision,
     )
 
 
 def main(argv=None):
-    config = parse_args(argv)
-    run = recipe.start(config, xla=decide_jit_compile(config["jit_compile"], num_shapes=config["max_length"]).use)
+    options = parse_args(argv)
+    xla = decide_jit_compile(options.jit_compile, num_shapes=options.max_length)
+    run = recipe.start(options, xla=xla.use)
     tokenizer = CharacterTokenizer(string.ascii_lowercase)
-    train_words = random_words(config["train_examples"], config, config["seed"] + 1)
-    valid_words = random_words(config["valid_examples"], config, config["seed"] + 2)
-    reverse = lambda words: [w[::-1] for w in words]  # noqa: E731
-    train = text_pair_dataset(
-        train_words, reverse(train_words), tokenizer, tokenizer, config["batch_size"],
-        shuffle=True, seed=config["seed"],
-    )
-    valid = text_pair_dataset(
-        valid_words, reverse(valid_words), tokenizer, tokenizer, config["batch_size"]
-    )
-    inputs, labels = next(iter(train))
+    train_pairs, valid_pairs = words(options, options.train_examples, 1), words(options, options.valid_examples, 2)
+    train_data = text_pair_dataset(*train_pairs, tokenizer, tokenizer, options.batch_size, shuffle=True,
+                                   seed=options.seed)
+    valid_data = text_pair_dataset(*valid_pairs, tokenizer, tokenizer, options.batch_size)
+    inputs, labels = next(iter(train_data))
     print({name: tuple(value.shape) for name, value in inputs.items()}, "labels", tuple(labels.shape))
-
-    with run.strategy.scope():
-        model = build_model(config, tokenizer.vocab_size, run.precision.policy)
-        recipe.compile_model(
-            model, kseq.optimizers.FusedAdam(config["learning_rate"], clipnorm=1.0),
-            kseq.losses.MaskedSparseCategoricalCrossentropy(),
-            [kseq.metrics.MaskedAccuracy(), kseq.metrics.Perplexity()],
-            jit_compile=decide_jit_compile(config["jit_compile"], num_shapes=config["max_length"]).use,
-        )
-
-    def translate(words):
-        ids = tokenizer.tokenize(words).to_tensor()
-        generated = model.generate(ids, max_length=config["max_length"] + 1)
-        return [t.decode() for t in tokenizer.detokenize(generated).numpy()]
-
-    monitor = GenerationMonitor(
-        valid_words, reverse(valid_words), translate, {"exact_match": exact_match},
-        logdir=config["logdir"],
-    )
-    callbacks = [monitor, keras.callbacks.TensorBoard(config["logdir"])]
-    start = time.time()
-    history = model.fit(
-        train, validation_data=valid, epochs=config["epochs"], callbacks=callbacks, verbose=2,
-        shuffle=False,  # the dataset shuffles itself
-    )
-    train_seconds = time.time() - start
-
-    test_words = random_words(config["valid_examples"], config, config["seed"] + 3)
-    metrics = recipe.write_metrics(config["logdir"], {
-        "test_exact_match": exact_match(translate(test_words), reverse(test_words)),
-        "valid_loss": float(history.history["val_loss"][-1]),
-        "valid_losses": [float(value) for value in history.history["val_loss"]],
-        "valid_exact_match": monitor.history[-1]["exact_match"],
-        "train_seconds": round(train_seconds, 1),
-        "epochs": config["epochs"],
-        **run.precision.as_dict(),
+    trained = train(options, run, tokenizer, train_data, valid_data, valid_pairs, xla)
+    test_words, test_targets = words(options, options.valid_examples, 3)
+    metrics = recipe.write_metrics(options.logdir, {
+        "test_exact_match": exact_match(translator(trained.model, tokenizer, options)(test_words), test_targets),
+        **trained.metrics, "epochs": options.epochs, **as_metrics(trained.decisions),
     })
     print(metrics)
-
-    path = export_translator(model, tokenizer, tokenizer, config["export_dir"], max_length=config["max_length"] + 1)
+    path = export_translator(trained.model, tokenizer, tokenizer, options.export_dir,
+                             max_length=options.max_length + 1)
     recipe.serve_sample(path, {"source": ["keras", "sequence"]})
-    print(f"TensorBoard: tensorboard --logdir {config['logdir']}")
+    print(f"TensorBoard: tensorboard --logdir {options.logdir}")
     return metrics
+
+
+def translator(model, tokenizer, options):
+    def translate(texts):
+        generated = model.generate(tokenizer.tokenize(texts).to_tensor(), max_length=options.max_length + 1)
+        return [t.decode() for t in tokenizer.detokenize(generated).numpy()]
+
+    return translate
+
+
+def train(options, run, tokenizer, train_data, valid_data, valid_pairs, xla):
+    with run.strategy.scope():
+        model = build_model(options, tokenizer.vocab_size, run.precision.policy)
+        recipe.compile_model(
+            model, kseq.optimizers.FusedAdam(options.learning_rate, clipnorm=1.0),
+            kseq.losses.MaskedSparseCategoricalCrossentropy(),
+            [kseq.metrics.MaskedAccuracy(), kseq.metrics.Perplexity()], jit_compile=xla.use,
+        )
+    monitor = GenerationMonitor(*valid_pairs, translator(model, tokenizer, options),
+                                {"exact_match": exact_match}, logdir=options.logdir)
+    start = time.time()
+    history = model.fit(train_data, validation_data=valid_data, epochs=options.epochs, verbose=2, shuffle=False,
+                        callbacks=[monitor, keras.callbacks.TensorBoard(options.logdir)]).history
+    decisions = [run.precision.as_decision(), Decision("jit_compile", *keras_jit_status(model, xla))]
+    return Trained(model, decisions, {
+        "valid_loss": float(history["val_loss"][-1]),
+        "valid_losses": [float(value) for value in history["val_loss"]],
+        "valid_exact_match": monitor.history[-1]["exact_match"],
+        "train_seconds": round(time.time() - start, 1),
+    })
 
 
 if __name__ == "__main__":

@@ -184,7 +184,7 @@ def check_two_replicas_match_one(name, devices):
 KERAS_CLIPS_PER_REPLICA = pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
     "Keras 3.15 clips each replica's gradient before summing them "
     "(BaseOptimizer._backend_apply_gradients clips, then "
-    "TFOptimizer._backend_update_step all-reduces); kseq.distribution."
+    "TFOptimizer._backend_update_step all-reduces); kseq.training.distribution."
     "clip_after_all_reduce fixes it. Strict: tells when Keras is fixed."))
 
 

@@ -13,6 +13,7 @@ from kseq._atomic import write_bytes_atomic
 from kseq.training.callbacks import NonFiniteLoss, StopOnNonFiniteLoss
 from kseq.data.bucketing import bucketed_pair_dataset
 from kseq.data.character_tokenizer import CharacterTokenizer
+from kseq.data.synthetic import reversed_words
 from kseq.export import export_translator
 from kseq.training.resume import ResumableBackup, TrainingPosition
 from support import serve_with_text_ops
@@ -21,9 +22,7 @@ LETTERS = "abcdefghij"
 
 
 def pairs(count, seed=0):
-    rng = np.random.default_rng(seed)
-    sources = ["".join(rng.choice(list(LETTERS), rng.integers(2, 12))) for _ in range(count)]
-    return sources, [s[::-1] for s in sources]
+    return reversed_words(count, LETTERS, min_length=2, max_length=11, seed=seed)
 
 
 def tiny_model(tokenizer):

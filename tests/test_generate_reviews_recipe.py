@@ -114,8 +114,8 @@ def test_classifier_export_is_reused_when_present(tmp_path, monkeypatch):
         if version != "7":
             (tmp_path / "cls" / version / "saved_model.pb").write_bytes(b"")
     monkeypatch.setattr(generate_reviews.classify, "main", lambda argv: pytest.fail("trained"))
-    config = dict(generate_reviews.DEFAULTS, classifier_export=str(tmp_path / "cls"))
-    assert generate_reviews.classifier_path(config) == (str(tmp_path / "cls" / "3"), 0.0)
+    options = generate_reviews.Options(classifier_export=str(tmp_path / "cls"))
+    assert generate_reviews.classifier_path(options) == (str(tmp_path / "cls" / "3"), 0.0)
 
 
 def test_without_an_export_the_classifier_recipe_trains_one(tmp_path, monkeypatch):
@@ -126,10 +126,9 @@ def test_without_an_export_the_classifier_recipe_trains_one(tmp_path, monkeypatc
         export_word_classifier(argv[argv.index("--export-dir") + 1])
 
     monkeypatch.setattr(generate_reviews.classify, "main", train_classifier)
-    config = dict(generate_reviews.DEFAULTS, classifier_export=str(tmp_path / "cls"),
-                  logdir=str(tmp_path / "runs"), train_tsv="my.tsv",
-                  classifier_args="--epochs 1 --units 8")
-    path, seconds = generate_reviews.classifier_path(config)
+    options = generate_reviews.Options(classifier_export=str(tmp_path / "cls"), logdir=str(tmp_path / "runs"),
+                                       train_tsv="my.tsv", classifier_args="--epochs 1 --units 8")
+    path, seconds = generate_reviews.classifier_path(options)
     assert path == str(tmp_path / "cls" / "1") and seconds > 0
     (argv,) = calls
     assert argv[:4] == ["--epochs", "1", "--units", "8"]

@@ -37,7 +37,8 @@ def random_sequences(count, vocab_size=30, min_length=4, max_length=12, seed=0):
 
 
 def reversal_task(count, vocab_size=30, min_length=4, max_length=12, seed=0):
-    """Source: a random sequence; target: the same sequence reversed.
+    """Source: a random sequence of ids; target: the same sequence reversed
+    (`reversed_words` is the same task as text).
 
     Returns the `teacher_forcing` arrays plus the raw target sequences.
     """
@@ -45,3 +46,19 @@ def reversal_task(count, vocab_size=30, min_length=4, max_length=12, seed=0):
     targets = [s[::-1] for s in sources]
     inputs, labels = teacher_forcing(sources, targets)
     return inputs, labels, targets
+
+
+def reversed_words(count, letters="abcdefghijklmnopqrstuvwxyz", min_length=4, max_length=12, seed=0):
+    """The reversal task as text: (`count` random words of `letters`, each
+    `min_length` to `max_length` long; the same words reversed).
+
+    Example:
+    >>> words, targets = reversed_words(2, letters="ab", seed=1)
+    >>> all(target == word[::-1] for word, target in zip(words, targets))
+    True
+    """
+    rng = np.random.default_rng(seed)
+    alphabet = np.array(list(letters))
+    lengths = rng.integers(min_length, max_length + 1, count)
+    words = ["".join(rng.choice(alphabet, n)) for n in lengths]
+    return words, [word[::-1] for word in words]

@@ -23,7 +23,7 @@ class GenerationMonitor(keras.callbacks.Callback):
     Markdown table to TensorBoard (under `<logdir>/generation`, at the
     global step), and adds the scores to the epoch's logs (so they reach
     other callbacks). A time-bounded `translate` (e.g.
-    `kseq.evaluation.BatchTranslator(..., seconds=...)`) may return fewer
+    `kseq.training.evaluation.BatchTranslator(..., seconds=...)`) may return fewer
     outputs than sources: the scores then cover the sentences it reached.
 
     Args:

@@ -24,6 +24,9 @@ import os
 import types
 import typing
 
+from kseq.training.precision import PRECISIONS
+from kseq.training.xla import JIT_CHOICES
+
 AUTO = "auto"
 Auto = typing.Literal["auto"]
 
@@ -61,9 +64,8 @@ class RecipeOptions:
     strategy: str = option("mirrored", "tf.distribute strategy",
                            choices=("default", "mirrored", "multiworker"))
     precision: str = option(AUTO, "dtype policy; auto: the fastest measured on this device class",
-                            choices=(AUTO, "float32", "mixed_bfloat16", "mixed_float16"))
-    jit_compile: str = option(AUTO, "XLA for the train step; auto: where it pays",
-                              choices=(AUTO, "on", "off"))
+                            choices=PRECISIONS)
+    jit_compile: str = option(AUTO, "XLA for the train step; auto: where it pays", choices=JIT_CHOICES)
     xla_cache: str | None = option(None, "folder of compiled XLA programs (default ~/.cache/kseq/xla)")
     logdir: str = option("runs", "TensorBoard logs, metrics.json, checkpoints and the resumable backup")
     export_dir: str = option("savedmodels", "the SavedModel goes to <export-dir>/<next version>/")

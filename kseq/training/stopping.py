@@ -13,6 +13,7 @@ from kseq._atomic import write_json_atomic
 from kseq.training.options import AUTO, RecipeOptions, option
 from kseq._validation import check_choice, check_float, check_positive_int
 from kseq.training.periods import global_step
+from kseq.training.selection import METRICS
 
 
 @dataclasses.dataclass(frozen=True)
@@ -20,7 +21,7 @@ class StoppingOptions(RecipeOptions):
     """When training stops and which weights it keeps (`KeepBest`, `RecentWeights`)."""
 
     metric: str = option(AUTO, "validation score; auto: exact match for short targets, else chrF",
-                         choices=(AUTO, "bleu", "chrf", "exact_match"))
+                         choices=(AUTO, *METRICS))
     patience: int = option(3, "evaluations without improvement before stopping (0: never)", minimum=0)
     lr_decay: float = option(0.5, "rate factor after a fall back to the best weights (1: never)")
     average_snapshots: int = option(0, "average the last N snapshots where that scores better (0: off)",

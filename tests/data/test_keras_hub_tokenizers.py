@@ -2,6 +2,7 @@
 SentencePieceTokenizer), user WordPiece and BPE vocabularies, the loader
 behind `--tokenizer PATH`, and the checks of what an export accepts."""
 
+import dataclasses
 import json
 import os
 import random
@@ -251,13 +252,13 @@ def test_recipes_take_a_tokenizer_path(word_piece_file, tmp_path, capsys):
     with pytest.raises(SystemExit):
         classify.main(["--tokenizer", f"{word_piece_file},{missing}"])
     assert f"{missing}: no such file or folder" in capsys.readouterr().err
-    config = language_model.parse_args(["--tokenizer", word_piece_file, "--logdir", str(tmp_path)])
-    tokenizer = recipe.tokenizer_for(config, texts=[], vocab_size=1)
+    options = language_model.parse_args(["--tokenizer", word_piece_file, "--logdir", str(tmp_path)])
+    tokenizer = recipe.tokenizer_for(options, texts=[], vocab_size=1)
     assert isinstance(tokenizer.tokenizer, keras_hub.tokenizers.WordPieceTokenizer)
     saved = load_tokenizer(str(tmp_path / "tokenizer.json"))
     assert saved.tokenize(["abc zzz"]).to_list() == tokenizer.tokenize(["abc zzz"]).to_list()
     assert recipe.tokenizer_files(tokenizer) == {"tokenizer.json": (tmp_path / "tokenizer.json").read_bytes()}
     (tmp_path / "no_unk.txt").write_text("hello\n", encoding="utf-8")
-    config["tokenizer"] = str(tmp_path / "no_unk.txt")
+    options = dataclasses.replace(options, tokenizer=str(tmp_path / "no_unk.txt"))
     with pytest.raises(SystemExit, match="--tokenizer .*no_unk.txt: `vocabulary_file` .* has no '\\[UNK\\]'"):
-        recipe.tokenizer_for(config, texts=[], vocab_size=1)
+        recipe.tokenizer_for(options, texts=[], vocab_size=1)
