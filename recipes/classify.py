@@ -39,12 +39,13 @@ from kseq.export import export_classifier  # noqa: E402
 from kseq.special_ids import PAD_ID  # noqa: E402
 from kseq.training import options as opts, recipe  # noqa: E402
 from kseq.training.cadenced_fit import Trained  # noqa: E402
-from kseq.training.decisions import Decision, as_hparams, as_metrics  # noqa: E402
+from kseq.training.decisions import as_hparams, as_metrics  # noqa: E402
 from kseq.training.options import option  # noqa: E402
 from kseq.training.recipe import read_tsv_reporting  # noqa: E402
 from kseq.training.runtime import tune_cpu_runtime  # noqa: E402
 from kseq.training.tensorboard import write_hparams  # noqa: E402
-from kseq.training.xla import decide_jit_compile, keras_jit_status  # noqa: E402
+from kseq.training.xla import decide_jit_compile  # noqa: E402
+
 
 @dataclasses.dataclass(frozen=True)
 class Options(opts.TextRecipeOptions):
@@ -79,6 +80,28 @@ class Options(opts.TextRecipeOptions):
 
 def parse_args(argv=None):
     return opts.parse(Options, argv, doc=__doc__)
+
+
+def main(argv=None):
+    options = parse_args(argv)
+    xla = decide_jit_compile(options.jit_compile, num_shapes=1)
+    run = recipe.start(options, xla=xla.use)
+    data, names = load_data(options)
+    tokenizer = recipe.tokenizer_for(options, data["train"][0], options.vocab_size)
+    datasets = {split: make_dataset(*pair, tokenizer, options, shuffle=split == "train")
+                for split, pair in data.items()}
+    inputs, labels = next(iter(datasets["train"]))
+    print(f"first batch: token_ids {tuple(inputs.shape)}, labels {tuple(labels.shape)}")
+    trained = train(options, run, datasets, tokenizer.vocab_size, names, xla)
+    metrics = recipe.write_metrics(options.logdir, {
+        **evaluate(trained, datasets["test"], data), **trained.metrics,
+        "wall_seconds": round(run.seconds, 1), "labels": names, **as_metrics(trained.decisions),
+    })
+    path = export_classifier(trained.model, tokenizer, names, options.export_dir, max_length=options.max_length,
+                             assets=recipe.tokenizer_files(tokenizer))
+    recipe.serve_sample(path, {"text": data["test"][0][:1]})
+    print(f"TensorBoard: tensorboard --logdir {options.logdir}")
+    return metrics
 
 
 def read_labelled(path, role):
@@ -139,38 +162,12 @@ def build_model(options, vocab_size, num_classes, precision="float32", jit_compi
     )
 
 
-def main(argv=None):
-    options = parse_args(argv)
-    xla = decide_jit_compile(options.jit_compile, num_shapes=1)
-    run = recipe.start(options, xla=xla.use)
-    data, names = load_data(options)
-    tokenizer = recipe.tokenizer_for(options, data["train"][0], options.vocab_size)
-    datasets = {split: make_dataset(*pair, tokenizer, options, shuffle=split == "train")
-                for split, pair in data.items()}
-    inputs, labels = next(iter(datasets["train"]))
-    print(f"first batch: token_ids {tuple(inputs.shape)}, labels {tuple(labels.shape)}")
-    trained = train(options, run, datasets, tokenizer.vocab_size, names, xla)
-    test = trained.model.evaluate(datasets["test"], verbose=0, return_dict=True)
-    majority = float(np.mean(np.asarray(data["test"][1]) == np.bincount(data["train"][1]).argmax()))
-    metrics = recipe.write_metrics(options.logdir, {
-        "test_accuracy": round(float(test["accuracy"]), 4), "test_loss": float(test["loss"]),
-        "majority_class_test_accuracy": round(majority, 4), **trained.metrics,
-        "wall_seconds": round(run.seconds, 1), "labels": names, **as_metrics(trained.decisions),
-    })
-    print(f"test accuracy {metrics['test_accuracy']:.4f} (majority class {majority:.4f})")
-    path = export_classifier(trained.model, tokenizer, names, options.export_dir, max_length=options.max_length,
-                             assets=recipe.tokenizer_files(tokenizer))
-    recipe.serve_sample(path, {"text": data["test"][0][:1]})
-    print(f"TensorBoard: tensorboard --logdir {options.logdir}")
-    return metrics
-
-
 def train(options, run, datasets, vocab_size, names, xla):
     """Fits with early stopping on validation accuracy; the best epoch's weights are kept."""
     with run.strategy.scope():
         model = build_model(options, vocab_size, len(names), run.precision.policy, xla.use)
     print(f"model: {options.encoder} + {options.pooling} pooling, {model.count_params():,} parameters")
-    decisions = [run.precision.as_decision(), Decision("jit_compile", *keras_jit_status(model, xla))]
+    decisions = run.decisions(model, xla)
     write_hparams(options.logdir, options.as_hparams() | as_hparams(decisions))
     callbacks = [
         keras.callbacks.TensorBoard(options.logdir),
@@ -186,6 +183,15 @@ def train(options, run, datasets, vocab_size, names, xla):
     return Trained(model, decisions, {
         "valid_accuracy": float(history["val_accuracy"][best]), "valid_loss": float(history["val_loss"][best]),
         "best_epoch": best + 1, "epochs_run": len(history["loss"]), "train_seconds": round(train_seconds, 1)})
+
+
+def evaluate(trained, test, data):
+    """Test accuracy and loss, and the majority class's accuracy for reference."""
+    scores = trained.model.evaluate(test, verbose=0, return_dict=True)
+    majority = float(np.mean(np.asarray(data["test"][1]) == np.bincount(data["train"][1]).argmax()))
+    print(f"test accuracy {scores['accuracy']:.4f} (majority class {majority:.4f})")
+    return {"test_accuracy": round(float(scores["accuracy"]), 4), "test_loss": float(scores["loss"]),
+            "majority_class_test_accuracy": round(majority, 4)}
 
 
 if __name__ == "__main__":

@@ -44,7 +44,6 @@ import time
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # for `import classify`
 
-import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
@@ -52,15 +51,16 @@ import classify  # noqa: E402
 import kseq  # noqa: E402
 from kseq.data.text_pairs import add_specials  # noqa: E402
 from kseq.decoding import Sampler  # noqa: E402
+from kseq.decoding.output import decoded_text  # noqa: E402
 from kseq.export import export_conditioned_generator, latest_version  # noqa: E402
 from kseq.training import options as opts, recipe  # noqa: E402
 from kseq.training.cadenced_fit import Trained  # noqa: E402
-from kseq.training.decisions import Decision, as_hparams, as_metrics  # noqa: E402
+from kseq.training.callbacks import GenerationMonitor  # noqa: E402
+from kseq.training.decisions import as_hparams, as_metrics  # noqa: E402
 from kseq.training.options import option  # noqa: E402
-from kseq.training.callbacks import GenerationMonitor, TimeLimit  # noqa: E402
 from kseq.training.runtime import tune_cpu_runtime  # noqa: E402
 from kseq.training.tensorboard import write_hparams  # noqa: E402
-from kseq.training.xla import decide_jit_compile, keras_jit_status  # noqa: E402
+from kseq.training.xla import decide_jit_compile  # noqa: E402
 
 WORD = re.compile(r"[a-z']+")
 BUCKETS = [16, 24, 32, 40, 48, 64]  # target lengths (BOS included) where batches are cut
@@ -99,6 +99,40 @@ def parse_args(argv=None):
     return opts.parse(Options, argv, doc=__doc__)
 
 
+def main(argv=None):
+    options = parse_args(argv)
+    classifier, classifier_seconds = classifier_path(options)
+    xla = decide_jit_compile(options.jit_compile, num_shapes=len(BUCKETS) + 1, budget_minutes=options.max_minutes)
+    run = recipe.start(options, xla=xla.use)
+    data, names = classify.load_data(options)
+    real_per_class, real_overall = classifier_ceiling(classifier, data, names)
+    tokenizer = recipe.tokenizer_for(options, data["train"][0], options.vocab_size)
+    trained = train(options, run, make_datasets(options, data, tokenizer), tokenizer, names, xla)
+    path = export_conditioned_generator(trained.model, tokenizer, options.export_dir, search=sampler(options),
+                                        labels=names, assets=recipe.tokenizer_files(tokenizer))
+    recipe.serve_sample(path, {"label": names[-1:]})
+    scores = score_samples(options, path, classifier, data, names, trained.metrics["steps"])
+    results = recipe.write_metrics(options.logdir, {
+        **trained.metrics, **scores,
+        "classifier": classifier,
+        "classifier_trained_here": classifier_seconds > 0,
+        "classifier_seconds": round(classifier_seconds, 1),
+        "classifier_test_accuracy": real_overall,
+        "classifier_test_accuracy_per_class": real_per_class,
+        "samples_per_class": options.samples_per_class,
+        "decoding": dict(method="sample", temperature=options.temperature,
+                         top_k=options.top_k, no_repeat_ngram_size=options.no_repeat_ngram,
+                         seed=options.seed, max_length=options.sample_length),
+        "labels": names,
+        "wall_seconds": round(run.seconds + classifier_seconds, 1),
+        **as_metrics(trained.decisions),
+    })
+    print(f"label agreement with the classifier: {results['agreement']}, overall {results['agreement_overall']:.1%} "
+          f"(the classifier on real test snippets: {real_overall:.1%})")
+    print(f"TensorBoard: tensorboard --logdir {options.logdir}")
+    return results
+
+
 # The classifier that labels the samples ----------------------------------------------
 
 
@@ -123,6 +157,15 @@ def classifier_path(options):
     start = time.time()
     classify.main(argv)
     return latest_version(options.classifier_export), time.time() - start
+
+
+def classifier_ceiling(path, data, names):
+    """The classifier on the real test snippets, before training: its
+    ceiling for the agreement, and a check that it knows these labels.
+    -> ({label: agreement}, overall)."""
+    predicted = label_texts(path, data["test"][0])
+    check_labels(path, predicted, names)
+    return agreement(predicted, [names[i] for i in data["test"][1]], names)
 
 
 def label_texts(path, texts, batch=256):
@@ -162,6 +205,18 @@ def agreement(predicted, wanted, names):
 
 
 # The generator -------------------------------------------------------------------------
+
+
+def make_datasets(options, data, tokenizer):
+    """{split: `make_dataset`}, with what each kept."""
+    datasets = {}
+    for split, (texts, class_ids) in data.items():
+        datasets[split], kept = make_dataset(texts, class_ids, tokenizer, options, shuffle=split == "train")
+        print(f"{split}: {kept} of {len(texts)} snippets within {options.max_length} pieces")
+    (class_ids, target_in), labels = next(iter(datasets["train"]))
+    print(f"first batch: condition {tuple(class_ids.shape)}, target_ids "
+          f"{tuple(target_in.shape)}, labels {tuple(labels.shape)}")
+    return datasets
 
 
 def make_dataset(texts, class_ids, tokenizer, options, shuffle):
@@ -214,101 +269,27 @@ def sample_writer(model, tokenizer, names, options):
     def write(labels):
         class_ids = tf.constant([names.index(label) for label in labels], tf.int32)
         generated, _ = model.search(model.pack_condition(class_ids), search)
-        return [text.decode() for text in tokenizer.detokenize(generated).numpy()]
+        return [text.decode() for text in decoded_text(tokenizer, generated)[0].numpy()]
 
     return write
 
 
 def train(options, run, datasets, tokenizer, names, xla):
-    """Trains the generator, keeping the epoch with the best validation loss."""
+    """Trains the generator, keeping the epoch with the best validation loss,
+    and scores it on the test snippets."""
     with run.strategy.scope():
         model = build_model(options, tokenizer.vocab_size, len(names), run.precision.policy, xla.use)
     print(f"model: {model.count_params():,} parameters")
-    decisions = [run.precision.as_decision(), Decision("jit_compile", *keras_jit_status(model, xla))]
+    decisions = run.decisions(model, xla)
     write_hparams(options.logdir, options.as_hparams() | as_hparams(decisions))
-    best = os.path.join(options.logdir, "checkpoints", "best.weights.h5")
     shown = [name for name in names for _ in range(2)]
-    callbacks = [
-        TimeLimit(options.max_minutes),
-        keras.callbacks.TensorBoard(options.logdir),
-        GenerationMonitor(shown, None, sample_writer(model, tokenizer, names, options), {},
-                          logdir=options.logdir, samples=len(shown)),
-        keras.callbacks.ModelCheckpoint(best, save_weights_only=True, save_best_only=True),
-    ]
-    start = time.time()
-    history = model.fit(datasets["train"], validation_data=datasets["valid"],
-                        epochs=options.epochs, callbacks=callbacks, verbose=2).history
-    seconds = time.time() - start
-    model.load_weights(best)
-    model.save(os.path.join(options.logdir, "model.keras"))
+    monitor = GenerationMonitor(shown, None, sample_writer(model, tokenizer, names, options), {},
+                                logdir=options.logdir, samples=len(shown))
+    _, metrics = recipe.fit_keeping_best(model, datasets, options.logdir, options.epochs, options.max_minutes,
+                                         [monitor])
     test = model.evaluate(datasets["test"], verbose=0, return_dict=True)
     print(f"test perplexity {test['perplexity']:.2f}")
-    return Trained(model, decisions, {
-        "test_perplexity": round(float(test["perplexity"]), 3),
-        "valid_loss": float(min(history["val_loss"])),
-        "best_epoch": int(np.argmin(history["val_loss"])) + 1,
-        "epochs_run": len(history["loss"]),
-        "steps": int(model.optimizer.iterations.numpy()),
-        "train_seconds": round(seconds, 1),
-    })
-
-
-def make_datasets(options, data, tokenizer):
-    datasets = {}
-    for split, (texts, class_ids) in data.items():
-        datasets[split], kept = make_dataset(texts, class_ids, tokenizer, options, shuffle=split == "train")
-        print(f"{split}: {kept} of {len(texts)} snippets within {options.max_length} pieces")
-    (class_ids, target_in), labels = next(iter(datasets["train"]))
-    print(f"first batch: condition {tuple(class_ids.shape)}, target_ids "
-          f"{tuple(target_in.shape)}, labels {tuple(labels.shape)}")
-    return datasets
-
-
-def log_agreement(logdir, per_class, overall, samples, step):
-    with tf.summary.create_file_writer(os.path.join(logdir, "agreement")).as_default(step=step):
-        for name, value in per_class.items():
-            tf.summary.scalar(f"agreement_{name}", value)
-        tf.summary.scalar("agreement_overall", overall)
-        for name, texts in samples.items():
-            tf.summary.text(f"samples_{name}", "\n\n".join(f"- {t}" for t in texts))
-
-
-def main(argv=None):
-    options = parse_args(argv)
-    classifier, classifier_seconds = classifier_path(options)
-    xla = decide_jit_compile(options.jit_compile, num_shapes=len(BUCKETS) + 1, budget_minutes=options.max_minutes)
-    run = recipe.start(options, xla=xla.use)
-    data, names = classify.load_data(options)
-    # The classifier on the real test snippets, before training: its
-    # ceiling for the agreement, and a check that it knows these labels.
-    real_labels = label_texts(classifier, data["test"][0])
-    check_labels(classifier, real_labels, names)
-    real_per_class, real_overall = agreement(real_labels, [names[i] for i in data["test"][1]], names)
-    tokenizer = recipe.tokenizer_for(options, data["train"][0], options.vocab_size)
-    trained = train(options, run, make_datasets(options, data, tokenizer), tokenizer, names, xla)
-    path = export_conditioned_generator(trained.model, tokenizer, options.export_dir, search=sampler(options),
-                                        labels=names, assets=recipe.tokenizer_files(tokenizer))
-    recipe.serve_sample(path, {"label": names[-1:]})
-    scores = score_samples(options, path, classifier, data, names, trained.metrics["steps"])
-    results = recipe.write_metrics(options.logdir, {
-        **trained.metrics, **scores,
-        "classifier": classifier,
-        "classifier_trained_here": classifier_seconds > 0,
-        "classifier_seconds": round(classifier_seconds, 1),
-        "classifier_test_accuracy": real_overall,
-        "classifier_test_accuracy_per_class": real_per_class,
-        "samples_per_class": options.samples_per_class,
-        "decoding": dict(method="sample", temperature=options.temperature,
-                         top_k=options.top_k, no_repeat_ngram_size=options.no_repeat_ngram,
-                         seed=options.seed, max_length=options.sample_length),
-        "labels": names,
-        "wall_seconds": round(run.seconds + classifier_seconds, 1),
-        **as_metrics(trained.decisions),
-    })
-    print(f"label agreement with the classifier: {results['agreement']}, overall {results['agreement_overall']:.1%} "
-          f"(the classifier on real test snippets: {real_overall:.1%})")
-    print(f"TensorBoard: tensorboard --logdir {options.logdir}")
-    return results
+    return Trained(model, decisions, {"test_perplexity": round(float(test["perplexity"]), 3), **metrics})
 
 
 def score_samples(options, path, classifier, data, names, step):
@@ -331,6 +312,15 @@ def score_samples(options, path, classifier, data, names, step):
         "known_word_rate": known_word_rate(texts, vocabulary),
         "known_word_rate_real_test": known_word_rate(data["test"][0], vocabulary),
     }
+
+
+def log_agreement(logdir, per_class, overall, samples, step):
+    with tf.summary.create_file_writer(os.path.join(logdir, "agreement")).as_default(step=step):
+        for name, value in per_class.items():
+            tf.summary.scalar(f"agreement_{name}", value)
+        tf.summary.scalar("agreement_overall", overall)
+        for name, texts in samples.items():
+            tf.summary.text(f"samples_{name}", "\n\n".join(f"- {t}" for t in texts))
 
 
 if __name__ == "__main__":

@@ -27,26 +27,26 @@ as in recipes/classify.py (your vocabulary instead of a trained one).
 import dataclasses
 import math
 import os
-import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-import keras  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 import kseq  # noqa: E402
 from kseq.data.streams import join_documents, stream_batches  # noqa: E402
 from kseq.data.text import normalize_text  # noqa: E402
 from kseq.decoding import Sampler  # noqa: E402
+from kseq.decoding.output import decoded_text  # noqa: E402
 from kseq.export import export_language_model  # noqa: E402
 from kseq.training import options as opts, recipe  # noqa: E402
 from kseq.training.cadenced_fit import Trained  # noqa: E402
-from kseq.training.decisions import Decision, as_metrics  # noqa: E402
+from kseq.training.callbacks import GenerationMonitor  # noqa: E402
+from kseq.training.decisions import as_hparams, as_metrics  # noqa: E402
 from kseq.training.options import option  # noqa: E402
-from kseq.training.callbacks import GenerationMonitor, TimeLimit  # noqa: E402
 from kseq.training.runtime import tune_cpu_runtime  # noqa: E402
 from kseq.training.tensorboard import write_hparams  # noqa: E402
-from kseq.training.xla import decide_jit_compile, keras_jit_status  # noqa: E402
+from kseq.training.xla import decide_jit_compile  # noqa: E402
+
 
 @dataclasses.dataclass(frozen=True)
 class Options(opts.TextRecipeOptions):
@@ -83,6 +83,29 @@ def parse_args(argv=None):
     return opts.parse(Options, argv, doc=__doc__)
 
 
+def main(argv=None):
+    options = parse_args(argv)
+    xla = decide_jit_compile(options.jit_compile, num_shapes=1, budget_minutes=options.max_minutes)
+    run = recipe.start(options, xla=xla.use)
+    texts = load_texts(options)
+    tokenizer = recipe.tokenizer_for(options, texts["train"], options.vocab_size)
+    streams = make_streams(options, texts, tokenizer)
+    trained = train(options, run, streams, tokenizer, xla)
+    continuer, search = make_continuer(trained.model, tokenizer, options)
+    metrics = recipe.write_metrics(options.logdir, {
+        **trained.metrics, "test_cross_entropy": round(math.log(trained.metrics["test_perplexity"]), 4),
+        "samples": continuations(continuer, options.prompts), "wall_seconds": round(run.seconds, 1),
+        **as_metrics(trained.decisions),
+    })
+    path = export_language_model(trained.model, tokenizer, options.export_dir, search,
+                                 assets=recipe.tokenizer_files(tokenizer))
+    recipe.serve_sample(path, {"prompt": list(options.prompts[:1])})
+    print(f"test perplexity {metrics['test_perplexity']:.2f} with truncated BPTT, "
+          f"{metrics['baseline_test_perplexity']:.2f} with independent chunks")
+    print(f"TensorBoard: tensorboard --logdir {options.logdir}")
+    return metrics
+
+
 def read_lines(path):
     """Non-empty normalized lines of a UTF-8 text file."""
     try:
@@ -110,6 +133,18 @@ def load_texts(options):
     return texts
 
 
+def make_streams(options, texts, tokenizer):
+    """{split: batches of parallel token streams}; each replica gets the same rows of every batch."""
+    streams = {}
+    for split, documents in texts.items():
+        tokens = join_documents(tokenizer.tokenize(documents))
+        # Evaluation streams are fewer so that little text is cut off.
+        batch = options.batch_size if split == "train" else min(options.batch_size, 8)
+        streams[split] = stream_batches(tokens, batch, options.bptt, drop_remainder=split == "train")
+        print(f"{split}: {len(tokens):,} tokens in {batch} streams")
+    return streams
+
+
 def build_model(options, vocab_size, carry_state, precision="float32", jit_compile=False):
     model = kseq.models.RNNLanguageModel(
         vocab_size, embed_dim=options.embed_dim, units=options.units, cell=options.cell,
@@ -131,84 +166,47 @@ def make_continuer(model, tokenizer, options):
     def continue_texts(prompts):
         ids = tokenizer.tokenize(list(prompts)).to_tensor()
         generated, _ = model.search(tf.cast(ids, tf.int32), search)
-        return [t.decode("utf-8") for t in tokenizer.detokenize(generated).numpy()]
+        return [t.decode("utf-8") for t in decoded_text(tokenizer, generated)[0].numpy()]
 
     return continue_texts, search
 
 
-def train(name, options, streams, tokenizer, run, carry_state, xla):
-    """Trains one model; the best epoch's weights are kept."""
+def train(options, run, streams, tokenizer, xla):
+    """The truncated-BPTT model, then the baseline: the same model, options
+    and budget, from a zero state at every batch (independent chunks).
+    -> the first's `Trained`, with the baseline's scores beside its own."""
+    trained = fit_one("tbptt", options, run, streams, tokenizer, xla, carry_state=True)
+    write_hparams(options.logdir, options.as_hparams() | as_hparams(trained.decisions))
+    baseline = fit_one("independent_chunks", options, run, streams, tokenizer, xla, carry_state=False)
+    compared = ("test_perplexity", "valid_loss", "train_seconds", "steps")
+    return Trained(trained.model, trained.decisions,
+                   {**trained.metrics, **{f"baseline_{name}": baseline.metrics[name] for name in compared}})
+
+
+def fit_one(name, options, run, streams, tokenizer, xla, carry_state):
+    """One model fitted in `<logdir>/<name>`; its best epoch is kept and scored on the test stream."""
     logdir = os.path.join(options.logdir, name)
     with run.strategy.scope():
         model = build_model(options, tokenizer.vocab_size, carry_state, run.precision.policy, xla.use)
     print(f"{name}: {model.count_params():,} parameters, carry_state={carry_state}")
     continuer, _ = make_continuer(model, tokenizer, options)
-    callbacks = [
-        TimeLimit(options.max_minutes),
-        GenerationMonitor(options.prompts, None, continuer, {}, logdir=logdir),
-        keras.callbacks.TensorBoard(logdir),
-        keras.callbacks.ModelCheckpoint(os.path.join(logdir, "checkpoints", "best.weights.h5"),
-                                        save_weights_only=True, save_best_only=True),
-    ]
-    start = time.time()
-    history = model.fit(streams["train"], validation_data=streams["valid"],
-                        epochs=options.epochs, callbacks=callbacks, verbose=1, shuffle=False).history
-    seconds = time.time() - start
-    model.load_weights(os.path.join(logdir, "checkpoints", "best.weights.h5"))
-    model.save(os.path.join(logdir, "model.keras"))
+    monitor = GenerationMonitor(options.prompts, None, continuer, {}, logdir=logdir)
+    history, metrics = recipe.fit_keeping_best(model, streams, logdir, options.epochs, options.max_minutes,
+                                               [monitor], verbose=1)
     test = model.evaluate(streams["test"], verbose=0, return_dict=True)
     print(f"{name}: test perplexity {test['perplexity']:.2f}")
-    decisions = [run.precision.as_decision(), Decision("jit_compile", *keras_jit_status(model, xla))]
-    return Trained(model, decisions, {
-        "test_perplexity": round(float(test["perplexity"]), 3),
-        "valid_loss": float(min(history["val_loss"])),
+    return Trained(model, run.decisions(model, xla), {
+        "test_perplexity": round(float(test["perplexity"]), 3), **metrics,
         "valid_perplexity": float(min(history["val_perplexity"])),
-        "train_seconds": round(seconds, 1),
-        "epochs_run": len(history["loss"]),
-        "steps": int(model.optimizer.iterations.numpy()),
     })
 
 
-def make_streams(options, texts, tokenizer):
-    """{split: batches of parallel token streams}; each replica gets the same rows of every batch."""
-    streams = {}
-    for split, documents in texts.items():
-        tokens = join_documents(tokenizer.tokenize(documents))
-        # Evaluation streams are fewer so that little text is cut off.
-        batch = options.batch_size if split == "train" else min(options.batch_size, 8)
-        streams[split] = stream_batches(tokens, batch, options.bptt, drop_remainder=split == "train")
-        print(f"{split}: {len(tokens):,} tokens in {batch} streams")
-    return streams
-
-
-def main(argv=None):
-    options = parse_args(argv)
-    xla = decide_jit_compile(options.jit_compile, num_shapes=1, budget_minutes=options.max_minutes)
-    run = recipe.start(options, xla=xla.use)
-    texts = load_texts(options)
-    tokenizer = recipe.tokenizer_for(options, texts["train"], options.vocab_size)
-    streams = make_streams(options, texts, tokenizer)
-    write_hparams(options.logdir, options.as_hparams() | run.precision.as_dict())
-    trained = train("tbptt", options, streams, tokenizer, run, True, xla)
-    baseline = train("independent_chunks", options, streams, tokenizer, run, False, xla).metrics
-    continuer, search = make_continuer(trained.model, tokenizer, options)
-    samples = [{"prompt": p, "continuation": c} for p, c in zip(options.prompts, continuer(options.prompts))]
+def continuations(continuer, prompts):
+    """[{prompt, continuation}] of the exported model's sampler, printed."""
+    samples = [{"prompt": p, "continuation": c} for p, c in zip(prompts, continuer(prompts))]
     for sample in samples:
         print(f"  {sample['prompt']!r} -> {sample['continuation']!r}")
-    metrics = trained.metrics
-    results = recipe.write_metrics(options.logdir, {
-        **metrics, **{f"baseline_{name}": baseline[name]
-                      for name in ("test_perplexity", "valid_loss", "train_seconds", "steps")},
-        "test_cross_entropy": round(math.log(metrics["test_perplexity"]), 4),
-        "samples": samples, "wall_seconds": round(run.seconds, 1), **as_metrics(trained.decisions),
-    })
-    path = export_language_model(trained.model, tokenizer, options.export_dir, search,
-                                 assets=recipe.tokenizer_files(tokenizer))
-    recipe.serve_sample(path, {"prompt": list(options.prompts[:1])})
-    print(f"test perplexity {metrics['test_perplexity']:.2f} with truncated BPTT, "
-          f"{baseline['test_perplexity']:.2f} with independent chunks")
-    print(f"TensorBoard: tensorboard --logdir {options.logdir}")
-    return results
+    return samples
 
 
 if __name__ == "__main__":

@@ -30,11 +30,11 @@ from kseq.export import export_translator  # noqa: E402
 from kseq.training import options as opts, recipe  # noqa: E402
 from kseq.training.cadenced_fit import Trained  # noqa: E402
 from kseq.training.callbacks import GenerationMonitor  # noqa: E402
-from kseq.training.decisions import Decision, as_metrics  # noqa: E402
+from kseq.training.decisions import as_metrics  # noqa: E402
 from kseq.training.evaluation import exact_match  # noqa: E402
 from kseq.training.options import option  # noqa: E402
 from kseq.training.seq2seq_options import ATTENTIONS  # noqa: E402
-from kseq.training.xla import decide_jit_compile, keras_jit_status  # noqa: E402
+from kseq.training.xla import decide_jit_compile  # noqa: E402
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,24 +55,6 @@ class Options(opts.RecipeOptions):
 
 def parse_args(argv=None):
     return opts.parse(Options, argv, doc=__doc__)
-
-
-def words(options, count, seed):
-    return reversed_words(count, min_length=options.min_length, max_length=options.max_length,
-                          seed=options.seed + seed)
-
-
-def build_model(options, vocab_size, precision="float32"):
-    if options.arch == "transformer":
-        return kseq.models.TransformerSeq2Seq(
-            vocab_size, vocab_size, num_layers=2, d_model=64, num_heads=4, ff_dim=128,
-            dropout=0.0, max_length=64, dtype=precision,
-        )
-    attention = None if options.attention == "none" else options.attention
-    return kseq.models.RNNSeq2Seq(
-        vocab_size, vocab_size, embed_dim=32, units=128, cell=options.cell, attention=attention,
-        dtype=precision,
-    )
 
 
 def main(argv=None):
@@ -100,7 +82,27 @@ def main(argv=None):
     return metrics
 
 
+def words(options, count, seed):
+    """(`count` random words, the same words reversed); `seed` sets each split apart."""
+    return reversed_words(count, min_length=options.min_length, max_length=options.max_length,
+                          seed=options.seed + seed)
+
+
+def build_model(options, vocab_size, precision="float32"):
+    if options.arch == "transformer":
+        return kseq.models.TransformerSeq2Seq(
+            vocab_size, vocab_size, num_layers=2, d_model=64, num_heads=4, ff_dim=128,
+            dropout=0.0, max_length=64, dtype=precision,
+        )
+    attention = None if options.attention == "none" else options.attention
+    return kseq.models.RNNSeq2Seq(
+        vocab_size, vocab_size, embed_dim=32, units=128, cell=options.cell, attention=attention,
+        dtype=precision,
+    )
+
+
 def translator(model, tokenizer, options):
+    """words -> the model's greedy reversals."""
     def translate(texts):
         generated = model.generate(tokenizer.tokenize(texts).to_tensor(), max_length=options.max_length + 1)
         return [t.decode() for t in tokenizer.detokenize(generated).numpy()]
@@ -109,6 +111,7 @@ def translator(model, tokenizer, options):
 
 
 def train(options, run, tokenizer, train_data, valid_data, valid_pairs, xla):
+    """Fits for `--epochs`, scoring exact match on the validation words after each."""
     with run.strategy.scope():
         model = build_model(options, tokenizer.vocab_size, run.precision.policy)
         recipe.compile_model(
@@ -121,8 +124,7 @@ def train(options, run, tokenizer, train_data, valid_data, valid_pairs, xla):
     start = time.time()
     history = model.fit(train_data, validation_data=valid_data, epochs=options.epochs, verbose=2, shuffle=False,
                         callbacks=[monitor, keras.callbacks.TensorBoard(options.logdir)]).history
-    decisions = [run.precision.as_decision(), Decision("jit_compile", *keras_jit_status(model, xla))]
-    return Trained(model, decisions, {
+    return Trained(model, run.decisions(model, xla), {
         "valid_loss": float(history["val_loss"][-1]),
         "valid_losses": [float(value) for value in history["val_loss"]],
         "valid_exact_match": monitor.history[-1]["exact_match"],

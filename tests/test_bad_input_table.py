@@ -466,14 +466,14 @@ def export_and_serve(root):
     # Version 1 is taken by "another export" after this one chose it.
     Paths.write(os.path.join(root, "translator", "1", "keep.txt"), b"another export's version")
     stale = iter([1])
-    real_next_version = kseq.export.next_version
-    kseq.export.next_version = lambda d: next(stale, None) or real_next_version(d)
+    real_next_version = kseq.export.publishing.next_version
+    kseq.export.publishing.next_version = lambda d: next(stale, None) or real_next_version(d)
     try:
         # Default max_source_length (256) over the model's 16: the export cuts to 16.
         raced_path = export_translator(translator, subwords, subwords, os.path.join(root, "translator"),
                                        search=BeamSearch(8, beam_size=2))
     finally:
-        kseq.export.next_version = real_next_version
+        kseq.export.publishing.next_version = real_next_version
     exports = {
         "translator": raced_path,
         "classifier": export_classifier(classifier, chars, LABELS, os.path.join(root, "classifier")),

@@ -2,9 +2,9 @@
 
 import tensorflow as tf
 
-from kseq.decoding.constraints import block_repeated_ngrams, end_rows_at_limits, suppress_special_tokens
+from kseq.decoding.constraints import apply_limits, suppress_special_tokens
+from kseq.decoding.limits import search_limits
 from kseq.decoding.state import gather_beams, tile_beams
-from kseq.decoding.token_search import check_length_ratio
 from kseq.special_ids import BOS_ID, EOS_ID, PAD_ID
 from kseq._validation import check_float, check_positive_int
 
@@ -40,14 +40,11 @@ class BeamSearch:
         length_penalty: alpha of the GNMT penalty ((5 + |Y|) / 6) ** alpha;
             0 ranks by log-probability alone. Defaults to 0.6.
         num_return: N <= K best hypotheses returned per row. Defaults to 1.
-        eos_id: the id that ends a hypothesis (-1: none ever ends).
-        no_repeat_ngram_size: n > 0 never extends a hypothesis with an
-            n-gram it already holds (0: no constraint).
-        max_ngram_count: with `no_repeat_ngram_size` n > 0, how many times an
-            n-gram may occur in a hypothesis (default 1: never twice).
-        max_length_ratio: with a Seq2Seq model, each row's hypotheses hold
-            at most ceil(ratio x its source tokens) + 5 tokens (None:
-            `max_length`).
+        eos_id, no_repeat_ngram_size, max_length_ratio, max_ngram_count: the
+            other limits, applied to every hypothesis (see
+            `kseq.decoding.Limits`; `eos_id` -1: none ever ends).
+        limits: a `kseq.decoding.Limits` instead of `max_length` and the
+            limits above.
 
     Example:
     >>> import tensorflow as tf
@@ -69,15 +66,11 @@ class BeamSearch:
         penalty); Koehn, 2004 (beam search for translation).
     """
 
-    def __init__(self, max_length, beam_size=4, length_penalty=0.6, num_return=1,
+    def __init__(self, max_length=None, beam_size=4, length_penalty=0.6, num_return=1,
                  eos_id=EOS_ID, bos_id=BOS_ID, pad_id=PAD_ID, no_repeat_ngram_size=0,
-                 max_length_ratio=None, max_ngram_count=1):
-        self.max_length = check_positive_int("max_length", max_length)
-        self.no_repeat_ngram_size = check_positive_int(
-            "no_repeat_ngram_size", no_repeat_ngram_size, allow_zero=True
-        )
-        self.max_ngram_count = check_positive_int("max_ngram_count", max_ngram_count)
-        self.max_length_ratio = check_length_ratio(max_length_ratio)
+                 max_length_ratio=None, max_ngram_count=1, limits=None):
+        self.limits = search_limits(limits, max_length, eos_id=eos_id, no_repeat_ngram_size=no_repeat_ngram_size,
+                                    max_length_ratio=max_length_ratio, max_ngram_count=max_ngram_count)
         self.beam_size = check_positive_int("beam_size", beam_size)
         self.length_penalty = check_float("length_penalty", length_penalty)
         self.num_return = check_positive_int("num_return", num_return)
@@ -85,7 +78,11 @@ class BeamSearch:
             raise ValueError(
                 f"`num_return` ({num_return}) must be <= `beam_size` ({beam_size})."
             )
-        self.eos_id, self.bos_id, self.pad_id = int(eos_id), int(bos_id), int(pad_id)
+        self.bos_id, self.pad_id = int(bos_id), int(pad_id)
+
+    @property
+    def max_length(self):
+        return self.limits.max_length
 
     def __call__(self, step_fn, state, batch_size, reorder_state=None, start_tokens=None,
                  length_limits=None):
@@ -141,9 +138,7 @@ class BeamSearch:
             logits, state = step_fn(tokens, state, index)
             logp = tf.nn.log_softmax(suppress_special_tokens(tf.cast(logits, tf.float32)))
             history = tf.reshape(alive_ids, [-1, length])
-            logp = block_repeated_ngrams(logp, history, index, self.no_repeat_ngram_size,
-                                         self.max_ngram_count)
-            logp = end_rows_at_limits(logp, index, length_limits, self.eos_id)
+            logp = apply_limits(logp, history, index, length_limits, self.limits)
             vocab = tf.shape(logp)[-1]
             total = alive_logp[:, :, None] + tf.reshape(logp, [batch_size, beams, vocab])
             top_logp, top_index = tf.math.top_k(tf.reshape(total, [batch_size, -1]), 2 * beams)
@@ -154,7 +149,7 @@ class BeamSearch:
             # Finished: EOS candidates ranked within the best K, and at the
             # last step every such candidate.
             in_beam = tf.range(2 * beams) < beams
-            ends = tf.logical_or(tf.equal(token, self.eos_id), index + 1 >= length)
+            ends = tf.logical_or(tf.equal(token, self.limits.eos_id), index + 1 >= length)
             ends = tf.logical_and(ends, in_beam[None, :])
             scores = tf.where(ends, top_logp / length_penalty(index + 1, alpha), neg_inf)
             finished_scores, pick = tf.math.top_k(
@@ -166,7 +161,7 @@ class BeamSearch:
 
             # Alive: the K best candidates that did not emit EOS (2K hold at
             # least K, since each alive beam has one EOS extension).
-            not_eos = tf.where(tf.equal(token, self.eos_id), neg_inf, top_logp)
+            not_eos = tf.where(tf.equal(token, self.limits.eos_id), neg_inf, top_logp)
             alive_logp, pick = tf.math.top_k(not_eos, beams)
             alive_ids = tf.gather(candidates, pick, batch_dims=1)
             parents = tf.gather(source_beam, pick, batch_dims=1) + row_offsets

@@ -4,10 +4,6 @@ import tensorflow as tf
 
 from kseq.special_ids import BOS_ID, PAD_ID
 
-# Tokens a source-length limit allows beyond ratio x source length: room for
-# EOS and for short sources (a 2-token source may have a 4-token target).
-LIMIT_SLACK = 5
-
 
 def suppress_special_tokens(logits, token_ids=(PAD_ID, BOS_ID)):
     """Sets the logits of PAD and BOS to -inf: a search never emits them.
@@ -63,12 +59,21 @@ def block_repeated_ngrams(logits, history, index, size, max_count=1):
     return tf.where(banned, tf.cast(-float("inf"), logits.dtype), logits)
 
 
-def source_length_limits(source_ids, ratio, max_length, pad_id=PAD_ID):
-    """(B,) int32: the most tokens each row may generate, EOS included:
-    ceil(ratio x its source tokens) + LIMIT_SLACK, at most `max_length`."""
+def source_length_limits(source_ids, limits, pad_id=PAD_ID):
+    """(B,) int32: the most tokens each row may generate, EOS included, by
+    `limits` (a kseq.decoding.Limits with a `max_length_ratio`): ceil(ratio
+    x its source tokens) + `length_slack`, at most `max_length`."""
     lengths = tf.reduce_sum(tf.cast(tf.not_equal(source_ids, pad_id), tf.float32), axis=1)
-    limits = tf.cast(tf.math.ceil(ratio * lengths), tf.int32) + LIMIT_SLACK
-    return tf.minimum(limits, max_length)
+    rows = tf.cast(tf.math.ceil(limits.max_length_ratio * lengths), tf.int32) + limits.length_slack
+    return tf.minimum(rows, limits.max_length)
+
+
+def apply_limits(logits, history, index, row_limits, limits):
+    """`logits` with what `limits` forbids at -inf: n-grams repeated too
+    often (`block_repeated_ngrams`) and anything but EOS at a row's last
+    allowed position (`end_rows_at_limits`; `row_limits` (B,) or None)."""
+    logits = block_repeated_ngrams(logits, history, index, limits.no_repeat_ngram_size, limits.max_ngram_count)
+    return end_rows_at_limits(logits, index, row_limits, limits.eos_id)
 
 
 def end_rows_at_limits(logits, index, limits, eos_id):

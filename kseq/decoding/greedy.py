@@ -11,6 +11,8 @@ class GreedySearch(TokenSearch):
     Args:
         max_length: the most tokens to generate (a Python int).
         eos_id: the id that ends a row (-1: never stop early).
+        limits: a `kseq.decoding.Limits` instead of `max_length` and the
+            other limits (`eos_id`, `no_repeat_ngram_size`, ...) as keywords.
 
     Example:
     >>> import tensorflow as tf

@@ -65,7 +65,7 @@ class Decoder(abc.ABC):
     def length_limits(self, input_ids, search):
         """(B,) most tokens per row for `search`, or None for none; only a
         model with sources (Seq2Seq) can apply a `max_length_ratio`."""
-        if getattr(search, "max_length_ratio", None) is not None:
+        if search.limits.max_length_ratio is not None:
             raise ValueError(
                 f"`max_length_ratio` needs a model with source sequences; {type(self).__name__} has none."
             )

@@ -27,6 +27,8 @@ class Sampler(TokenSearch):
         seed: an int (or scalar int tensor) for reproducible draws; None draws
             a fresh seed at every call.
         eos_id: the id that ends a row (-1: never stop early).
+        limits: a `kseq.decoding.Limits` instead of `max_length` and the
+            other limits (`eos_id`, `no_repeat_ngram_size`, ...) as keywords.
 
     Example:
     >>> import tensorflow as tf
@@ -43,7 +45,7 @@ class Sampler(TokenSearch):
         Fan, Lewis and Dauphin, 2018 (top-k); Holtzman et al., 2020 (top-p).
     """
 
-    def __init__(self, max_length, temperature=1.0, top_k=None, top_p=None, seed=None, **kwargs):
+    def __init__(self, max_length=None, temperature=1.0, top_k=None, top_p=None, seed=None, **kwargs):
         super().__init__(max_length, **kwargs)
         self.temperature = check_float("temperature", temperature, low=0.0, low_open=True)
         self.top_k = None if top_k is None else check_positive_int("top_k", top_k)

@@ -2,9 +2,9 @@
 
 import tensorflow as tf
 
-from kseq.decoding.constraints import block_repeated_ngrams, end_rows_at_limits, suppress_special_tokens
+from kseq.decoding.constraints import apply_limits, suppress_special_tokens
+from kseq.decoding.limits import search_limits
 from kseq.special_ids import BOS_ID, EOS_ID, PAD_ID
-from kseq._validation import check_float, check_positive_int
 
 
 class TokenSearch:
@@ -17,27 +17,21 @@ class TokenSearch:
 
     Args:
         max_length: the most tokens to generate (a Python int).
-        eos_id: the id that ends a row; -1 never ends one (benchmarks use it
-            to force full-length generation).
-        no_repeat_ngram_size: n > 0 never generates an n-gram twice in a row's
-            output (0: no constraint).
-        max_ngram_count: with `no_repeat_ngram_size` n > 0, how many times an
-            n-gram may occur in a row's output (default 1: never twice; 2
-            lets a phrase come back once but never loop).
-        max_length_ratio: with a Seq2Seq model, each row generates at most
-            ceil(ratio x its source tokens) + 5 tokens (None: `max_length`
-            for every row).
+        eos_id, no_repeat_ngram_size, max_ngram_count, max_length_ratio: the
+            other limits (see `kseq.decoding.Limits`; `eos_id` -1 never ends
+            a row: benchmarks use it to force full-length generation).
+        limits: a `kseq.decoding.Limits` instead of the limits above.
     """
 
-    def __init__(self, max_length, eos_id=EOS_ID, bos_id=BOS_ID, pad_id=PAD_ID,
-                 no_repeat_ngram_size=0, max_length_ratio=None, max_ngram_count=1):
-        self.max_length = check_positive_int("max_length", max_length)
-        self.no_repeat_ngram_size = check_positive_int(
-            "no_repeat_ngram_size", no_repeat_ngram_size, allow_zero=True
-        )
-        self.max_ngram_count = check_positive_int("max_ngram_count", max_ngram_count)
-        self.max_length_ratio = check_length_ratio(max_length_ratio)
-        self.eos_id, self.bos_id, self.pad_id = int(eos_id), int(bos_id), int(pad_id)
+    def __init__(self, max_length=None, eos_id=EOS_ID, bos_id=BOS_ID, pad_id=PAD_ID,
+                 no_repeat_ngram_size=0, max_length_ratio=None, max_ngram_count=1, limits=None):
+        self.limits = search_limits(limits, max_length, eos_id=eos_id, no_repeat_ngram_size=no_repeat_ngram_size,
+                                    max_length_ratio=max_length_ratio, max_ngram_count=max_ngram_count)
+        self.bos_id, self.pad_id = int(bos_id), int(pad_id)
+
+    @property
+    def max_length(self):
+        return self.limits.max_length
 
     def chooser(self):
         """Returns `choose(logits (B, V) float32, index) -> (B,) int32 tokens`,
@@ -81,16 +75,14 @@ class TokenSearch:
         def body(index, tokens, finished, output, scores, state):
             logits, state = step_fn(tokens, state, index)
             logits = suppress_special_tokens(tf.cast(logits, tf.float32))
-            allowed = block_repeated_ngrams(logits, output, index, self.no_repeat_ngram_size,
-                                            self.max_ngram_count)
-            allowed = end_rows_at_limits(allowed, index, length_limits, self.eos_id)
+            allowed = apply_limits(logits, output, index, length_limits, self.limits)
             chosen = choose(allowed, index)
             log_probs = tf.gather(logits, chosen, batch_dims=1) - tf.reduce_logsumexp(logits, -1)
             scores += tf.where(finished, 0.0, log_probs)
             chosen = tf.where(finished, self.pad_id, chosen)
             # A masked write rather than a scatter: fixed shapes for XLA.
             output = tf.where(positions[None, :] == index, chosen[:, None], output)
-            finished = tf.logical_or(finished, tf.equal(chosen, self.eos_id))
+            finished = tf.logical_or(finished, tf.equal(chosen, self.limits.eos_id))
             return index + 1, chosen, finished, output, scores, state
 
         _, _, _, output, scores, _ = tf.while_loop(
@@ -98,7 +90,3 @@ class TokenSearch:
         )
         return output, scores
 
-
-def check_length_ratio(ratio):
-    """None, or `ratio` as a positive float."""
-    return None if ratio is None else check_float("max_length_ratio", ratio, low=0, low_open=True)

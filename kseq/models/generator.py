@@ -6,7 +6,7 @@ import random
 import tensorflow as tf
 
 from kseq.decoding.factory import make_search
-from kseq.decoding.output import trim_padding
+from kseq.decoding.output import best_hypotheses, trim_padding
 from kseq.decoding.protocol import Decoder
 from kseq._validation import check_positive_int
 
@@ -38,6 +38,7 @@ class Generator(Decoder):
         max_length_ratio=None,
         return_scores=False,
         jit_compile=False,
+        search=None,
     ):
         """Decodes a batch: translates sources (Seq2Seq models) or continues
         prompts (language models).
@@ -60,18 +61,23 @@ class Generator(Decoder):
                 twice; 2 lets a phrase come back once, never a third time).
             max_length_ratio: Seq2Seq models only: each row generates at
                 most ceil(ratio x its source tokens) + 5 tokens (None: no
-                limit below `max_length`).
+                limit below `max_length`; see `kseq.decoding.Limits`).
             return_scores: also return the scores: length-penalised
                 log-probabilities for beam search, summed token
                 log-probabilities otherwise.
             jit_compile: compile the search with XLA (one compilation per
                 batch shape; worth it for repeated calls of one shape).
+            search: a kseq.decoding search object (e.g. `BeamSearch(limits=
+                Limits(32, max_length_ratio=1.5), beam_size=4)`) to decode
+                with instead of `max_length`, `method` and the method's options.
 
         Returns:
             (B, T') int32 ids, T' <= max_length (or (B, N, T') for
             `num_return` > 1): no BOS, EOS kept, PAD (0) after EOS; with
             `return_scores`, a pair (ids, scores (B,) or (B, N)).
         """
+        if search is not None:
+            return self._generate_with(search, source_ids, return_scores, jit_compile)
         max_length = check_positive_int("max_length", max_length)
         if self.length_limit is not None and max_length > self.length_limit:
             raise ValueError(
@@ -94,20 +100,29 @@ class Generator(Decoder):
             seed = random.SystemRandom().randrange(2**31 - 1)
         source_ids = self._check_prompt(source_ids)
         self._ensure_built()  # variables must exist before tracing
-        function = self._generate_function(options, bool(jit_compile))
+        function = self._generate_function(tuple(sorted(options.items())), bool(jit_compile),
+                                           lambda seed: make_search(seed=seed, **options))
         ids, scores = function(source_ids, tf.constant(seed, tf.int32))
-        if method == "beam" and num_return == 1:
-            ids, scores = ids[:, 0], scores[:, 0]
-        ids = trim_padding(ids)
-        return (ids, scores) if return_scores else ids
+        return _finished(ids, scores, method == "beam" and num_return == 1, return_scores)
 
-    def _generate_function(self, options, jit_compile):
-        """One traced function per set of search options: later calls with the
-        same options (any batch, any seed) do not retrace."""
+    def _generate_with(self, search, source_ids, return_scores, jit_compile):
+        """`generate` with a search object."""
+        if self.length_limit is not None and search.max_length > self.length_limit:
+            raise ValueError(f"`max_length` (the search's, {search.max_length}) is over the model's "
+                             f"max_length {self.length_limit}.")
+        source_ids = self._check_prompt(source_ids)
+        self._ensure_built()
+        function = self._generate_function(search, bool(jit_compile), lambda seed: search)
+        ids, scores = function(source_ids, tf.constant(0, tf.int32))
+        return _finished(ids, scores, getattr(search, "num_return", None) == 1, return_scores)
+
+    def _generate_function(self, key, jit_compile, search_for):
+        """One traced function per `key` (a set of search options, or a
+        search object): later calls with the same key (any batch, any seed)
+        do not retrace. `search_for(seed)` makes the search in the trace."""
         if "_generate_cache" not in self.__dict__:
             self._generate_cache = _FunctionCache()
-        key = (tuple(sorted(options.items())), jit_compile)
-        function = self._generate_cache.get(key)
+        function = self._generate_cache.get((key, jit_compile))
         if function is None:
 
             @tf.function(
@@ -119,10 +134,19 @@ class Generator(Decoder):
                 jit_compile=jit_compile,
             )
             def function(source_ids, seed):
-                return self.search(source_ids, make_search(seed=seed, **options))
+                return self.search(source_ids, search_for(seed))
 
-            self._generate_cache.put(key, function)
+            self._generate_cache.put((key, jit_compile), function)
         return function
+
+
+def _finished(ids, scores, first_beam, return_scores):
+    """A search's output as `generate` returns it: the first beam alone
+    where one hypothesis was asked of a beam search, the PAD columns cut."""
+    if first_beam:
+        ids, scores = best_hypotheses(ids), scores[:, 0]
+    ids = trim_padding(ids)
+    return (ids, scores) if return_scores else ids
 
 
 class _FunctionCache:

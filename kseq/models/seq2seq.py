@@ -46,12 +46,11 @@ class Seq2Seq(Generator, KseqModel):
         return state, tf.fill(tf.shape(source_ids)[:1], BOS_ID)
 
     def length_limits(self, source_ids, search):
-        """Each row's limit from its source length, if the search has a
-        `max_length_ratio` (stops a looping output early, and its cost)."""
-        ratio = getattr(search, "max_length_ratio", None)
-        if ratio is None:
+        """Each row's limit from its source length, if the search's limits
+        have a `max_length_ratio` (stops a looping output early, and its cost)."""
+        if search.limits.max_length_ratio is None:
             return None
-        return source_length_limits(source_ids, ratio, search.max_length)
+        return source_length_limits(source_ids, search.limits)
 
     def finish_search(self, source_ids, ids, scores):
         """A source with no tokens (all PAD, e.g. an empty string) translates

@@ -3,9 +3,10 @@
 A recipe declares its options (a dataclass, kseq.training.options) and
 runs: `start` (strategy, precision, seed and logdir, in the order TensorFlow
 needs), `compile_model` (under the strategy, clipping the gradient summed
-over replicas), its own training and evaluation, `write_metrics` (atomic
-metrics.json with what ran) and `serve_sample` (the export, loaded back and
-called). A user's TSV reading and the run's tokenizer (`--tokenizer PATH`,
+over replicas), its own training (`fit_keeping_best` where one `fit` that
+keeps the best epoch is enough) and evaluation, `write_metrics` (atomic
+metrics.json with what ran, `Run.decisions` among it) and `serve_sample`
+(the export, loaded back and called). A user's TSV reading and the run's tokenizer (`--tokenizer PATH`,
 or a SentencePiece vocabulary trained on the data) live here too.
 """
 
@@ -13,12 +14,14 @@ import os
 import time
 
 import keras
+import numpy as np
 import tensorflow as tf
 
 from kseq._atomic import write_bytes_atomic, write_json_atomic
+from kseq.training.callbacks import TimeLimit
 from kseq.training.distribution import clip_after_all_reduce, is_chief, make_strategy, task
 from kseq.training.precision import describe_precision, resolve_precision
-from kseq.training.xla import enable_persistent_cache
+from kseq.training.xla import enable_persistent_cache, jit_decision
 
 
 class Run:
@@ -49,6 +52,11 @@ class Run:
     def seconds(self):
         return time.monotonic() - self.started
 
+    def decisions(self, model, xla):
+        """The run's auto choices as they ran, as `Decision`s: the precision,
+        and XLA for `model` (`xla`: the `JitDecision` it was compiled with)."""
+        return [self.precision.as_decision(), jit_decision(model, xla)]
+
 
 def start(options, xla=False, bfloat16_cpu=False):
     """Sets up a run (see `Run`); call it before any other TensorFlow work.
@@ -65,6 +73,33 @@ def compile_model(model, optimizer, loss, metrics=(), jit_compile=False):
     model.compile(optimizer=clip_after_all_reduce(optimizer), loss=loss, metrics=list(metrics),
                   jit_compile=jit_compile)
     return model
+
+
+def fit_keeping_best(model, data, logdir, epochs, max_minutes=None, callbacks=(), verbose=2):
+    """`model.fit` on `data["train"]` for at most `epochs` and `max_minutes`,
+    with `callbacks` and TensorBoard's curves in `logdir`; the model ends
+    with the weights of the epoch of the lowest loss on `data["valid"]`,
+    saved as `<logdir>/model.keras`.
+
+    Returns:
+        (the history, {name: value} of metrics.json on the training).
+    """
+    best = os.path.join(logdir, "checkpoints", "best.weights.h5")
+    callbacks = [TimeLimit(max_minutes), keras.callbacks.TensorBoard(logdir), *callbacks,
+                 keras.callbacks.ModelCheckpoint(best, save_weights_only=True, save_best_only=True)]
+    start = time.time()
+    history = model.fit(data["train"], validation_data=data["valid"], epochs=epochs, callbacks=callbacks,
+                        verbose=verbose, shuffle=False).history  # the datasets shuffle themselves
+    seconds = time.time() - start
+    model.load_weights(best)
+    model.save(os.path.join(logdir, "model.keras"))
+    return history, {
+        "valid_loss": float(min(history["val_loss"])),
+        "best_epoch": int(np.argmin(history["val_loss"])) + 1,
+        "epochs_run": len(history["loss"]),
+        "steps": int(model.optimizer.iterations.numpy()),
+        "train_seconds": round(seconds, 1),
+    }
 
 
 def write_metrics(logdir, metrics):

@@ -6,8 +6,8 @@ import math
 import statistics
 import time
 
-from kseq.decoding import BeamSearch, GreedySearch
-from kseq.decoding.constraints import LIMIT_SLACK
+from kseq.decoding import BeamSearch, GreedySearch, Limits
+from kseq.decoding.limits import DEFAULT_LENGTH_SLACK
 from kseq.training.decisions import Decision
 from kseq.training.options import AUTO, Auto, RecipeOptions, option
 from kseq.training.evaluation import exact_match, translation_scores
@@ -62,12 +62,12 @@ def tune_decoding(translate_with, candidates, sources, references, metric):
     return candidates[best], table
 
 
-def length_ratio_for(source_lengths, target_lengths, step=0.1, headroom=1.0):
+def length_ratio_for(source_lengths, target_lengths, step=0.1, headroom=1.0, slack=DEFAULT_LENGTH_SLACK):
     """The smallest multiple of `step` whose per-source limits
-    (kseq.decoding.constraints.source_length_limits: ceil(ratio x source
-    tokens) + LIMIT_SLACK, EOS included) fit every given pair's target,
-    times `headroom` (rounded up to `step`); lengths in tokens, pairs with
-    an empty source ignored.
+    (`kseq.decoding.Limits.source_limit`: ceil(ratio x source tokens) +
+    `slack`, EOS included) fit every given pair's target, times `headroom`
+    (rounded up to `step`); lengths in tokens, pairs with an empty source
+    ignored.
 
     Example:
     >>> length_ratio_for([10, 4, 20], [12, 9, 15])  # 4 -> 9 tokens + EOS: ceil(4.4) + 5
@@ -76,9 +76,12 @@ def length_ratio_for(source_lengths, target_lengths, step=0.1, headroom=1.0):
     if headroom < 1:
         raise ValueError(f"`headroom` must be at least 1; got {headroom!r}.")
     pairs = [(source, target) for source, target in zip(source_lengths, target_lengths) if source > 0]
-    need = max(((target - LIMIT_SLACK) / source for source, target in pairs), default=0.0)
+    need = max(((target - slack) / source for source, target in pairs), default=0.0)
     count = max(math.floor(need / step) + 1, 1)
-    while any(math.ceil(count * step * source) + LIMIT_SLACK < target + 1 for source, target in pairs):
+    fits = lambda count: all(  # noqa: E731
+        Limits(target + 1, max_length_ratio=count * step, length_slack=slack).source_limit(source) >= target + 1
+        for source, target in pairs)
+    while not fits(count):
         count += 1  # float rounding at the boundary
     return round(math.ceil(round(count * headroom, 6)) * step, 6)
 
@@ -108,7 +111,8 @@ class DecodingOptions(RecipeOptions):
     no_repeat_ngram: int | Auto = option(
         AUTO, "no N tokens twice (0: no limit); auto: no 3 tokens twice or no 4 tokens a third time", minimum=0)
     max_length_ratio: float | Auto = option(
-        AUTO, "outputs end by ceil(ratio x source tokens) + 5 (0: --max-length alone); auto: fitted", minimum=0)
+        AUTO, f"outputs end by ceil(ratio x source tokens) + {DEFAULT_LENGTH_SLACK} (0: --max-length alone); "
+        "auto: fitted", minimum=0)
     tune_sentences: int = option(200, "validation pairs the auto decoding settings are chosen on", minimum=1)
 
     def decoding_candidates(self, max_length_ratio):
@@ -131,11 +135,11 @@ class DecodingSettings:
 
     def search(self, max_length):
         """The kseq.decoding search of these settings, up to `max_length` tokens."""
-        limits = dict(no_repeat_ngram_size=self.no_repeat_ngram, max_ngram_count=self.max_ngram_count,
-                      max_length_ratio=self.max_length_ratio)
+        limits = Limits(max_length, max_length_ratio=self.max_length_ratio,
+                        no_repeat_ngram_size=self.no_repeat_ngram, max_ngram_count=self.max_ngram_count)
         if self.beam_size == 1:
-            return GreedySearch(max_length, **limits)
-        return BeamSearch(max_length, self.beam_size, self.length_penalty, **limits)
+            return GreedySearch(limits=limits)
+        return BeamSearch(beam_size=self.beam_size, length_penalty=self.length_penalty, limits=limits)
 
 
 def decoding_candidates(beam_size="auto", length_penalty="auto", no_repeat_ngram="auto", max_length_ratio=None):
@@ -178,7 +182,7 @@ def choose_decoding(options, source_lengths, target_lengths, translator_for, val
     `translator_for(settings)` returns strings -> strings.
     """
     ratio, ratio_reason = fitted_length_ratio(options.max_length_ratio, source_lengths, target_lengths)
-    print(f"max length: ceil({ratio} x source tokens) + {LIMIT_SLACK} ({ratio_reason})")
+    print(f"max length: ceil({ratio} x source tokens) + {DEFAULT_LENGTH_SLACK} ({ratio_reason})")
     candidates = options.decoding_candidates(ratio)
     details = {"max_length_ratio_reason": ratio_reason}
     if len(candidates) == 1:

@@ -126,6 +126,15 @@ def keras_jit_status(model, decision):
     return ran, decision.reason
 
 
+def jit_decision(model, decision):
+    """XLA for `model`'s train step as keras will run it (`keras_jit_status`
+    of `decision`, a `JitDecision`), as a `kseq.training.decisions.Decision`
+    that also records what was asked for."""
+    from kseq.training.decisions import Decision
+
+    return Decision("jit_compile", *keras_jit_status(model, decision), {"jit_compile_requested": decision.requested})
+
+
 def enable_persistent_cache(directory=None):
     """Points TensorFlow's XLA compilation cache at `directory`.
 

@@ -5,6 +5,7 @@ import pytest
 import tensorflow as tf
 
 from kseq.decoding import BeamSearch, GreedySearch, Sampler
+from kseq.decoding import Limits
 from kseq.decoding.constraints import source_length_limits
 from kseq.models import RNNLanguageModel
 from test_repeated_ngrams import best_ids
@@ -43,8 +44,8 @@ def test_each_row_ends_with_eos_at_its_limit(method):
 
 def test_limits_follow_the_source_tokens():
     source = tf.constant([[5, 6, 7, 0], [5, 0, 0, 0], [0, 0, 0, 0], [5, 6, 7, 8]])
-    assert source_length_limits(source, 1.5, 10).numpy().tolist() == [10, 7, 5, 10]
-    assert source_length_limits(source, 0.5, 100).numpy().tolist() == [7, 6, 5, 7]
+    assert source_length_limits(source, Limits(10, max_length_ratio=1.5)).numpy().tolist() == [10, 7, 5, 10]
+    assert source_length_limits(source, Limits(100, max_length_ratio=0.5)).numpy().tolist() == [7, 6, 5, 7]
 
 
 @pytest.mark.parametrize("method", SEARCHES)

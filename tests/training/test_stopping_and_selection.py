@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from kseq.decoding import Limits
 from kseq.decoding.constraints import source_length_limits
 from kseq.training.averaging import RecentWeights, keep_better_average
 from kseq.training.selection import all_scores, choose_metric, length_ratio_for, tune_decoding
@@ -156,7 +157,8 @@ def test_the_length_ratio_is_the_smallest_that_fits_every_pair():
     sources = rng.integers(0, 30, 200).tolist()
     targets = [int(n * rng.uniform(0.5, 2.5)) + int(rng.integers(0, 8)) for n in sources]
     ratio = length_ratio_for(sources, targets)
-    limits = lambda r: source_length_limits(tf.constant([[5] * n + [0] * (30 - n) for n in sources]), r, 10**6)  # noqa: E731
+    limits = lambda r: source_length_limits(  # noqa: E731
+        tf.constant([[5] * n + [0] * (30 - n) for n in sources]), Limits(10**6, max_length_ratio=r))
     fits = lambda r: all(limit >= target + 1 for limit, target, n in zip(limits(r).numpy(), targets, sources) if n)  # noqa: E731
     assert fits(ratio) and not fits(ratio - 0.1)
     assert length_ratio_for([0, 0], [5, 9]) == 0.1, "empty sources are ignored"

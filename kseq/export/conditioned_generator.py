@@ -1,0 +1,107 @@
+"""The conditioned generator's servable: a label, a class id or a vector in, text out."""
+
+import tensorflow as tf
+
+from kseq.decoding import GreedySearch
+from kseq.decoding.output import decoded_text
+from kseq.export.publishing import write_servable
+
+LABEL_SPEC = tf.TensorSpec([None], tf.string, name="label")
+CLASS_ID_SPEC = tf.TensorSpec([None], tf.int32, name="class_id")
+
+
+def generate_from_condition_function(model, tokenizer, search, name="condition"):
+    """conditions (B, N) float32 or (B,) int32 class ids -> {"text":
+    strings (B,), "token_ids": (B, T')}: a ConditionedGenerator's `search`,
+    in TensorFlow ops. Class ids outside [0, K) fail the call with an error
+    naming `name`."""
+
+    def generate(condition):
+        generated, _ = model.search(model.pack_condition(condition, name), search)
+        text, ids = decoded_text(tokenizer, generated)
+        return {"text": text, "token_ids": ids}
+
+    return generate
+
+
+def label_lookup(labels):
+    """A lookup table from label strings to class ids (-1 for unknown ones)."""
+    if len(set(labels)) != len(labels) or not all(isinstance(label, str) for label in labels):
+        raise ValueError(f"`labels` must be distinct strings; got {list(labels)}.")
+    return tf.lookup.StaticHashTable(
+        tf.lookup.KeyValueTensorInitializer(
+            tf.constant(list(labels)), tf.range(len(labels), dtype=tf.int32)
+        ),
+        default_value=-1,
+    )
+
+
+def generate_from_label_function(model, tokenizer, search, labels, table):
+    """label strings (B,) -> {"text", "token_ids", "class_id"}. A label not
+    in `labels` (exact match) fails the whole call with an
+    InvalidArgumentError that lists the known labels and the unknown ones."""
+    from_class_id = generate_from_condition_function(model, tokenizer, search, "class_id")
+    known = ", ".join(labels)  # no quotes: the assertion message would escape them
+
+    def generate(label):
+        class_id = table.lookup(label)
+        unknown = class_id < 0
+        check = tf.debugging.Assert(
+            tf.logical_not(tf.reduce_any(unknown)),
+            [f"`label` must be one of: {known}; unknown labels:", tf.boolean_mask(label, unknown)],
+        )
+        with tf.control_dependencies([check]):
+            class_id = tf.identity(class_id)
+        return {**from_class_id(class_id), "class_id": class_id}
+
+    return generate
+
+
+def export_conditioned_generator(
+    model, tokenizer, export_dir, search=None, labels=None, version=None, assets=None
+):
+    """Writes `export_dir/<version>/` for a kseq.models.ConditionedGenerator,
+    decoding with `search` (default greedy, 64 tokens; a seeded
+    `kseq.decoding.Sampler` gives the same text for the same request).
+
+    Signatures:
+    - a model of feature vectors (`condition_dim=N`): `serving_default`
+      {"condition": float32 (None, N)} -> {"text": tf.string (None,),
+      "token_ids": int32 (None, None)};
+    - a model of class ids (`num_classes=K`, with `labels` naming the K
+      classes in id order): `serving_default` {"label": tf.string (None,)}
+      -> {"text", "token_ids", "class_id": int32 (None,)}, the labels
+      mapped by an in-graph lookup table (exact match; an unknown label
+      fails the request with an error listing the known labels), and
+      `by_class_id` {"class_id": int32 (None,)} -> {"text", "token_ids"}
+      (an id outside [0, K) fails the request).
+
+    Written atomically (see `write_servable`); `assets` ({file name: bytes})
+    go to the version's `assets/` folder.
+
+    Returns:
+        The path of the new version.
+    """
+    search = search or GreedySearch(64)
+    model._ensure_built()
+    if model.num_classes is None:
+        if labels is not None:
+            raise ValueError("`labels` names class ids; this model takes feature vectors "
+                             f"(condition_dim={model.condition_dim}).")
+        spec = tf.TensorSpec([None, model.condition_dim], tf.float32, name="condition")
+        endpoints = {"serving_default": (generate_from_condition_function(model, tokenizer, search),
+                                         [spec])}
+        return write_servable(export_dir, endpoints, (model, tokenizer), version, assets)
+    if labels is None or len(labels) != model.num_classes:
+        raise ValueError(
+            f"`labels` must name the model's {model.num_classes} classes in id order; got "
+            f"{None if labels is None else list(labels)}."
+        )
+    table = label_lookup(list(labels))
+    endpoints = {
+        "serving_default": (generate_from_label_function(model, tokenizer, search, labels, table),
+                            [LABEL_SPEC]),
+        "by_class_id": (generate_from_condition_function(model, tokenizer, search, "class_id"),
+                        [CLASS_ID_SPEC]),
+    }
+    return write_servable(export_dir, endpoints, (model, tokenizer, table), version, assets)

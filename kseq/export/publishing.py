@@ -1,0 +1,124 @@
+"""Versioned, atomic publishing of a SavedModel in TF Serving's layout:
+`<export_dir>/<version>/`, written beside the target and renamed when
+complete, so a server never picks up a half-written version."""
+
+import os
+import shutil
+
+import keras
+
+from kseq._validation import check_positive_int
+
+
+def next_version(export_dir):
+    """1 + the highest numeric version under `export_dir` (TF Serving layout)."""
+    if not os.path.isdir(export_dir):
+        return 1
+    versions = [int(name) for name in os.listdir(export_dir) if name.isdigit()]
+    return max(versions, default=0) + 1
+
+
+def latest_version(export_dir):
+    """The path of the highest numeric version under `export_dir` that holds
+    a complete SavedModel (`saved_model.pb`), or None if there is none."""
+    if not os.path.isdir(export_dir):
+        return None
+    versions = [int(name) for name in os.listdir(export_dir) if name.isdigit()
+                and os.path.isfile(os.path.join(export_dir, name, "saved_model.pb"))]
+    return os.path.join(export_dir, str(max(versions))) if versions else None
+
+
+def write_servable(export_dir, endpoints, resources, version=None, assets=None):
+    """Writes `export_dir/<version>/` (default: the next free version).
+
+    Args:
+        endpoints: {signature name: (function, input_signature)}.
+        resources: the models and tokenizers whose variables and tables the
+            functions use. A kseq tokenizer (CharacterTokenizer,
+            SubwordTokenizer, KerasHubTokenizer) is a `tf.Module`: tracking it
+            saves its lookup tables and tensorflow_text resources (a keras-hub
+            layer's too), so the SavedModel holds the vocabulary. A bare
+            keras-hub tokenizer is refused (its ids are not kseq's: wrap it
+            with `kseq.data.tokenizers.from_keras_hub`).
+        assets: {file name: bytes} for the version's `assets/` folder.
+        version: an int >= 0 whose folder is absent or empty (a version is
+            never overwritten: a non-empty one raises ValueError before
+            anything is written); None, the next free version.
+
+    The SavedModel is written to a temporary folder beside the target and
+    renamed when complete, so a crash never leaves a half-written version.
+
+    Returns:
+        The path of the new version.
+    """
+    if os.path.exists(export_dir) and not os.path.isdir(export_dir):
+        raise ValueError(f"`export_dir` {export_dir!r} exists and is not a directory.")
+    if version is not None:
+        version = _check_version(export_dir, version)
+    for resource in resources:
+        _check_not_bare_keras_hub(resource)
+    # ExportArchive saves the variables and lookup tables the functions use,
+    # not the Keras objects, so nothing but TensorFlow is needed to serve.
+    archive = keras.export.ExportArchive()
+    for resource in resources:
+        archive.track(resource)
+    for name, (function, signature) in endpoints.items():
+        archive.add_endpoint(name, function, input_signature=signature)
+    os.makedirs(export_dir, exist_ok=True)
+    temporary = os.path.join(export_dir, f".tmp-{'next' if version is None else version}-{os.getpid()}")
+    shutil.rmtree(temporary, ignore_errors=True)
+    try:
+        archive.write_out(temporary, verbose=False)
+        for name, content in (assets or {}).items():
+            os.makedirs(os.path.join(temporary, "assets"), exist_ok=True)
+            with open(os.path.join(temporary, "assets", name), "wb") as f:
+                f.write(content)
+        return _publish(temporary, export_dir, version)
+    finally:
+        shutil.rmtree(temporary, ignore_errors=True)
+
+
+def _check_not_bare_keras_hub(resource):
+    """A keras-hub tokenizer numbers its own vocabulary (no PAD/BOS/EOS/UNK
+    at 0-3): a model trained on kseq's ids would get the wrong ones."""
+    if type(resource).__module__.startswith("keras_hub") and hasattr(resource, "detokenize"):
+        raise ValueError(
+            f"Got a bare keras-hub {type(resource).__name__} as a tokenizer; wrap it with "
+            "kseq.data.tokenizers.from_keras_hub(tokenizer) (the same wrapper the model's "
+            "training data went through) so that ids 0-3 are kseq's PAD, BOS, EOS, UNK."
+        )
+
+
+def _check_version(export_dir, version):
+    """An explicit version: an int >= 0 (or its digits) whose folder is
+    absent or empty; a version is never overwritten."""
+    if isinstance(version, str) and version.isdigit():
+        version = int(version)
+    version = check_positive_int("version", version, allow_zero=True)
+    final = os.path.join(export_dir, str(version))
+    if os.path.exists(final) and (not os.path.isdir(final) or os.listdir(final)):
+        raise ValueError(
+            f"Export version {final!r} already exists and is not empty; pick another "
+            "`version` or leave `version=None` for the next free one. Versions are "
+            "never overwritten."
+        )
+    return version
+
+
+def _publish(temporary, export_dir, version):
+    """Renames the finished SavedModel to `export_dir/<version>` and returns
+    that path. With `version=None`, a version that another export took
+    meanwhile moves this one to the next free number."""
+    for _ in range(100):  # other exports racing for the same numbers
+        chosen = next_version(export_dir) if version is None else version
+        final = os.path.join(export_dir, str(chosen))
+        try:
+            if os.path.isdir(final) and not os.listdir(final):
+                os.rmdir(final)  # an empty leftover folder
+            os.rename(temporary, final)
+            return final
+        except OSError:
+            if version is not None or not os.path.exists(final):
+                _check_version(export_dir, chosen)  # the clear error if taken
+                raise
+    raise OSError(f"No free version under {export_dir!r} after 100 tries.")

@@ -1,0 +1,34 @@
+"""Requests as the exports receive them, made into the ids a model takes."""
+
+import tensorflow as tf
+
+from kseq.special_ids import PAD_ID
+from kseq._validation import check_positive_int
+
+
+def id_matrix(ragged_ids):
+    """Ragged (B, None) ids -> int32 (B, L) right-padded with PAD, L >= 1 so
+    that an all-empty batch still has a shape."""
+    ids = ragged_ids.to_tensor(default_value=PAD_ID)
+    ids = tf.pad(ids, [[0, 0], [0, tf.maximum(0, 1 - tf.shape(ids)[1])]])
+    return tf.cast(ids, tf.int32)
+
+
+_ROW_LADDER = [2**i for i in range(21)]
+
+
+def few_shapes(ids, max_columns, column_multiple=16):
+    """(B, S) ids padded with PAD to the next power-of-two rows and multiple
+    of `column_multiple` columns (at most `max_columns`)."""
+    shape = tf.shape(ids)
+    ladder = tf.constant(_ROW_LADDER, tf.int32)
+    rows = tf.gather(ladder, tf.searchsorted(ladder, shape[:1]))[0]
+    columns = tf.minimum((shape[1] + column_multiple - 1) // column_multiple * column_multiple, max_columns)
+    columns = tf.maximum(columns, shape[1])
+    return tf.pad(ids, [[0, rows - shape[0]], [0, columns - shape[1]]], constant_values=PAD_ID)
+
+
+def length_within(limit, length, name):
+    """`length` checked, and lowered to the model's `limit` (None: none)."""
+    length = check_positive_int(name, length)
+    return length if limit is None else min(length, limit)
