@@ -47,7 +47,7 @@ from kseq.training.selection import (  # noqa: E402
 from kseq.training.sizing import choose_model_size  # noqa: E402
 from kseq.training.stopping import StoppingOptions  # noqa: E402
 from kseq.training.tensorboard import write_hparams, write_model_graph  # noqa: E402
-from kseq.training.xla import check_replicas, decide_for_recipe, keras_jit_status  # noqa: E402
+from kseq.training.xla import check_replicas, decide_for_recipe  # noqa: E402
 
 PRESETS = {
     # The defaults below: 2 CPU cores, 12 minutes. Small batches (more
@@ -159,9 +159,9 @@ def compile_model(options, run, vocab_size, xla, metric):
             kseq.losses.MaskedSparseCategoricalCrossentropy(label_smoothing=options.label_smoothing),
             [kseq.metrics.MaskedAccuracy(), kseq.metrics.Perplexity()], jit_compile=xla.use)
         model.optimizer.build(model.trainable_variables)  # fit then traces one step, fresh or resumed
-    ran = Decision("jit_compile", *keras_jit_status(model, xla), {"jit_compile_requested": xla.requested})
-    print(f"model: {options.arch}, {model.count_params():,} parameters\n{ran}")
-    return model, schedule, [rate, run.precision.as_decision(), ran]
+    decisions = [rate, *run.decisions(model, xla)]
+    print(f"model: {options.arch}, {model.count_params():,} parameters\n{decisions[-1]}")
+    return model, schedule, decisions
 
 
 def pipelines(options, data, tokenizer, xla):

@@ -82,7 +82,9 @@ def fit_keeping_best(model, data, logdir, epochs, max_minutes=None, callbacks=()
     saved as `<logdir>/model.keras`.
 
     Returns:
-        (the history, {name: value} of metrics.json on the training).
+        (the history, {name: value} of metrics.json on the training;
+        `steps` counts the optimizer's steps up to the best epoch, whose
+        state comes back with its weights).
     """
     best = os.path.join(logdir, "checkpoints", "best.weights.h5")
     callbacks = [TimeLimit(max_minutes), keras.callbacks.TensorBoard(logdir), *callbacks,

@@ -7,7 +7,7 @@ import pytest
 from kseq.training import precision
 from kseq.training.precision import MEASURED_FASTEST, precision_class, resolve_precision
 from kseq.training.xla import (
-    MEASURED, XlaCost, decide_jit_compile, enable_persistent_cache, keras_jit_status,
+    MEASURED, XlaCost, decide_jit_compile, enable_persistent_cache, jit_decision, keras_jit_status,
 )
 
 
@@ -65,6 +65,8 @@ def test_keras_declining_xla_is_reported():
     decision = decide_jit_compile("on", 3)
     ran, reason = keras_jit_status(Declined(), decision)
     assert not ran and "keras declined XLA" in reason
+    ran = jit_decision(Declined(), decision)
+    assert ran.metrics() == {"jit_compile": False, "jit_compile_reason": reason, "jit_compile_requested": "on"}
 
 
 def test_the_persistent_cache_goes_into_tf_xla_flags(tmp_path, monkeypatch):
