@@ -96,7 +96,7 @@ def main(argv=None):
     metrics = recipe.write_metrics(options.logdir, {
         **evaluate(trained, datasets["test"], data), **trained.metrics,
         "wall_seconds": round(run.seconds, 1), "labels": names, **as_metrics(trained.decisions),
-    })
+    }, scores=("test_accuracy", "test_loss"))
     path = export_classifier(trained.model, tokenizer, names, options.export_dir, max_length=options.max_length,
                              assets=recipe.tokenizer_files(tokenizer))
     recipe.serve_sample(path, {"text": data["test"][0][:1]})

@@ -126,7 +126,7 @@ def main(argv=None):
         "labels": names,
         "wall_seconds": round(run.seconds + classifier_seconds, 1),
         **as_metrics(trained.decisions),
-    })
+    }, scores=("test_perplexity", "agreement_overall"))
     print(f"label agreement with the classifier: {results['agreement']}, overall {results['agreement_overall']:.1%} "
           f"(the classifier on real test snippets: {real_overall:.1%})")
     print(f"TensorBoard: tensorboard --logdir {options.logdir}")

@@ -96,7 +96,7 @@ def main(argv=None):
         **trained.metrics, "test_cross_entropy": round(math.log(trained.metrics["test_perplexity"]), 4),
         "samples": continuations(continuer, options.prompts), "wall_seconds": round(run.seconds, 1),
         **as_metrics(trained.decisions),
-    })
+    }, scores=("test_perplexity", "baseline_test_perplexity"))
     path = export_language_model(trained.model, tokenizer, options.export_dir, search,
                                  assets=recipe.tokenizer_files(tokenizer))
     recipe.serve_sample(path, {"prompt": list(options.prompts[:1])})

@@ -30,10 +30,11 @@ from kseq.export import export_translator  # noqa: E402
 from kseq.training import options as opts, recipe  # noqa: E402
 from kseq.training.cadenced_fit import Trained  # noqa: E402
 from kseq.training.callbacks import GenerationMonitor  # noqa: E402
-from kseq.training.decisions import as_metrics  # noqa: E402
+from kseq.training.decisions import as_hparams, as_metrics  # noqa: E402
 from kseq.training.evaluation import exact_match  # noqa: E402
 from kseq.training.options import option  # noqa: E402
 from kseq.training.seq2seq_options import ATTENTIONS  # noqa: E402
+from kseq.training.tensorboard import write_hparams  # noqa: E402
 from kseq.training.xla import decide_jit_compile  # noqa: E402
 
 
@@ -73,7 +74,7 @@ def main(argv=None):
     metrics = recipe.write_metrics(options.logdir, {
         "test_exact_match": exact_match(translator(trained.model, tokenizer, options)(test_words), test_targets),
         **trained.metrics, "epochs": options.epochs, **as_metrics(trained.decisions),
-    })
+    }, scores=("test_exact_match",))
     print(metrics)
     path = export_translator(trained.model, tokenizer, tokenizer, options.export_dir,
                              max_length=options.max_length + 1)
@@ -121,6 +122,7 @@ def train(options, run, tokenizer, train_data, valid_data, valid_pairs, xla):
         )
     monitor = GenerationMonitor(*valid_pairs, translator(model, tokenizer, options),
                                 {"exact_match": exact_match}, logdir=options.logdir)
+    write_hparams(options.logdir, options.as_hparams() | as_hparams(run.decisions(model, xla)))
     start = time.time()
     history = model.fit(train_data, validation_data=valid_data, epochs=options.epochs, verbose=2, shuffle=False,
                         callbacks=[monitor, keras.callbacks.TensorBoard(options.logdir)]).history

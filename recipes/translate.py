@@ -111,16 +111,16 @@ def main(argv=None):
     sizes, model_size = choose_model_size(options, lengths(tokenizer, data["train"][1]), metric.value)
     options = dataclasses.replace(options, **sizes)
     print(f"{metric}\n{model_size}")
-    trained = train(options, run, data, tokenizer, xla, resuming, metric)
+    trained = train(options, run, data, tokenizer, xla, resuming, [metric, model_size])
     if not run.chief:
         return trained
     settings, decoding = choose_decoding(options, trained, tokenizer, data["valid"], metric.value)
     search = settings.search(options.max_length)
     metrics = {**evaluate(options, trained, tokenizer, data["test"], search), **trained.metrics,
-               **as_metrics([metric, model_size, *trained.decisions, decoding]),
+               **as_metrics([*trained.decisions, decoding]),
                "vocab_size": tokenizer.vocab_size, "wall_seconds": round(run.seconds, 1)}
     metrics["train_step_share"] = round(metrics["train_step_seconds"] / metrics["wall_seconds"], 3)
-    recipe.write_metrics(options.logdir, metrics)
+    recipe.write_metrics(options.logdir, metrics, scores=("test_bleu", "test_chrf", "test_exact_match"))
     path = export_translator(trained.model, tokenizer, tokenizer, options.export_dir, search=search,
                              max_source_length=options.max_length, assets=recipe.tokenizer_files(tokenizer),
                              jit_compile=options.export_xla)
@@ -178,10 +178,13 @@ def pipelines(options, data, tokenizer, xla):
     return train, valid, position, report
 
 
-def train(options, run, data, tokenizer, xla, resuming, metric):
+def train(options, run, data, tokenizer, xla, resuming, decided):
     """Fits the model until the validation score stops improving; keeps the
-    best evaluation's weights, or the mean of recent snapshots where better."""
+    best evaluation's weights, or the mean of recent snapshots where better.
+    `decided`: the decisions made so far, the metric first."""
+    metric = decided[0]
     model, schedule, decisions = compile_model(options, run, tokenizer.vocab_size, xla, metric.value)
+    decisions = decided + decisions
     decode_xla = xla.use or device_class() == "gpu"
     train_data, valid, position, report = pipelines(options, data, tokenizer, decisions[-1].value)
     if options.strategy == "multiworker":
@@ -192,7 +195,7 @@ def train(options, run, data, tokenizer, xla, resuming, metric):
     print(f"evaluation and checkpoints {options.cadence}; at most {steps} steps")
     monitor, logging = chief_callbacks(options, model, tokenizer, data["valid"], decode_xla) if run.chief else (None, [])
     if run.chief and not resuming:  # a resumed run's curves continue the first run's
-        write_hparams(options.logdir, options.as_hparams() | as_hparams([metric, *decisions]))
+        write_hparams(options.logdir, options.as_hparams() | as_hparams(decisions))
     keep_best = options.keep_best(os.path.join(run.workdir, "checkpoints"), metric.value, options.eval_sentences,
                                   schedule.factor, resume=bool(resuming))
     recent = options.recent_weights()

@@ -84,8 +84,9 @@ def test_metrics_report_label_agreement(run):
     assert all(len(texts) == 5 for texts in saved["samples"].values())
     assert 1 < saved["test_perplexity"] < 20
     assert saved["known_word_rate_real_test"] == 1.0 and saved["known_word_rate"] >= 0.8, saved
-    for folder in ("train", "validation", "generation", "agreement", "hparams"):
+    for folder in ("train", "validation", "generation", "agreement", "test"):
         assert os.listdir(os.path.join(run["logdir"], folder)), folder
+    assert any(name.startswith("events.out") for name in os.listdir(run["logdir"])), "HParams in the run's folder"
 
 
 def test_export_serves_labels_without_kseq_and_matches_the_model(run):

@@ -161,7 +161,8 @@ def test_tensorboard_events_hold_curves_text_images_graph_and_hparams(run):
     image = runs.Tensors("attention", "sentence_0")[-1].tensor_proto.string_val
     assert image[2].startswith(b"\x89PNG"), "an encoded PNG heatmap"
     assert tags["graph"]["graph"] is True
-    assert "_hparams_/session_start_info" in tags["hparams"]["tensors"]
+    assert "_hparams_/session_start_info" in tags["."]["tensors"], "settings in the run's own folder"
+    assert {"bleu", "chrf", "exact_match"} <= set(tags["test"]["tensors"])
 
 
 def test_export_serves_with_tensorflow_and_text_only_and_matches_python(run):
@@ -192,25 +193,67 @@ def free_port():
         return probe.getsockname()[1]
 
 
-def test_tensorboard_server_serves_the_loss_curve(run):
+@pytest.fixture(scope="module")
+def second_run(run):
+    """The same pairs, greedy decoding and another seed, beside the first run."""
+    root = run["root"]
+    argv = ["--train-tsv", str(root / "train.tsv"), "--valid-tsv", str(root / "valid.tsv"),
+            "--logdir", str(root / "greedy"), "--export-dir", str(root / "export-greedy"), "--seed", "1"]
+    return translate.main(argv + TINY[: TINY.index("--beam-size")] + ["--beam-size", "1", "--eval-every", "5",
+                                                                      "--jit-compile", "off"])
+
+
+def tensorboard_json(port, path, body=None):
+    """TensorBoard's HTTP data API: GET `path`, or POST `body` as JSON."""
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=data,
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=10) as response:
+        return json.load(response)
+
+
+def test_tensorboard_shows_curves_samples_attention_and_hparams_of_two_runs(run, second_run):
+    """A real TensorBoard over the folder of two runs, read through its own
+    HTTP data API as its dashboards read it."""
     port = free_port()
     server = subprocess.Popen(
-        [sys.executable, "-m", "tensorboard.main", "--logdir", run["logdir"], "--host", "127.0.0.1",
-         "--port", str(port)],
+        [sys.executable, "-m", "tensorboard.main", "--logdir", str(run["root"]), "--host", "127.0.0.1",
+         "--port", str(port), "--reload_interval", "0"],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
-    url = f"http://127.0.0.1:{port}/data/plugin/scalars/scalars?run=train&tag=epoch_loss"
     try:
-        deadline, points = time.time() + 90, None
-        while time.time() < deadline and points is None:
+        deadline, runs = time.time() + 120, {}
+        while time.time() < deadline and not {"runs/test", "greedy/test"} <= set(runs):
             try:
-                with urllib.request.urlopen(url, timeout=5) as response:
-                    points = json.load(response)
+                runs = tensorboard_json(port, "/data/plugin/scalars/tags")
             except (OSError, ValueError):
                 time.sleep(1)
-        assert points is not None, "tensorboard did not answer within 90 s"
-        assert [step for _, step, _ in points] == [5, 10]
-        assert all(np.isfinite(value) for _, _, value in points)
+        assert {"runs/test", "greedy/test"} <= set(runs), f"tensorboard did not list both runs: {sorted(runs)}"
+        for name in ("runs", "greedy"):
+            for curve in ("train", "validation"):
+                points = tensorboard_json(port, f"/data/plugin/scalars/scalars?run={name}/{curve}&tag=epoch_loss")
+                assert [step for _, step, _ in points] == [5, 10] and all(np.isfinite(v) for _, _, v in points)
+            scores = tensorboard_json(port, f"/data/plugin/scalars/scalars?run={name}/generation&tag=chrf")
+            assert len(scores) == 2, "a score curve: one point per evaluation"
+        text = tensorboard_json(port, "/data/plugin/text/text?run=runs/generation&tag=samples")
+        assert "source" in text[-1]["text"] and "reference" in text[-1]["text"]
+        images = tensorboard_json(port, "/data/plugin/images/images?run=runs/attention&tag=sentence_0")
+        assert images and images[-1]["step"] == 10, "an attention map at each evaluation"
+        experiment = tensorboard_json(port, "/data/plugin/hparams/experiment", {"experimentName": ""})
+        settings = {info["name"] for info in experiment["hparamInfos"]}
+        assert {"beam_size", "seed", "d_model", "metric", "model_size"} <= settings
+        metrics = {(m["name"]["group"], m["name"]["tag"]) for m in experiment["metricInfos"]}
+        assert {("test", "bleu"), ("test", "chrf"), ("validation", "epoch_loss"), ("generation", "chrf")} <= metrics
+        groups = tensorboard_json(port, "/data/plugin/hparams/session_groups", {
+            "experimentName": "", "startIndex": 0, "sliceSize": 10, "colParams": [],
+            "allowedStatuses": ["STATUS_UNKNOWN", "STATUS_SUCCESS", "STATUS_FAILURE", "STATUS_RUNNING"]})
+        sessions = {group["sessions"][0]["name"]: group for group in groups["sessionGroups"]}
+        assert set(sessions) == {"runs", "greedy"}
+        assert sessions["greedy"]["hparams"]["beam_size"] == 1 and sessions["runs"]["hparams"]["beam_size"] == 2
+        for name, metrics_json in (("runs", run["metrics"]), ("greedy", second_run)):
+            values = {(m["name"]["group"], m["name"]["tag"]): m["value"] for m in sessions[name]["metricValues"]}
+            assert values[("test", "chrf")] == pytest.approx(metrics_json["test_chrf"], abs=0.01)
+            assert values[("validation", "epoch_loss")] == pytest.approx(metrics_json["valid_loss"], rel=1e-4)
     finally:
         server.kill()
         server.wait(timeout=30)

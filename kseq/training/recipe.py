@@ -21,6 +21,7 @@ from kseq._atomic import write_bytes_atomic, write_json_atomic
 from kseq.training.callbacks import TimeLimit
 from kseq.training.distribution import clip_after_all_reduce, is_chief, make_strategy, task
 from kseq.training.precision import describe_precision, resolve_precision
+from kseq.training.tensorboard import write_scores
 from kseq.training.xla import enable_persistent_cache, jit_decision
 
 
@@ -104,9 +105,15 @@ def fit_keeping_best(model, data, logdir, epochs, max_minutes=None, callbacks=()
     }
 
 
-def write_metrics(logdir, metrics):
-    """`<logdir>/metrics.json`, written whole or not at all."""
+def write_metrics(logdir, metrics, scores=()):
+    """`<logdir>/metrics.json`, written whole or not at all. The entries
+    named in `scores` (e.g. "test_bleu") are also logged as scalars of run
+    `<logdir>/test` (without their "test_"), at the step training reached:
+    TensorBoard's HParams dashboard lists them beside the run's settings."""
     write_json_atomic(os.path.join(logdir, "metrics.json"), metrics)
+    if scores:
+        values = {name.removeprefix("test_"): metrics[name] for name in scores}
+        write_scores(logdir, "test", values, step=metrics.get("steps", 0))
     return metrics
 
 

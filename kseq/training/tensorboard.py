@@ -5,16 +5,33 @@ from tensorboard.plugins.hparams import api as hparams_api
 
 
 def write_hparams(logdir, config):
-    """Logs `config` (a flat dict) to the HParams tab, run `<logdir>/hparams`.
+    """Logs `config` (a flat dict) to the HParams tab as the settings of the
+    run in `logdir`.
 
-    Values that are not bool, int, float or str are logged as strings.
+    They are written to the run's own folder, whose subfolders hold its
+    curves (`train`, `validation`, `generation`, `test`): TensorBoard's
+    HParams dashboard then lists those curves' last values as the run's
+    metrics, so `tensorboard --logdir` over several runs' folders puts their
+    settings and scores side by side. Values that are not bool, int, float
+    or str are logged as strings.
     """
     values = {
         name: value if isinstance(value, (bool, int, float, str)) else str(value)
         for name, value in config.items()
     }
-    with tf.summary.create_file_writer(f"{logdir}/hparams").as_default():
+    with tf.summary.create_file_writer(logdir).as_default():
         hparams_api.hparams(values)
+
+
+def write_scores(logdir, group, scores, step):
+    """Logs `scores` ({name: number}) as scalars of run `<logdir>/<group>`
+    at `step` (e.g. the test scores at the end: a metric of the run in the
+    HParams dashboard)."""
+    writer = tf.summary.create_file_writer(f"{logdir}/{group}")
+    with writer.as_default():
+        for name, value in scores.items():
+            tf.summary.scalar(name, float(value), step=step)
+    writer.flush()
 
 
 def write_model_graph(logdir, model):

@@ -106,13 +106,13 @@ def test_is_chief():
 
 def test_write_hparams_logs_every_value_as_a_scalar_or_string(tmp_path):
     write_hparams(str(tmp_path), {"lr": 0.1, "layers": 2, "arch": "rnn", "prompts": ["a", "b"], "tied": True})
-    runs, tags = events(tmp_path, "hparams")
-    assert "_hparams_/session_start_info" in tags
-    start = runs.Tensors("hparams", "_hparams_/session_start_info")[0].tensor_proto
+    runs, tags = events(tmp_path, ".")
+    assert "_hparams_/session_start_info" in tags, "in the run's own folder, beside its curves' folders"
+    start = runs.Tensors(".", "_hparams_/session_start_info")[0].tensor_proto
     from tensorboard.plugins.hparams import plugin_data_pb2
 
     data = plugin_data_pb2.HParamsPluginData.FromString(
-        runs.SummaryMetadata("hparams", "_hparams_/session_start_info").plugin_data.content)
+        runs.SummaryMetadata(".", "_hparams_/session_start_info").plugin_data.content)
     values = data.session_start_info.hparams
     assert values["lr"].number_value == 0.1 and values["arch"].string_value == "rnn"
     assert values["prompts"].string_value == "['a', 'b']" and values["tied"].bool_value is True
