@@ -2,14 +2,17 @@
 
 import json
 import os
+import random
 import subprocess
 import sys
+import unicodedata
 
 import numpy as np
 import keras
 import tensorflow as tf
 
 from kseq.decoding import GreedySearch
+from kseq.data.text import normalize_text
 from kseq.special_ids import BOS_ID, EOS_ID
 from kseq.layers.masking import padding_mask
 from kseq.training.losses import MaskedSparseCategoricalCrossentropy
@@ -139,8 +142,11 @@ for library in glob.glob(os.path.join(text_dir, "python", "ops", "_*.so")):
     tf.load_op_library(library)
 serve = tf.saved_model.load(sys.argv[1]).signatures["serving_default"]
 name = list(serve.structured_input_signature[1])[0]
-out = serve(**{name: tf.constant(json.loads(sys.argv[2]))})
-print(json.dumps({"input": name, **{key: value.numpy().tolist() for key, value in out.items()}},
+def answer(texts):
+    out = serve(**{name: tf.constant(texts) if texts else tf.constant([], tf.string)})
+    return {"input": name, **{key: value.numpy().tolist() for key, value in out.items()}}
+batches = json.loads(sys.argv[2])
+print(json.dumps([answer(batch) for batch in batches] if sys.argv[3:] == ["batches"] else answer(batches),
                  default=lambda b: b.decode()))
 """
 
@@ -181,6 +187,67 @@ def serve_with_text_ops(path, texts):
     )
     assert result.returncode == 0, result.stderr[-2000:]
     return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def serve_batches_with_text_ops(path, batches):
+    """`serve_with_text_ops` for several requests (lists of strings) in one
+    TensorFlow-only process: [{"input": ..., output name: values}, ...]."""
+    result = subprocess.run(
+        [sys.executable, "-c", SERVE_WITH_TEXT_OPS, path, json.dumps(batches), "batches"],
+        capture_output=True, text=True, env=subprocess_env(), timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+# Whitespace a client may send (normalize_text collapses every str.isspace character).
+MESSY_SPACES = ["\t", "\n", "  ", " \t ", "\u00a0", "\u3000", "\r\n", "\u2003"]
+
+
+def messy_variants(texts, seed=0):
+    """What clients send for `texts`, request by request: [the texts
+    decomposed (NFD, as macOS and web forms send accents), the texts with
+    random whitespace runs and padding, the texts normalized as training
+    reads them]; each list has `texts`' order, so row i of every request
+    is the same text."""
+    rng = random.Random(seed)
+
+    def messy(text):
+        words = text.split()
+        spaces = [rng.choice(MESSY_SPACES) for _ in range(len(words) + 1)]
+        return spaces[0] + "".join(word + space for word, space in zip(words, spaces[1:]))
+
+    return [[unicodedata.normalize("NFD", text) for text in texts], [messy(text) for text in texts],
+            [normalize_text(text) for text in texts]]
+
+
+def random_texts(words, count, seed=0, blank_every=5):
+    """`count` random texts of `words` (accented ones included by the
+    caller), every `blank_every`-th one blank (empty or whitespace only)."""
+    rng = random.Random(seed)
+    texts = []
+    for index in range(count):
+        if index % blank_every == 0:
+            texts.append(rng.choice(["", " ", "\t\n", "\u00a0\u3000"]))
+        else:
+            texts.append(" ".join(rng.choice(words) for _ in range(rng.randint(1, 6))))
+    return texts
+
+
+def check_served_text_is_normalized(path, words, output, blank_output="", count=40):
+    """Serves random texts of `words` as clients send them (NFC and NFD,
+    tabs, newlines, runs of spaces) and normalized: the same text gets the
+    same `output` however it was sent; a blank text gets `blank_output`."""
+    texts = random_texts(words, count)
+    variants = messy_variants(texts)
+    answers = serve_batches_with_text_ops(path, [texts] + variants)
+    expected = answers[-1][output]
+    for answer in answers[:-1]:
+        assert answer[output] == expected
+    blanks = [row for row, text in enumerate(texts) if not text.strip()]
+    assert blanks and all(expected[row] == blank_output for row in blanks)
+    assert any(expected[row] != blank_output for row in range(count) if row not in blanks)
+    return answers
 
 
 def graph_op_types(concrete_function):

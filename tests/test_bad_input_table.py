@@ -35,7 +35,7 @@ import translate  # noqa: E402
 
 import kseq.export  # noqa: E402
 from kseq import EOS_ID  # noqa: E402
-from kseq.data import CharacterTokenizer  # noqa: E402
+from kseq.data import CharacterTokenizer, normalize_text  # noqa: E402
 from kseq.data.subword_tokenizer import SubwordTokenizer  # noqa: E402
 from kseq.decoding import BeamSearch, GreedySearch  # noqa: E402
 from kseq.export import export_classifier, export_language_model, export_translator  # noqa: E402
@@ -369,11 +369,13 @@ SERVING_INPUTS = [
     ("a batch of 512", BATCH_512),
     ("a batch mixing all of the above", ["", "   ", "\t\n", "日本語 ✓ 🙂", "\x00\x01\x7f", b"\xff\xfe", LONG, "the cat"]),
 ]
-# Requests whose answers the long input's must equal.
+# Requests whose answers the long input's must equal: text whose first (or
+# last) tokens are those the export keeps of the long input, read as training
+# reads text (ends stripped, so one more character than is kept).
 REFERENCES = [
     ("translator", "first 16 words", [" ".join(["the", "cat"] * (MAX_SOURCE // 2))]),
-    ("classifier", "first 16 characters", [LONG[:MAX_SOURCE]]),
-    ("language_model", "last 32 characters", [LONG[-MAX_PROMPT:]]),
+    ("classifier", "first 16 characters", [LONG[: MAX_SOURCE + 1]]),
+    ("language_model", "last 32 characters", [LONG.strip()[-(MAX_PROMPT + 1):]]),
 ]
 SIGNATURES = {  # export -> (input name, {output: (dtype, rank)})
     "translator": ("source", {"translation": ("string", 1), "token_ids": ("int32", 2)}),
@@ -512,8 +514,9 @@ def decoded(output):
     return [base64.b64decode(v).decode("utf-8", errors="strict") for v in output["values"]]
 
 
-def check_well_formed(export, answer, batch_size, vocab=None):
+def check_well_formed(export, answer, batch, vocab=None):
     assert "error" not in answer, answer.get("error")
+    batch_size = len(batch)
     outputs = answer["outputs"]
     _, expected = SIGNATURES[export]
     assert set(outputs) == set(expected)
@@ -527,12 +530,18 @@ def check_well_formed(export, answer, batch_size, vocab=None):
             assert all(0 <= i < vocab for i in row), row
             if EOS_ID in row:  # PAD (0) after EOS
                 assert not any(row[row.index(EOS_ID) + 1:]), row
-    if export == "classifier":
+    blank = np.array([not normalize_text(text.decode("utf-8", "replace") if isinstance(text, bytes) else text)
+                      for text in batch], bool)
+    if export == "classifier":  # a blank text gets an empty answer
         probabilities = np.array(outputs["probabilities"]["values"], "float64").reshape(batch_size, 3)
         assert np.all(np.isfinite(probabilities))
-        np.testing.assert_allclose(probabilities.sum(axis=1), 1.0, atol=1e-5)
-        assert set(decoded(outputs["label"])) <= set(LABELS)
-        assert all(0 <= c < 3 for c in outputs["class_id"]["values"])
+        np.testing.assert_allclose(probabilities.sum(axis=1), np.where(blank, 0.0, 1.0), atol=1e-5)
+        labels, class_ids = decoded(outputs["label"]), np.array(outputs["class_id"]["values"])
+        assert all(label == "" if empty else label in LABELS for label, empty in zip(labels, blank))
+        assert np.all(np.where(blank, class_ids == -1, (0 <= class_ids) & (class_ids < 3)))
+    if export in ("language_model", "translator"):
+        texts = decoded(outputs["continuation" if export == "language_model" else "translation"])
+        assert all(text == "" for text, empty in zip(texts, blank) if empty)
 
 
 BEHAVIOUR = "well-formed: batch size kept, declared dtypes, valid UTF-8 strings, nothing raised"
@@ -542,7 +551,7 @@ SERVING_ROWS = [(export, label, batch, BEHAVIOUR) for export in SIGNATURES for l
 @pytest.mark.parametrize("export,given,batch,expected", SERVING_ROWS,
                          ids=[f"{r[0]}: {r[1]}" for r in SERVING_ROWS])
 def test_serving(served, export, given, batch, expected):
-    check_well_formed(export, served.answers[(export, given)], len(batch), served.vocab.get(export))
+    check_well_formed(export, served.answers[(export, given)], batch, served.vocab.get(export))
 
 
 def test_serving_process_stays_up(served):

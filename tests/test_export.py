@@ -15,12 +15,16 @@ from kseq.models import ConditionedGenerator
 from support import serve_with_text_ops, small_model, subprocess_env
 
 # Runs in a fresh interpreter where keras, keras_hub and kseq cannot be
-# imported (as if not installed): TensorFlow alone, as TF Serving has.
+# imported (as if not installed): TensorFlow and tensorflow_text's ops alone,
+# as TF Serving has (requests are read with tensorflow_text's normalizer).
 SERVE = """
-import json, sys
+import glob, importlib.util, json, os, sys
 for name in ("keras", "keras_hub", "kseq", "tf_keras"):
     sys.modules[name] = None  # import fails, find_spec says "not installed"
 import tensorflow as tf
+text_dir = importlib.util.find_spec("tensorflow_text").submodule_search_locations[0]
+for library in glob.glob(os.path.join(text_dir, "python", "ops", "_*.so")):
+    tf.load_op_library(library)
 serve = tf.saved_model.load(sys.argv[1]).signatures["serving_default"]
 out = serve(source=tf.constant(json.loads(sys.argv[2])))
 print(json.dumps({

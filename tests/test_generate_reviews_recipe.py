@@ -15,7 +15,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "recipes"))
 import generate_reviews  # noqa: E402
 
 from kseq.data.subword_tokenizer import SubwordTokenizer  # noqa: E402
-from support import serve_with_text_ops  # noqa: E402
+from support import serve_batches_with_text_ops, serve_with_text_ops  # noqa: E402
 
 GOOD, BAD = ["great", "moving", "funny", "superb"], ["dull", "boring", "awful", "flat"]
 
@@ -99,6 +99,16 @@ def test_export_serves_labels_without_kseq_and_matches_the_model(run):
                               seed=0, no_repeat_ngram_size=3)
     assert served["token_ids"] == expected.numpy().tolist()
     assert served["text"] == [t.decode() for t in tokenizer.detokenize(expected).numpy()]
+
+
+def test_the_export_reads_labels_as_training_read_text(run):
+    """A label with tabs, spaces or newlines around it is the label; a blank
+    one gets an empty answer; the other rows are as if it were not there."""
+    path = os.path.join(run["export_dir"], "1")
+    sent, clean = ["\tpos ", "neg\n", "\u00a0pos", "   ", ""], ["pos", "neg", "pos", "pos", "pos"]
+    messy, plain = serve_batches_with_text_ops(path, [sent, clean])
+    assert messy["class_id"] == [1, 0, 1, -1, -1] and messy["text"][3:] == ["", ""]
+    assert messy["text"][:3] == plain["text"][:3] and all(messy["text"][:3])
 
 
 def test_agreement_and_known_words_count_what_they_say():

@@ -15,7 +15,7 @@ import classify  # noqa: E402
 import language_model  # noqa: E402
 
 from kseq.data.subword_tokenizer import SubwordTokenizer  # noqa: E402
-from support import serve_with_text_ops  # noqa: E402
+from support import check_served_text_is_normalized, serve_with_text_ops  # noqa: E402
 
 pytestmark = pytest.mark.long
 
@@ -65,9 +65,17 @@ def test_language_model_export_serves_without_kseq_and_matches_python(lm_run):
     model = keras.saving.load_model(os.path.join(lm_run["logdir"], "tbptt", "model.keras"))
     tokenizer = SubwordTokenizer.load(os.path.join(lm_run["logdir"], "spm.model"))
     ids = tokenizer.tokenize(prompts).to_tensor()
-    expected = model.generate(ids, max_length=8, method="sample", temperature=0.8, top_k=40, seed=0)
-    assert served["token_ids"] == expected.numpy().tolist()
-    assert served["continuation"] == [t.decode() for t in tokenizer.detokenize(expected).numpy()]
+    expected = model.generate(ids, max_length=8, method="sample", temperature=0.8, top_k=40, seed=0).numpy()
+    texts = [t.decode() for t in tokenizer.detokenize(expected).numpy()]
+    for row in (0, 2):
+        assert served["token_ids"][row][: len(expected[row])] == expected[row].tolist()
+        assert served["continuation"][row] == texts[row]
+    assert served["continuation"][1] == "" and set(served["token_ids"][1]) == {0}, "a blank prompt: nothing"
+
+
+def test_language_model_export_reads_prompts_as_training_read_text(lm_run):
+    words = WORDS + ["café", "zoë"]
+    check_served_text_is_normalized(os.path.join(lm_run["export_dir"], "1"), words, "continuation")
 
 
 @pytest.fixture(scope="module")
@@ -108,14 +116,23 @@ def test_classifier_export_serves_without_kseq_and_matches_python(classify_run):
     assert served["input"] == "text"
     probabilities = np.asarray(served["probabilities"])
     assert probabilities.shape == (5, 2)
-    np.testing.assert_allclose(probabilities.sum(axis=1), 1.0, atol=1e-5)
+    real = [0, 1, 4]
+    np.testing.assert_allclose(probabilities[real].sum(axis=1), 1.0, atol=1e-5)
     assert served["label"][:2] == ["pos", "neg"]
-    assert served["label"] == [["neg", "pos"][i] for i in served["class_id"]]
+    assert [served["label"][row] for row in real] == [["neg", "pos"][served["class_id"][row]] for row in real]
+    # A blank text gets an empty answer.
+    assert [served["label"][row] for row in (2, 3)] == ["", ""] and [served["class_id"][row] for row in (2, 3)] == [-1, -1]
+    np.testing.assert_array_equal(probabilities[[2, 3]], 0.0)
     model = keras.saving.load_model(os.path.join(classify_run["logdir"], "model.keras"))
     tokenizer = SubwordTokenizer.load(os.path.join(classify_run["logdir"], "spm.model"))
-    ids = tokenizer.tokenize(texts).to_tensor()
+    ids = tokenizer.tokenize([texts[row] for row in real]).to_tensor()
     expected = tf.nn.softmax(model(tf.pad(ids, [[0, 0], [0, 1]]))).numpy()
-    np.testing.assert_allclose(probabilities, expected, atol=1e-5)
+    np.testing.assert_allclose(probabilities[real], expected, atol=1e-5)
+
+
+def test_classifier_export_reads_texts_as_training_read_text(classify_run):
+    words = ["the", "film", "was", "great", "dull", "café", "naïve", "plot"]
+    check_served_text_is_normalized(os.path.join(classify_run["export_dir"], "1"), words, "label")
 
 
 def test_recipes_reject_bad_arguments(tmp_path, capsys):

@@ -21,7 +21,7 @@ from kseq.data.bucketing import bucketed_pair_dataset, xla_boundaries  # noqa: E
 from kseq.training.distribution import weights_fingerprint  # noqa: E402
 from kseq.training.evaluation import looping_outputs  # noqa: E402
 from kseq.training.precision import MEASURED_FASTEST, precision_class  # noqa: E402
-from support import serve_with_text_ops, subprocess_env  # noqa: E402
+from support import check_served_text_is_normalized, serve_with_text_ops, subprocess_env  # noqa: E402
 
 from kseq.data.subword_tokenizer import SubwordTokenizer  # noqa: E402
 
@@ -185,6 +185,13 @@ def test_export_serves_with_tensorflow_and_text_only_and_matches_python(run):
                               max_ngram_count=decoding["max_ngram_count"],
                               max_length_ratio=decoding["max_length_ratio"])
     assert served["token_ids"][0][: np.asarray(expected).shape[1]] == np.asarray(expected)[0].tolist()
+
+
+def test_the_export_reads_requests_as_training_read_text(run):
+    """NFC or NFD accents, tabs, newlines and runs of spaces: one translation;
+    a blank request: ""."""
+    words = list(WORDS) + ["café", "zoë", "naïve", "Ångström"]
+    check_served_text_is_normalized(os.path.join(run["export_dir"], "1"), words, "translation")
 
 
 def free_port():

@@ -3,7 +3,7 @@
 import tensorflow as tf
 
 from kseq.export.publishing import write_servable
-from kseq.export.requests import id_matrix, length_within
+from kseq.export.requests import blank_out, id_matrix, length_within, normalized
 from kseq.layers.recurrent import portable_recurrence
 
 TEXT_SPEC = tf.TensorSpec([None], tf.string, name="text")
@@ -13,18 +13,20 @@ def classify_function(model, tokenizer, labels, max_length=256):
     """texts (B,) -> {"probabilities": (B, C), "label": strings (B,),
     "class_id": int32 (B,)}, the first `max_length` tokens of each text
     (never more than a Transformer encoder's own `max_length`) classified,
-    in TensorFlow ops (an empty text gets the model's prior)."""
+    read as training read text, in TensorFlow ops. A blank text gets an
+    empty answer: label "", class id -1, probabilities 0."""
     label_table = tf.constant(list(labels))
     max_length = length_within(model.length_limit, max_length, "max_length")
 
     def classify(text):
+        text, blank = normalized(text)
         ids = id_matrix(tokenizer.tokenize(text)[:, :max_length])
         with portable_recurrence(model):  # no cuDNN op: serves on any device
             logits = model(ids)
         probabilities = tf.nn.softmax(tf.cast(logits, tf.float32))
         class_id = tf.argmax(probabilities, axis=-1, output_type=tf.int32)
-        return {"probabilities": probabilities, "label": tf.gather(label_table, class_id),
-                "class_id": class_id}
+        return blank_out(blank, {"probabilities": probabilities, "label": tf.gather(label_table, class_id),
+                                 "class_id": class_id})
 
     return classify
 

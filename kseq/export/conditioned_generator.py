@@ -2,9 +2,11 @@
 
 import tensorflow as tf
 
+from kseq.data.text import normalize_text
 from kseq.decoding import GreedySearch
 from kseq.decoding.output import decoded_text
 from kseq.export.publishing import write_servable
+from kseq.export.requests import blank_out, normalized
 
 LABEL_SPEC = tf.TensorSpec([None], tf.string, name="label")
 CLASS_ID_SPEC = tf.TensorSpec([None], tf.int32, name="class_id")
@@ -26,33 +28,37 @@ def generate_from_condition_function(model, tokenizer, search, name="condition")
 
 def label_lookup(labels):
     """A lookup table from label strings to class ids (-1 for unknown ones)."""
-    if len(set(labels)) != len(labels) or not all(isinstance(label, str) for label in labels):
-        raise ValueError(f"`labels` must be distinct strings; got {list(labels)}.")
+    if not all(isinstance(label, str) and normalize_text(label) for label in labels) or \
+            len({normalize_text(label) for label in labels}) != len(labels):
+        raise ValueError(f"`labels` must be distinct strings, none blank; got {list(labels)}.")
+    keys = [normalize_text(label) for label in labels]  # the form requests are read in
     return tf.lookup.StaticHashTable(
         tf.lookup.KeyValueTensorInitializer(
-            tf.constant(list(labels)), tf.range(len(labels), dtype=tf.int32)
+            tf.constant(keys), tf.range(len(labels), dtype=tf.int32)
         ),
         default_value=-1,
     )
 
 
 def generate_from_label_function(model, tokenizer, search, labels, table):
-    """label strings (B,) -> {"text", "token_ids", "class_id"}. A label not
-    in `labels` (exact match) fails the whole call with an
-    InvalidArgumentError that lists the known labels and the unknown ones."""
+    """label strings (B,) -> {"text", "token_ids", "class_id"}, the labels
+    read as training read text. A label not in `labels` fails the whole
+    call with an InvalidArgumentError that lists the known labels and the
+    unknown ones; a blank label gets an empty answer (text "", class id -1)."""
     from_class_id = generate_from_condition_function(model, tokenizer, search, "class_id")
     known = ", ".join(labels)  # no quotes: the assertion message would escape them
 
     def generate(label):
+        label, blank = normalized(label)
         class_id = table.lookup(label)
-        unknown = class_id < 0
+        unknown = tf.logical_and(class_id < 0, tf.logical_not(blank))
         check = tf.debugging.Assert(
             tf.logical_not(tf.reduce_any(unknown)),
             [f"`label` must be one of: {known}; unknown labels:", tf.boolean_mask(label, unknown)],
         )
         with tf.control_dependencies([check]):
-            class_id = tf.identity(class_id)
-        return {**from_class_id(class_id), "class_id": class_id}
+            class_id = tf.where(blank, 0, class_id)  # any class: the answer is emptied
+        return blank_out(blank, {**from_class_id(class_id), "class_id": class_id})
 
     return generate
 

@@ -4,7 +4,7 @@ import tensorflow as tf
 
 from kseq.decoding.output import decoded_text
 from kseq.export.publishing import write_servable
-from kseq.export.requests import id_matrix, length_within
+from kseq.export.requests import blank_out, id_matrix, length_within, normalized
 
 PROMPT_SPEC = tf.TensorSpec([None], tf.string, name="prompt")
 
@@ -12,14 +12,16 @@ PROMPT_SPEC = tf.TensorSpec([None], tf.string, name="prompt")
 def continue_function(model, tokenizer, search, max_prompt_length=256):
     """prompts (B,) -> {"continuation": strings (B,), "token_ids": (B, T')}:
     a language model's `search` from the last `max_prompt_length` tokens of
-    each prompt (an empty prompt starts a new document), in TensorFlow ops."""
+    each prompt, read as training read text; a blank prompt gets "", in
+    TensorFlow ops."""
     max_prompt_length = length_within(model.length_limit, max_prompt_length, "max_prompt_length")
 
     def continue_text(prompt):
+        prompt, blank = normalized(prompt)
         ids = tokenizer.tokenize(prompt)
         generated, _ = model.search(id_matrix(ids[:, -max_prompt_length:]), search)
         text, ids = decoded_text(tokenizer, generated)
-        return {"continuation": text, "token_ids": ids}
+        return blank_out(blank, {"continuation": text, "token_ids": ids})
 
     return continue_text
 

@@ -2,8 +2,29 @@
 
 import tensorflow as tf
 
+from kseq.data.text import normalize_text_op
 from kseq.special_ids import PAD_ID
 from kseq._validation import check_positive_int
+
+
+def normalized(texts):
+    """(texts as training saw them (`kseq.data.text.normalize_text_op`),
+    (B,) bool: which are blank): every export reads its strings so."""
+    texts = normalize_text_op(texts)
+    return texts, tf.equal(texts, "")
+
+
+def blank_out(blank, outputs):
+    """`outputs` ({name: (B, ...) tensor}) with the rows of blank requests
+    emptied: "" for strings, PAD (0) for ids, -1 for class ids, 0 for
+    numbers. A blank request gets an empty answer from every export."""
+    empty = {tf.string: "", tf.int32: PAD_ID}
+    masked = {}
+    for name, value in outputs.items():
+        fill = -1 if name == "class_id" else empty.get(value.dtype, 0)
+        rows = tf.reshape(blank, [-1] + [1] * (value.shape.rank - 1))
+        masked[name] = tf.where(rows, tf.cast(fill, value.dtype), value)
+    return masked
 
 
 def id_matrix(ragged_ids):

@@ -5,7 +5,7 @@ import tensorflow as tf
 from kseq.decoding import GreedySearch
 from kseq.decoding.output import decoded_text
 from kseq.export.publishing import write_servable
-from kseq.export.requests import few_shapes, id_matrix, length_within
+from kseq.export.requests import few_shapes, id_matrix, length_within, normalized
 
 SOURCE_SPEC = tf.TensorSpec([None], tf.string, name="source")
 
@@ -41,6 +41,7 @@ def translate_function(model, source_tokenizer, target_tokenizer, max_length=64,
     run_search = _search_function(model, search, jit_compile)
 
     def translate(source):
+        source, _ = normalized(source)  # a blank source has no ids: it translates to ""
         ids = id_matrix(source_tokenizer.tokenize(source)[:, :max_source_length])
         rows = tf.shape(ids)[0]
         if jit_compile:
