@@ -170,7 +170,7 @@ def train(options, run, datasets, vocab_size, names, xla):
     decisions = run.decisions(model, xla)
     write_hparams(options.logdir, options.as_hparams() | as_hparams(decisions))
     callbacks = [
-        keras.callbacks.TensorBoard(options.logdir),
+        keras.callbacks.TensorBoard(options.logdir, profile_batch=options.profile_batch),
         keras.callbacks.EarlyStopping(monitor="val_accuracy", mode="max", patience=options.patience,
                                       restore_best_weights=True),
     ]

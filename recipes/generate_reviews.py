@@ -286,7 +286,7 @@ def train(options, run, datasets, tokenizer, names, xla):
     monitor = GenerationMonitor(shown, None, sample_writer(model, tokenizer, names, options), {},
                                 logdir=options.logdir, samples=len(shown))
     _, metrics = recipe.fit_keeping_best(model, datasets, options.logdir, options.epochs, options.max_minutes,
-                                         [monitor])
+                                         [monitor], profile_batch=options.profile_batch)
     test = model.evaluate(datasets["test"], verbose=0, return_dict=True)
     print(f"test perplexity {test['perplexity']:.2f}")
     return Trained(model, decisions, {"test_perplexity": round(float(test["perplexity"]), 3), **metrics})

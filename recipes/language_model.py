@@ -192,7 +192,7 @@ def fit_one(name, options, run, streams, tokenizer, xla, carry_state):
     continuer, _ = make_continuer(model, tokenizer, options)
     monitor = GenerationMonitor(options.prompts, None, continuer, {}, logdir=logdir)
     history, metrics = recipe.fit_keeping_best(model, streams, logdir, options.epochs, options.max_minutes,
-                                               [monitor], verbose=1)
+                                               [monitor], verbose=1, profile_batch=options.profile_batch)
     test = model.evaluate(streams["test"], verbose=0, return_dict=True)
     print(f"{name}: test perplexity {test['perplexity']:.2f}")
     return Trained(model, run.decisions(model, xla), {

@@ -125,7 +125,7 @@ def train(options, run, tokenizer, train_data, valid_data, valid_pairs, xla):
     write_hparams(options.logdir, options.as_hparams() | as_hparams(run.decisions(model, xla)))
     start = time.time()
     history = model.fit(train_data, validation_data=valid_data, epochs=options.epochs, verbose=2, shuffle=False,
-                        callbacks=[monitor, keras.callbacks.TensorBoard(options.logdir)]).history
+                        callbacks=[monitor, keras.callbacks.TensorBoard(options.logdir, profile_batch=options.profile_batch)]).history
     return Trained(model, run.decisions(model, xla), {
         "valid_loss": float(history["val_loss"][-1]),
         "valid_losses": [float(value) for value in history["val_loss"]],

@@ -234,7 +234,7 @@ def chief_callbacks(options, model, tokenizer, valid, decode_xla):
     greedy = model_translator(model, tokenizer, options.max_length, GreedySearch(options.max_length), decode_xla,
                               options.decoding_seconds)
     monitor = GenerationMonitor(sources, references, greedy, all_scores, logdir=options.logdir)
-    callbacks = [monitor, StepTensorBoard(options.logdir), keras.callbacks.ModelCheckpoint(
+    callbacks = [monitor, StepTensorBoard(options.logdir, profile_batch=options.profile_batch), keras.callbacks.ModelCheckpoint(
         os.path.join(options.logdir, "checkpoints", "last.weights.h5"), save_weights_only=True)]
     if options.has_attention:
         plotted = tokenizer.tokenize(sources[: options.attention_plots])[:, : options.max_length].to_tensor()

@@ -23,6 +23,7 @@ def test_reverse_recipe_end_to_end(tmp_path):
     result = run_recipe(
         "--arch", "rnn", "--attention", "dot", "--cell", "lstm", "--train-examples", "1280",
         "--valid-examples", "64", "--epochs", "2", "--logdir", str(logdir), "--export-dir", str(export_dir),
+        "--profile-steps", "3,4",
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert "source_ids" in result.stdout and "exported" in result.stdout
@@ -34,15 +35,19 @@ def test_reverse_recipe_end_to_end(tmp_path):
     losses = metrics["valid_losses"]
     assert len(losses) == 2 and losses[-1] < losses[0] and losses[-1] < math.log(26), losses
     assert 0.0 <= metrics["test_exact_match"] <= 1.0
-    for run in ("train", "validation", "generation"):
+    for run in ("train", "validation", "generation", "test"):
         files = os.listdir(logdir / run)
         assert any(f.startswith("events.out.tfevents") for f in files), run
     assert (export_dir / "1" / "saved_model.pb").exists()
+    traces = [name for folder, _, names in os.walk(logdir / "train" / "plugins" / "profile") for name in names]
+    assert any(name.endswith(".xplane.pb") for name in traces), "--profile-steps 3,4 wrote a profile"
 
 
 @pytest.mark.parametrize("argv, message", [
     (["--epochs", "0"], "--epochs must be >= 1"),
     (["--arch", "cnn"], "invalid choice"),
+    (["--profile-steps", "5"], "--profile-steps must be two steps A,B"),
+    (["--profile-steps", "9,3"], "--profile-steps must be two steps A,B with 0 < A <= B"),
     (["--logdir", "FILE"], "exists and is not a directory"),
 ])
 def test_reverse_recipe_rejects_bad_arguments(tmp_path, capsys, argv, message):

@@ -6,7 +6,7 @@ import os
 
 from kseq.training.callbacks import NonFiniteLoss, StopOnNonFiniteLoss, TimeLimit
 from kseq.training.options import AUTO, RecipeOptions, option
-from kseq.training.periods import EvaluationPeriods, StepTimer, parse_cadence
+from kseq.training.periods import EvaluationPeriods, ProgressLine, StepTimer, parse_cadence
 from kseq.training.resume import ResumableBackup
 from kseq.training.xla import StableFunctionNames
 
@@ -47,7 +47,8 @@ class CadencedFit:
     periods (`EvaluationPeriods`), timed (`StepTimer`), bounded in minutes
     (`TimeLimit`, counting the runs before a resume) and saved every
     `save_every` steps and at every period (`ResumableBackup`), so that the
-    same command started again continues a killed run.
+    same command started again continues a killed run; a progress line
+    every half minute (`ProgressLine`).
 
     Args:
         workdir: the run's folder; the backup goes to `<workdir>/backup`.
@@ -70,7 +71,8 @@ class CadencedFit:
         self.total_steps, self.steps_per_epoch = total_steps, steps_per_epoch
         self.resuming = resuming
         spent = resuming["train_seconds"] if resuming else 0.0
-        self.limits = [TimeLimit(max_minutes, spent_seconds=spent), StopOnNonFiniteLoss(non_finite_hint)]
+        self.limits = [TimeLimit(max_minutes, spent_seconds=spent), StopOnNonFiniteLoss(non_finite_hint),
+                       ProgressLine(budget_minutes=max_minutes, spent_seconds=spent)]
 
     def fit(self, model, train, valid, logging=(), stopping=()):
         """`model.fit` with the chief's `logging` callbacks (scores, curves,

@@ -69,13 +69,29 @@ class RecipeOptions:
     xla_cache: str | None = option(None, "folder of compiled XLA programs (default ~/.cache/kseq/xla)")
     logdir: str = option("runs", "TensorBoard logs, metrics.json, checkpoints and the resumable backup")
     export_dir: str = option("savedmodels", "the SavedModel goes to <export-dir>/<next version>/")
+    profile_steps: str | None = option(None, "profile train steps A to B (e.g. 20,30) for TensorBoard's Profile tab")
     # Set by `parse`: the preset applied and the options the command line gave.
     preset: str | None = None
     options_given: tuple = ()
 
     def problems(self):
         """Messages for impossible combinations (empty when there is none)."""
+        try:
+            self.profile_batch
+        except ValueError as error:
+            return [str(error)]
         return []
+
+    @property
+    def profile_batch(self):
+        """`--profile-steps` as keras' TensorBoard `profile_batch`: (A, B), or 0 for none."""
+        if not self.profile_steps:
+            return 0
+        parts = self.profile_steps.split(",")
+        if len(parts) != 2 or not all(part.strip().isdigit() for part in parts) or \
+                not 0 < int(parts[0]) <= int(parts[1]):
+            raise ValueError(f"--profile-steps must be two steps A,B with 0 < A <= B; got {self.profile_steps!r}")
+        return int(parts[0]), int(parts[1])
 
     def as_hparams(self):
         """{name: value} of every option, for TensorBoard's HParams."""

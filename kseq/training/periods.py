@@ -130,6 +130,45 @@ class StepTimer(keras.callbacks.Callback):
         return self.train_step_seconds / self.fit_seconds if self.fit_seconds else 0.0
 
 
+class ProgressLine(keras.callbacks.Callback):
+    """Prints a line every `every_seconds` of training: the global step, the
+    loss (keras' running mean over the period), steps a second since the
+    last line, and the minutes left of a `budget_minutes` budget (counted
+    from `spent_seconds` already trained, e.g. before a resume). With
+    `fit(verbose=0)` and evaluation periods of minutes, the user sees the
+    run move between evaluations.
+
+    Example:
+    >>> line = ProgressLine(every_seconds=30, budget_minutes=12, spent_seconds=60)
+    >>> line.describe(step=250, loss=4.25, steps_per_second=3.2, elapsed=540.0)
+    'step 250: loss 4.25, 3.2 steps/s, 3.0 min of 12 left'
+    """
+
+    def __init__(self, every_seconds=30.0, budget_minutes=None, spent_seconds=0.0):
+        super().__init__()
+        self.every_seconds, self.budget_minutes, self.spent_seconds = every_seconds, budget_minutes, spent_seconds
+
+    def on_train_begin(self, logs=None):
+        self._started = self._last = time.monotonic()
+        self._last_step = global_step(self.model)
+
+    def on_train_batch_end(self, batch, logs=None):
+        now = time.monotonic()
+        if now - self._last < self.every_seconds or not logs or "loss" not in logs:
+            return
+        step = global_step(self.model)
+        rate = (step - self._last_step) / (now - self._last)
+        print(self.describe(step, float(logs["loss"]), rate, self.spent_seconds + now - self._started), flush=True)
+        self._last, self._last_step = now, step
+
+    def describe(self, step, loss, steps_per_second, elapsed):
+        """The line for `step`, `elapsed` seconds of training in all."""
+        left = ""
+        if self.budget_minutes:
+            left = f", {max(self.budget_minutes - elapsed / 60, 0.0):.1f} min of {self.budget_minutes:g} left"
+        return f"step {step}: loss {loss:.4g}, {steps_per_second:.1f} steps/s{left}"
+
+
 class StepTensorBoard(keras.callbacks.TensorBoard):
     """keras' TensorBoard callback with epoch curves at the global step, so
     that evaluation periods, resumed runs and batch-level curves share one

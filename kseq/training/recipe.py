@@ -76,11 +76,11 @@ def compile_model(model, optimizer, loss, metrics=(), jit_compile=False):
     return model
 
 
-def fit_keeping_best(model, data, logdir, epochs, max_minutes=None, callbacks=(), verbose=2):
+def fit_keeping_best(model, data, logdir, epochs, max_minutes=None, callbacks=(), verbose=2, profile_batch=0):
     """`model.fit` on `data["train"]` for at most `epochs` and `max_minutes`,
     with `callbacks` and TensorBoard's curves in `logdir`; the model ends
     with the weights of the epoch of the lowest loss on `data["valid"]`,
-    saved as `<logdir>/model.keras`.
+    saved as `<logdir>/model.keras`; `profile_batch` as keras' TensorBoard.
 
     Returns:
         (the history, {name: value} of metrics.json on the training;
@@ -88,7 +88,7 @@ def fit_keeping_best(model, data, logdir, epochs, max_minutes=None, callbacks=()
         state comes back with its weights).
     """
     best = os.path.join(logdir, "checkpoints", "best.weights.h5")
-    callbacks = [TimeLimit(max_minutes), keras.callbacks.TensorBoard(logdir), *callbacks,
+    callbacks = [TimeLimit(max_minutes), keras.callbacks.TensorBoard(logdir, profile_batch=profile_batch), *callbacks,
                  keras.callbacks.ModelCheckpoint(best, save_weights_only=True, save_best_only=True)]
     start = time.time()
     history = model.fit(data["train"], validation_data=data["valid"], epochs=epochs, callbacks=callbacks,

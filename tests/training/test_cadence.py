@@ -66,3 +66,19 @@ def test_periods_end_on_a_time_cadence():
     # Readings: period start, then one per batch end: 25, 50, 75 s -> a
     # period ends every third batch.
     assert recorder.period_ends == [3, 6, 9]
+
+
+def test_progress_lines_show_the_step_loss_speed_and_time_left(capsys):
+    from kseq.training.periods import ProgressLine
+
+    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    model.compile(keras.optimizers.SGD(0.01), "mse")
+    x, y = np.ones((8, 2), "float32"), np.zeros((8, 1), "float32")
+    model.fit(x, y, batch_size=2, epochs=1, verbose=0,
+              callbacks=[ProgressLine(every_seconds=0.0, budget_minutes=5, spent_seconds=120)])
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert [line.split(":")[0] for line in lines] == ["step 1", "step 2", "step 3", "step 4"]
+    assert all(" steps/s, " in line and line.endswith(" min of 5 left") for line in lines)
+    assert float(lines[0].split("loss ")[1].split(",")[0]) > 0
+    model.fit(x, y, batch_size=2, epochs=1, verbose=0, callbacks=[ProgressLine(every_seconds=3600)])
+    assert capsys.readouterr().out == "", "no line before its time"
