@@ -1,7 +1,7 @@
 """Short deterministic transduction tasks, written as a user's TSV files.
 
 The translation recipe's quality on a user's own pairs is measured on these
-(see benchmarks/README.md): every target follows from its source by a fixed
+(see benchmarks/RESULTS.md): every target follows from its source by a fixed
 rule, so a model that learned the task gets every pair exactly right.
 
 - `dates`: an English date in words -> ISO 8601

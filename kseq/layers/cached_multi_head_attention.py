@@ -17,7 +17,7 @@ class CachedMultiHeadAttention(keras.layers.MultiHeadAttention):
     three kernels side by side, and the keys and values of attention over
     another sequence with one: on a CPU a (tokens x D) @ (D x 3D) product
     and its gradients run faster per FLOP than three (D x D) ones (figures
-    in benchmarks/README.md). Decoding steps keep separate projections.
+    in benchmarks/RESULTS.md). Decoding steps keep separate projections.
 
     Decoding adds two things:
     - `project_memory`: keys/values of a fixed memory (the encoder outputs),
@@ -55,7 +55,7 @@ class CachedMultiHeadAttention(keras.layers.MultiHeadAttention):
         if attention_mask is not None:
             attention_mask = ops.cast(attention_mask, "bool")
         # Batched matmuls over (B, H, T, D/H): on a CPU they and their
-        # gradients ran faster than keras' einsums (benchmarks/README.md).
+        # gradients ran faster than keras' einsums (benchmarks/RESULTS.md).
         query = query * ops.cast(self._inverse_sqrt_key_dim, query.dtype)
         scores = ops.matmul(query, ops.swapaxes(key, -1, -2))
         weights = self._masked_softmax(scores, attention_mask)

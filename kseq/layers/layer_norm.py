@@ -13,7 +13,7 @@ class LayerNorm(keras.layers.LayerNormalization):
     (moments, rsqrt, the affine terms) gave about 43. In float32 whatever
     the policy, as keras'.
     On a CPU those small ops were an eighth of the Transformer's step
-    (benchmarks/README.md). Other configurations (several axes, RMS scaling,
+    (benchmarks/RESULTS.md). Other configurations (several axes, RMS scaling,
     no centre or scale) run keras' own call.
 
     Example:

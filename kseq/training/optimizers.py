@@ -11,7 +11,7 @@ class FusedAdam(keras.optimizers.Adam):
     dozen (two moment updates, bias corrections, square root, divide, three
     assignments). With the Transformer quick preset's 86 variables, keras'
     Adam and clipping were 2,970 of the 4,300 ops of a train step on a CPU,
-    each with its own scheduling cost (benchmarks/README.md).
+    each with its own scheduling cost (benchmarks/RESULTS.md).
 
     Same arguments, slots and arithmetic as keras' Adam (the step size
     lr * sqrt(1 - b2^t) / (1 - b1^t), epsilon added to sqrt(v)), so

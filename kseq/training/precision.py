@@ -26,13 +26,13 @@ MEASURED_FASTEST = {
     "cpu": (
         "float32",
         "2-core x86-64 CPU without bfloat16 units: float32 steps are faster than "
-        "mixed_bfloat16 ones (benchmarks/README.md, train-step precision table)",
+        "mixed_bfloat16 ones (benchmarks/RESULTS.md, train-step precision table)",
     ),
     "cpu-bf16": (
         "mixed_bfloat16",
         "2-core x86-64 CPU with AVX512_BF16 (2026-11-24): bfloat16 matmuls at 1.9x the "
         "float32 rate; train steps 1.3x (Transformer quick preset) and 1.4x (LSTM with "
-        "attention) faster than float32 (benchmarks/README.md)",
+        "attention) faster than float32 (benchmarks/RESULTS.md)",
     ),
     "gpu": (
         "float32",

@@ -9,7 +9,7 @@ def tune_cpu_runtime(threads=None):
     """Call once at program start, before TensorFlow runs any op.
 
     Two TensorFlow defaults cost more than the work on small CPU batches
-    (measured by benchmarks/cpu_runtime.py, figures in benchmarks/README.md):
+    (measured by benchmarks/cpu_runtime.py, figures in benchmarks/RESULTS.md):
     - the default CPU allocator returns every large tensor to the system, so
       each step faults fresh pages in again (41% of the CPU time went to the
       kernel); TensorFlow's BFC allocator keeps and reuses them;

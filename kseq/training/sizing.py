@@ -6,7 +6,7 @@ few dozen times is learned by heart by the quick preset's model (no dropout),
 and a narrower model with dropout translates it better; seen 8-17 times, the
 preset's model without dropout did best, and dropout only slowed it. Short
 deterministic targets (exact-match data) have nothing to learn by heart
-beyond the rule: dropout did not help there. Figures: benchmarks/README.md,
+beyond the rule: dropout did not help there. Figures: benchmarks/RESULTS.md,
 "Model size from the data".
 """
 
