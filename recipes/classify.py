@@ -24,7 +24,6 @@ model, a WordPiece vocab.txt or a BPE "vocab.json,merges.txt" pair, applied
 with keras-hub's tokenizers (kseq.data.tokenizers.load_tokenizer).
 """
 
-import dataclasses
 import os
 import time
 
@@ -39,6 +38,7 @@ from kseq.export import export_classifier  # noqa: E402
 from kseq.special_ids import PAD_ID  # noqa: E402
 from kseq.training import options as opts, recipe  # noqa: E402
 from kseq.training.cadenced_fit import Trained  # noqa: E402
+from kseq.training.common_options import RNNOptions, TrainingOptions  # noqa: E402
 from kseq.training.decisions import as_hparams, as_metrics  # noqa: E402
 from kseq.training.options import option  # noqa: E402
 from kseq.training.recipe import read_tsv_reporting  # noqa: E402
@@ -47,29 +47,20 @@ from kseq.training.tensorboard import write_hparams  # noqa: E402
 from kseq.training.xla import decide_jit_compile  # noqa: E402
 
 
-@dataclasses.dataclass(frozen=True)
-class Options(opts.TextRecipeOptions):
+@opts.recipe_options(dropout=0.5)
+class Options(RNNOptions, TrainingOptions, opts.TextRecipeOptions):
     train_tsv: str | None = option(None, "training texts, text<TAB>label (default: Rotten Tomatoes)", file=True)
     valid_tsv: str | None = option(None, "validation texts (default: every 10th training text)", file=True)
     test_tsv: str | None = option(None, "test texts (default: the validation texts)", file=True)
-    encoder: str = option("rnn", "the sequence encoder", choices=("rnn", "transformer"))
+    encoder: str = option("rnn", "the sequence encoder (the Transformer's width is --units)",
+                          choices=("rnn", "transformer"))
     pooling: str = option("attention", "how the encoder's states become one vector",
                           choices=("last", "mean", "max", "attention"))
-    cell: str = option("lstm", "the RNN's cell", choices=("rnn", "lstm", "gru"))
     bidirectional: bool = option(True, "a bidirectional RNN")
-    num_layers: int = option(1, "encoder layers", minimum=1)
-    embed_dim: int = option(128, "embedding width", minimum=1)
-    units: int = option(128, "the RNN's units, the Transformer's width", minimum=1)
     num_heads: int = option(4, "the Transformer's attention heads", minimum=1)
     ff_dim: int = option(256, "the Transformer's feed-forward width", minimum=1)
-    dropout: float = option(0.5, "dropout rate")
-    vocab_size: int = option(4000, "SentencePiece pieces", minimum=1)
-    batch_size: int = option(32, "texts per batch", minimum=1)
     max_length: int = option(128, "tokens per text; longer texts are cut", minimum=1)
-    epochs: int = option(10, "epochs at most", minimum=1)
     patience: int = option(3, "epochs without a better validation accuracy before stopping", minimum=0)
-    learning_rate: float = option(1e-3, "Adam's learning rate")
-    clipnorm: float = option(1.0, "gradient clipping by global norm")
     logdir: str = option("runs/classify", "TensorBoard logs, metrics.json and the model")
     export_dir: str = option("savedmodels/classify", "the SavedModel goes to <export-dir>/<next version>/")
 

@@ -34,7 +34,6 @@ About 6 minutes on 2 idle CPU cores (5 min 36 s measured on 2026-11-24):
 as in recipes/classify.py (your vocabulary instead of a trained one).
 """
 
-import dataclasses
 import os
 import re
 import shlex
@@ -55,6 +54,7 @@ from kseq.decoding.output import decoded_text  # noqa: E402
 from kseq.export import export_conditioned_generator, latest_version  # noqa: E402
 from kseq.training import options as opts, recipe  # noqa: E402
 from kseq.training.cadenced_fit import Trained  # noqa: E402
+from kseq.training.common_options import RNNOptions, SamplingOptions, TrainingOptions  # noqa: E402
 from kseq.training.callbacks import GenerationMonitor  # noqa: E402
 from kseq.training.decisions import as_hparams, as_metrics  # noqa: E402
 from kseq.training.options import option  # noqa: E402
@@ -66,28 +66,16 @@ WORD = re.compile(r"[a-z']+")
 BUCKETS = [16, 24, 32, 40, 48, 64]  # target lengths (BOS included) where batches are cut
 
 
-@dataclasses.dataclass(frozen=True)
-class Options(opts.TextRecipeOptions):
+@opts.recipe_options(units=256, dropout=0.3, vocab_size=2000, batch_size=64, epochs=30, learning_rate=3e-3,
+                     temperature=0.6)
+class Options(RNNOptions, TrainingOptions, SamplingOptions, opts.TextRecipeOptions):
     train_tsv: str | None = option(None, "training snippets, text<TAB>label (default: Rotten Tomatoes)", file=True)
     valid_tsv: str | None = option(None, "validation snippets (default: every 10th training snippet)", file=True)
     test_tsv: str | None = option(None, "test snippets (default: the validation snippets)", file=True)
-    cell: str = option("lstm", "the RNN's cell", choices=("rnn", "lstm", "gru"))
-    num_layers: int = option(1, "decoder layers", minimum=1)
-    embed_dim: int = option(128, "embedding width", minimum=1)
-    units: int = option(256, "the RNN's units", minimum=1)
     peeky: bool = option(True, "the label joins every step's input")
-    dropout: float = option(0.3, "dropout rate")
-    vocab_size: int = option(2000, "SentencePiece pieces", minimum=1)
-    batch_size: int = option(64, "snippets per batch", minimum=1)
     max_length: int = option(80, "pieces per snippet; longer ones are left out", minimum=1)
-    epochs: int = option(30, "epochs at most", minimum=1)
     max_minutes: float | None = option(5.0, "training budget in minutes")
-    learning_rate: float = option(3e-3, "Adam's learning rate")
-    clipnorm: float = option(1.0, "gradient clipping by global norm")
     samples_per_class: int = option(100, "snippets sampled per label for the agreement", minimum=1)
-    sample_length: int = option(64, "pieces per sampled snippet at most", minimum=1)
-    temperature: float = option(0.6, "sampling temperature")
-    top_k: int = option(10, "sample among the k likeliest pieces", minimum=1)
     no_repeat_ngram: int = option(3, "no n pieces twice in a sample (0: no limit)", minimum=0)
     classifier_export: str = option("savedmodels/classify", "the classifier's exports (trained here if none)")
     classifier_args: str = option("--epochs 1", "recipes/classify.py's options when it trains one here")

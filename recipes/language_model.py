@@ -24,7 +24,6 @@ About 12 minutes on 2 CPU cores (two models of about 5 minutes each).
 as in recipes/classify.py (your vocabulary instead of a trained one).
 """
 
-import dataclasses
 import math
 import os
 
@@ -40,6 +39,7 @@ from kseq.decoding.output import decoded_text  # noqa: E402
 from kseq.export import export_language_model  # noqa: E402
 from kseq.training import options as opts, recipe  # noqa: E402
 from kseq.training.cadenced_fit import Trained  # noqa: E402
+from kseq.training.common_options import RNNOptions, SamplingOptions, TrainingOptions  # noqa: E402
 from kseq.training.callbacks import GenerationMonitor  # noqa: E402
 from kseq.training.decisions import as_hparams, as_metrics  # noqa: E402
 from kseq.training.options import option  # noqa: E402
@@ -48,27 +48,15 @@ from kseq.training.tensorboard import write_hparams  # noqa: E402
 from kseq.training.xla import decide_jit_compile  # noqa: E402
 
 
-@dataclasses.dataclass(frozen=True)
-class Options(opts.TextRecipeOptions):
+@opts.recipe_options(embed_dim=256, units=256, dropout=0.3, batch_size=32, epochs=3, learning_rate=2e-3,
+                     sample_length=40, temperature=0.8, top_k=40)
+class Options(RNNOptions, TrainingOptions, SamplingOptions, opts.TextRecipeOptions):
     train_txt: str | None = option(None, "training text, a document a line (default: the Bible)", file=True)
     valid_txt: str | None = option(None, "validation text (default: every 50th training line)", file=True)
     test_txt: str | None = option(None, "test text (default: the validation text)", file=True)
-    cell: str = option("lstm", "the RNN's cell", choices=("rnn", "lstm", "gru"))
-    num_layers: int = option(1, "RNN layers", minimum=1)
-    embed_dim: int = option(256, "embedding width", minimum=1)
-    units: int = option(256, "the RNN's units", minimum=1)
-    dropout: float = option(0.3, "dropout rate")
     tie_weights: bool = option(True, "the output projection shares the embedding")
-    vocab_size: int = option(4000, "SentencePiece pieces", minimum=1)
-    batch_size: int = option(32, "parallel streams", minimum=1)
     bptt: int = option(35, "tokens per batch and stream (truncated BPTT)", minimum=1)
-    epochs: int = option(3, "epochs at most", minimum=1)
     max_minutes: float | None = option(5.0, "training budget of each model in minutes")
-    learning_rate: float = option(2e-3, "Adam's learning rate")
-    clipnorm: float = option(1.0, "gradient clipping by global norm")
-    sample_length: int = option(40, "pieces per continuation", minimum=1)
-    temperature: float = option(0.8, "sampling temperature")
-    top_k: int = option(40, "sample among the k likeliest pieces", minimum=1)
     logdir: str = option("runs/language_model", "TensorBoard logs, metrics.json and the models")
     export_dir: str = option("savedmodels/language_model", "the SavedModel goes to <export-dir>/<next version>/")
     prompts: tuple = ("In the beginning", "The Lord said to Moses,", "Blessed are")

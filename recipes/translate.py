@@ -1,19 +1,14 @@
 """Train a translator with model.fit, choose its decoding, test it and export it for TF Serving.
 
-Default data: English -> French Bible verses (public domain; kseq.data.bible),
-fetched once from PyPI and cached; or your own pairs: --train-tsv PATH
-(lines `source<TAB>target`), --valid-tsv, --test-tsv.
+Default data: English -> French Bible verses (kseq.data.bible); or your pairs: --train-tsv PATH
+(lines `source<TAB>target`), --valid-tsv, --test-tsv. Every "auto" is decided from the data or
+the device, printed with its reason and written to metrics.json and HParams (README, "Translation").
+The same command continues a killed run from its last save.
 
     python recipes/translate.py                        # quick: 2 CPU cores, 12 minutes of training
     python recipes/translate.py --arch rnn --attention bahdanau --cell gru
     python recipes/translate.py --train-tsv my_pairs.tsv --epochs 5
-    python recipes/translate.py --preset gpu
-    tensorboard --logdir runs/translate
-
-Every "auto" is decided from the data or the device and printed, with its
-reason, and written to metrics.json and HParams. Started again with the same
-command, a killed run continues from its last save. README.md, section
-"Translation", explains each choice.
+    tensorboard --logdir runs/
 """
 
 import dataclasses
@@ -50,9 +45,8 @@ from kseq.training.tensorboard import write_hparams, write_model_graph  # noqa: 
 from kseq.training.xla import check_replicas, decide_for_recipe  # noqa: E402
 
 PRESETS = {
-    # The defaults below: 2 CPU cores, 12 minutes. Small batches (more
-    # updates) and no dropout (no overfitting in a few epochs) learn
-    # fastest; the clock and patience end training, not epochs.
+    # The defaults below, for 2 CPU cores and 12 minutes: small batches (more updates) and no
+    # dropout (no overfitting in a few epochs) learn fastest; the clock and patience end training.
     "quick": {},
     # One GPU, 10 minutes: dozens of passes over the data, so a mid-sized model with dropout.
     "gpu": dict(num_layers=4, d_model=384, num_heads=6, ff_dim=1536, dropout=0.2, embed_dim=384, units=512,
@@ -220,9 +214,7 @@ def model_loss(model, valid):
 
 def valid_score(monitor, valid, key):
     """model -> the stopping score on validation (for averaged snapshots)."""
-    if key == "val_loss":
-        return lambda m: model_loss(m, valid)
-    return lambda m: monitor.evaluate()[2]["exact_match"]
+    return (lambda m: model_loss(m, valid)) if key == "val_loss" else (lambda m: monitor.evaluate()[2]["exact_match"])
 
 
 def chief_callbacks(options, model, tokenizer, valid, decode_xla):

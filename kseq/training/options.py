@@ -117,6 +117,33 @@ class TextRecipeOptions(RecipeOptions):
                                      for part in parts if not os.path.exists(part)]
 
 
+def recipe_options(**defaults):
+    """Class decorator: a frozen options dataclass whose inherited options
+    (from option groups such as `RNNOptions`) take these `defaults`; a
+    name that is no inherited option is a TypeError at import.
+
+    Example:
+    >>> @recipe_options(seed=7)
+    ... class Seeded(RecipeOptions):
+    ...     pass
+    >>> Seeded().seed
+    7
+    """
+
+    def decorate(cls):
+        inherited = {}
+        for base in reversed(cls.__mro__[1:]):
+            inherited.update(base.__dict__.get("__dataclass_fields__", {}))
+        for name, value in defaults.items():
+            if name not in inherited:
+                raise TypeError(f"{cls.__name__}: no inherited option {name!r} to give a default")
+            cls.__annotations__ = {**cls.__dict__.get("__annotations__", {}), name: inherited[name].type}
+            setattr(cls, name, dataclasses.field(default=value, metadata=inherited[name].metadata))
+        return dataclasses.dataclass(frozen=True)(cls)
+
+    return decorate
+
+
 def parse(options_class, argv=None, doc=None, presets=None):
     """`options_class` from its defaults, then `--preset`'s values, then the
     command line; `parser.error` (exit 2 with usage) names the option of a

@@ -180,3 +180,20 @@ def test_seq2seq_options_build_the_model_they_name():
     assert Seq2SeqOptions(input_feeding=True).problems() == [
         "--input-feeding needs --arch rnn and --attention dot, general or concat"]
     assert Seq2SeqOptions(arch="rnn", attention="dot", input_feeding=True).problems() == []
+
+
+def test_option_groups_take_each_recipes_defaults(capsys):
+    from kseq.training.common_options import RNNOptions, TrainingOptions
+
+    @opts.recipe_options(units=256, vocab_size=99)
+    class Grouped(RNNOptions, TrainingOptions, opts.TextRecipeOptions):
+        extra: int = opts.option(3, "an option of the recipe's own")
+
+    options = opts.parse(Grouped, ["--units", "7"])
+    assert (options.units, options.vocab_size, options.extra, options.embed_dim) == (7, 99, 3, 128)
+    assert Grouped().units == 256
+    with pytest.raises(SystemExit):
+        opts.parse(Grouped, ["--help"])
+    assert "the RNN's units (default: 256)" in capsys.readouterr().out.replace("\n                        ", " ")
+    with pytest.raises(TypeError, match="no inherited option 'unitz'"):
+        opts.recipe_options(unitz=3)(type("Bad", (RNNOptions,), {}))

@@ -1,0 +1,37 @@
+"""Option groups several recipes share; each recipe gives them its own
+defaults (`kseq.training.options.recipe_options`)."""
+
+import dataclasses
+
+from kseq.training.options import RecipeOptions, option
+
+
+@dataclasses.dataclass(frozen=True)
+class RNNOptions(RecipeOptions):
+    """A recurrent model's options."""
+
+    cell: str = option("lstm", "the RNN's cell", choices=("rnn", "lstm", "gru"))
+    num_layers: int = option(1, "recurrent layers", minimum=1)
+    embed_dim: int = option(128, "embedding width", minimum=1)
+    units: int = option(128, "the RNN's units", minimum=1)
+    dropout: float = option(0.0, "dropout rate")
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainingOptions(RecipeOptions):
+    """The vocabulary, the batches and Adam's settings of a recipe that trains on text."""
+
+    vocab_size: int = option(4000, "SentencePiece pieces", minimum=1)
+    batch_size: int = option(32, "examples (or parallel streams) per batch", minimum=1)
+    epochs: int = option(10, "epochs at most", minimum=1)
+    learning_rate: float = option(1e-3, "Adam's learning rate")
+    clipnorm: float = option(1.0, "gradient clipping by global norm")
+
+
+@dataclasses.dataclass(frozen=True)
+class SamplingOptions(RecipeOptions):
+    """Seeded top-k sampling of generated text (kseq.decoding.Sampler)."""
+
+    sample_length: int = option(64, "pieces per sample at most", minimum=1)
+    temperature: float = option(1.0, "sampling temperature")
+    top_k: int = option(10, "sample among the k likeliest pieces", minimum=1)
