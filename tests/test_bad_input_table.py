@@ -378,7 +378,7 @@ REFERENCES = [
     ("language_model", "last 32 characters", [LONG.strip()[-(MAX_PROMPT + 1):]]),
 ]
 SIGNATURES = {  # export -> (input name, {output: (dtype, rank)})
-    "translator": ("source", {"translation": ("string", 1), "token_ids": ("int32", 2)}),
+    "translator": ("source", {"translation": ("string", 1), "token_ids": ("int32", 2), "score": ("float32", 1)}),
     "classifier": ("text", {"probabilities": ("float32", 2), "label": ("string", 1), "class_id": ("int32", 1)}),
     "language_model": ("prompt", {"continuation": ("string", 1), "token_ids": ("int32", 2)}),
 }

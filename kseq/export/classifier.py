@@ -49,5 +49,5 @@ def export_classifier(model, tokenizer, labels, export_dir, version=None, max_le
     function = classify_function(model, tokenizer, labels, max_length)
     return write_servable(
         export_dir, {"serving_default": (function, [TEXT_SPEC])}, (model, tokenizer), version,
-        assets,
+        assets, warmup={"serving_default": {"text": ["warm-up"]}},
     )

@@ -97,7 +97,8 @@ def export_conditioned_generator(
         spec = tf.TensorSpec([None, model.condition_dim], tf.float32, name="condition")
         endpoints = {"serving_default": (generate_from_condition_function(model, tokenizer, search),
                                          [spec])}
-        return write_servable(export_dir, endpoints, (model, tokenizer), version, assets)
+        warmup = {"serving_default": {"condition": [[0.0] * model.condition_dim]}}
+        return write_servable(export_dir, endpoints, (model, tokenizer), version, assets, warmup=warmup)
     if labels is None or len(labels) != model.num_classes:
         raise ValueError(
             f"`labels` must name the model's {model.num_classes} classes in id order; got "
@@ -110,4 +111,5 @@ def export_conditioned_generator(
         "by_class_id": (generate_from_condition_function(model, tokenizer, search, "class_id"),
                         [CLASS_ID_SPEC]),
     }
-    return write_servable(export_dir, endpoints, (model, tokenizer, table), version, assets)
+    warmup = {"serving_default": {"label": [labels[0]]}, "by_class_id": {"class_id": tf.constant([0], tf.int32)}}
+    return write_servable(export_dir, endpoints, (model, tokenizer, table), version, assets, warmup=warmup)

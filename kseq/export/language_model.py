@@ -41,5 +41,5 @@ def export_language_model(
     function = continue_function(model, tokenizer, search, max_prompt_length)
     return write_servable(
         export_dir, {"serving_default": (function, [PROMPT_SPEC])}, (model, tokenizer),
-        version, assets,
+        version, assets, warmup={"serving_default": {"prompt": ["warm-up"]}},
     )

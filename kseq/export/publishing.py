@@ -7,6 +7,7 @@ import shutil
 
 import keras
 
+from kseq.export.warmup import write_warmup_requests
 from kseq._validation import check_positive_int
 
 
@@ -28,7 +29,7 @@ def latest_version(export_dir):
     return os.path.join(export_dir, str(max(versions))) if versions else None
 
 
-def write_servable(export_dir, endpoints, resources, version=None, assets=None):
+def write_servable(export_dir, endpoints, resources, version=None, assets=None, warmup=None):
     """Writes `export_dir/<version>/` (default: the next free version).
 
     Args:
@@ -41,6 +42,8 @@ def write_servable(export_dir, endpoints, resources, version=None, assets=None):
             keras-hub tokenizer is refused (its ids are not kseq's: wrap it
             with `kseq.data.tokenizers.from_keras_hub`).
         assets: {file name: bytes} for the version's `assets/` folder.
+        warmup: {signature name: {input name: values}}: TF Serving's
+            warm-up requests (`kseq.export.warmup`), one a signature.
         version: an int >= 0 whose folder is absent or empty (a version is
             never overwritten: a non-empty one raises ValueError before
             anything is written); None, the next free version.
@@ -73,6 +76,8 @@ def write_servable(export_dir, endpoints, resources, version=None, assets=None):
             os.makedirs(os.path.join(temporary, "assets"), exist_ok=True)
             with open(os.path.join(temporary, "assets", name), "wb") as f:
                 f.write(content)
+        if warmup:
+            write_warmup_requests(temporary, os.path.basename(os.path.normpath(export_dir)), warmup)
         return _publish(temporary, export_dir, version)
     finally:
         shutil.rmtree(temporary, ignore_errors=True)

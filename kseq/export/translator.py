@@ -2,17 +2,20 @@
 
 import tensorflow as tf
 
-from kseq.decoding import GreedySearch
-from kseq.decoding.output import decoded_text
+from kseq.decoding import BeamSearch, GreedySearch
+from kseq.decoding.output import best_hypotheses, decoded_text
 from kseq.export.publishing import write_servable
 from kseq.export.requests import few_shapes, id_matrix, length_within, normalized
 
 SOURCE_SPEC = tf.TensorSpec([None], tf.string, name="source")
+TARGET_SPEC = tf.TensorSpec([None], tf.string, name="target")
 
 
 def translate_function(model, source_tokenizer, target_tokenizer, max_length=64,
                        max_source_length=256, search=None, jit_compile=False):
-    """strings (B,) -> {"translation": strings (B,), "token_ids": (B, T')}.
+    """strings (B,) -> {"translation": strings (B,), "token_ids": (B, T'),
+    "score": (B,)} (the search's score of the translation, as
+    `generate(return_scores=True)` gives).
 
     Tokenizer, search and detokenizer, all in TensorFlow ops: the function
     the exported signature serves, usable in-process too. `search` is a
@@ -41,16 +44,75 @@ def translate_function(model, source_tokenizer, target_tokenizer, max_length=64,
     run_search = _search_function(model, search, jit_compile)
 
     def translate(source):
-        source, _ = normalized(source)  # a blank source has no ids: it translates to ""
-        ids = id_matrix(source_tokenizer.tokenize(source)[:, :max_source_length])
-        rows = tf.shape(ids)[0]
-        if jit_compile:
-            ids = few_shapes(ids, max_source_length)
-        generated, _ = run_search(ids)
-        text, ids = decoded_text(target_tokenizer, generated[:rows])
-        return {"translation": text, "token_ids": ids}
+        ids, rows = source_ids(source_tokenizer, source, max_source_length, jit_compile)
+        generated, scores = run_search(ids)
+        text, token_ids = decoded_text(target_tokenizer, generated[:rows])
+        scores = scores[:rows, 0] if scores.shape.rank == 2 else scores[:rows]  # a beam search's best
+        return {"translation": text, "token_ids": token_ids, "score": scores}
 
     return translate
+
+
+def source_ids(tokenizer, source, max_source_length, few=False):
+    """(ids (B', S), B): the requests read as training read text (a blank
+    one has no ids: it translates to ""), cut to `max_source_length`
+    tokens; with `few`, padded to few shapes (see `few_shapes`)."""
+    source, _ = normalized(source)
+    ids = id_matrix(tokenizer.tokenize(source)[:, :max_source_length])
+    rows = tf.shape(ids)[0]
+    return (few_shapes(ids, max_source_length) if few else ids), rows
+
+
+def n_best_function(model, source_tokenizer, target_tokenizer, search, n_best, max_source_length=256):
+    """strings (B,) -> {"translations": strings (B, N), "scores": (B, N),
+    "token_ids": (B, N, T')}: the `n_best` best hypotheses of a beam search
+    with `search`'s limits and length penalty (at least N beams), best first."""
+    beams = BeamSearch(limits=search.limits, beam_size=max(n_best, getattr(search, "beam_size", 1)),
+                       length_penalty=getattr(search, "length_penalty", 0.6), num_return=n_best)
+    max_source_length = length_within(model.length_limit, max_source_length, "max_source_length")
+
+    def translate_n_best(source):
+        ids, _ = source_ids(source_tokenizer, source, max_source_length)
+        generated, scores = model.search(ids, beams)  # (B, N, L)
+        shape = tf.shape(generated)
+        flat, token_ids = decoded_text(target_tokenizer, tf.reshape(generated, [-1, shape[2]]))
+        return {"translations": tf.reshape(flat, shape[:2]), "scores": scores,
+                "token_ids": tf.reshape(token_ids, tf.concat([shape[:2], [-1]], 0))}
+
+    return translate_n_best
+
+
+def alignment_function(model, source_tokenizer, target_tokenizer, search, max_source_length=256):
+    """strings (B,) -> {"translation", "token_ids", "alignment": int32 (B, T')}:
+    for each output token, the source token position it attends to most
+    (`Seq2Seq.alignment`), -1 on padding."""
+    max_source_length = length_within(model.length_limit, max_source_length, "max_source_length")
+
+    def align(source):
+        ids, _ = source_ids(source_tokenizer, source, max_source_length)
+        generated, _ = model.search(ids, search)
+        generated = best_hypotheses(generated)
+        text, token_ids = decoded_text(target_tokenizer, generated)
+        alignment = model.alignment(ids, generated)[:, : tf.shape(token_ids)[1]]
+        return {"translation": text, "token_ids": token_ids, "alignment": alignment}
+
+    return align
+
+
+def score_function(model, source_tokenizer, target_tokenizer, max_source_length=256):
+    """(source strings (B,), target strings (B,)) -> {"log_probability": (B,)}:
+    each target's log-probability given its source (`Seq2Seq.score`), both
+    read as training read text; targets are cut to what the model can hold."""
+    max_source_length = length_within(model.length_limit, max_source_length, "max_source_length")
+    max_target_length = None if model.length_limit is None else model.length_limit - 1  # + BOS
+
+    def score(source, target):
+        ids, _ = source_ids(source_tokenizer, source, max_source_length)
+        target, _ = normalized(target)
+        target_ids = id_matrix(target_tokenizer.tokenize(target)[:, :max_target_length])
+        return {"log_probability": model.score(ids, target_ids)}
+
+    return score
 
 
 def _search_function(model, search, jit_compile):
@@ -65,25 +127,39 @@ def _search_function(model, search, jit_compile):
 
 def export_translator(
     model, source_tokenizer, target_tokenizer, export_dir, version=None, max_length=64,
-    max_source_length=256, search=None, assets=None, jit_compile=False,
+    max_source_length=256, search=None, assets=None, jit_compile=False, n_best=4,
 ):
-    """Writes `export_dir/<version>/`, a SavedModel with `serving_default`:
-    {"source": tf.string (None,)} -> {"translation": tf.string (None,),
-    "token_ids": int32 (None, None)}, decoding with `search` (see
-    `translate_function`; `jit_compile` serves the search compiled by XLA,
-    which TF Serving does on a GPU or CPU build with XLA). `assets` ({file
-    name: bytes}, e.g. the vocabulary) are written to the version's
-    `assets/` folder. Written atomically (see `write_servable`).
+    """Writes `export_dir/<version>/`, a SavedModel whose signatures take
+    `source` tf.string (None,), read as training read text:
+
+    - `serving_default` -> `translation` tf.string (None,), `token_ids`
+      int32 (None, None), `score` float32 (None,), decoding with `search`
+      (see `translate_function`; `jit_compile` serves the search compiled by
+      XLA, as TF Serving does on a GPU or a CPU build with XLA);
+    - `n_best` -> `translations` (None, N), `scores`, `token_ids`: the
+      `n_best` best hypotheses of a beam search (0: no such signature);
+    - `alignment` (models with attention) -> `translation`, `token_ids`,
+      `alignment` int32 (None, None): the source position each output
+      token attends to most;
+    - `score`, also taking `target` tf.string (None,) -> `log_probability`
+      float32 (None,): the target's log-probability given the source.
+
+    `assets` ({file name: bytes}, e.g. the vocabulary) go to the version's
+    `assets/` folder; TF Serving's warm-up requests, one a signature, to
+    `assets.extra/`. Written atomically (see `write_servable`).
 
     Returns:
         The path of the new version.
     """
     model._ensure_built()
-    function = translate_function(
-        model, source_tokenizer, target_tokenizer, max_length, max_source_length, search,
-        jit_compile,
-    )
-    return write_servable(
-        export_dir, {"serving_default": (function, [SOURCE_SPEC])},
-        (model, source_tokenizer, target_tokenizer), version, assets,
-    )
+    search = search or GreedySearch(max_length)
+    tokenizers = (source_tokenizer, target_tokenizer)
+    endpoints = {"serving_default": (translate_function(model, *tokenizers, max_length, max_source_length, search,
+                                                        jit_compile), [SOURCE_SPEC]),
+                 "score": (score_function(model, *tokenizers, max_source_length), [SOURCE_SPEC, TARGET_SPEC])}
+    if n_best:
+        endpoints["n_best"] = (n_best_function(model, *tokenizers, search, n_best, max_source_length), [SOURCE_SPEC])
+    if model.has_attention:
+        endpoints["alignment"] = (alignment_function(model, *tokenizers, search, max_source_length), [SOURCE_SPEC])
+    warmup = {name: {spec.name: ["warm-up"] for spec in specs} for name, (_, specs) in endpoints.items()}
+    return write_servable(export_dir, endpoints, (model, *tokenizers), version, assets, warmup=warmup)

@@ -3,7 +3,7 @@
 import tensorflow as tf
 from keras import ops
 
-from kseq.decoding.constraints import source_length_limits
+from kseq.decoding.constraints import source_length_limits, suppress_special_tokens
 from kseq.layers.masking import padding_mask
 from kseq.models.base import KseqModel, check_vocab_size
 from kseq.models.generator import Generator
@@ -81,6 +81,58 @@ class Seq2Seq(Generator, KseqModel):
                 f"got {source_batch} and {target_batch}."
             )
         return source_ids, target_ids
+
+    def score(self, source_ids, target_ids):
+        """(B,) float32: log P(target | source) by forced decoding, the
+        log-probabilities of each target's tokens and of its EOS, summed;
+        as the searches score (PAD and BOS, never generated, take no
+        probability), so a greedy output scores what `generate` says.
+
+        Args:
+            source_ids: (B, S) int ids, right-padded with PAD.
+            target_ids: (B, T) int ids of the targets without BOS or EOS,
+                right-padded with PAD (an all-PAD row scores EOS alone).
+
+        Example:
+        >>> import numpy as np
+        >>> model = kseq.models.TransformerSeq2Seq(10, 10, num_layers=1, d_model=8, num_heads=2, ff_dim=8)
+        >>> scores = model.score(np.array([[4, 5], [6, 0]]), np.array([[7, 8, 9], [7, 0, 0]]))
+        >>> scores.shape, bool(np.all(scores.numpy() < 0))
+        (TensorShape([2]), True)
+        """
+        source_ids = self._check_source(source_ids)
+        target = tf.cast(check_token_ids(target_ids, "target_ids", self.target_vocab_size), tf.int32)
+        self._ensure_built()
+        lengths = tf.reduce_sum(tf.cast(tf.not_equal(target, PAD_ID), tf.int32), axis=1)
+        positions = tf.range(tf.shape(target)[1] + 1)[None, :]
+        labels = tf.pad(target, [[0, 0], [0, 1]])
+        labels = tf.where(positions == lengths[:, None], EOS_ID, labels)  # target + EOS
+        decoder_in = tf.pad(target, [[0, 0], [1, 0]], constant_values=BOS_ID)  # BOS + target
+        logits = self({"source_ids": source_ids, "target_ids": decoder_in}, training=False)
+        log_probs = tf.nn.log_softmax(suppress_special_tokens(tf.cast(logits, tf.float32)))
+        token_log_probs = tf.gather(log_probs, labels, batch_dims=2)
+        return tf.reduce_sum(tf.where(positions <= lengths[:, None], token_log_probs, 0.0), axis=1)
+
+    def alignment(self, source_ids, output_ids):
+        """(B, L) int32: for each token of a search's `output_ids` (B, L)
+        (no BOS, PAD after EOS), the source position its decoding step
+        attends to most (the last cross-attention layer averaged over heads
+        for the Transformer), -1 on padding. In TensorFlow ops (one
+        `tf.while_loop` over the steps), so exports serve it."""
+        if not self.has_attention:
+            raise ValueError("alignment needs a model with attention; attention=None.")
+        length = output_ids.shape[1]
+        state, tokens = self.begin_decoding(source_ids, max_length=length)
+        inputs = tf.concat([tokens[:, None], tf.cast(output_ids[:, :-1], tf.int32)], axis=1)  # BOS + outputs
+
+        def step(index, state, argmax):
+            _, state, attention = self.step_with_attention(inputs[:, index], state, index)
+            best = tf.argmax(tf.cast(attention, tf.float32), axis=-1, output_type=tf.int32)
+            return index + 1, state, argmax.write(index, best)
+
+        argmax = tf.TensorArray(tf.int32, size=length)
+        _, _, argmax = tf.while_loop(lambda index, *_: index < length, step, (tf.constant(0), state, argmax))
+        return tf.where(tf.equal(output_ids, PAD_ID), -1, tf.transpose(argmax.stack()))
 
     def attention_weights(self, inputs):
         """Decoder-to-source attention (B, T, S) of a teacher-forced pass.

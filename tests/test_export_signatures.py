@@ -1,0 +1,110 @@
+"""What a serving client needs from a translator's export beyond the text:
+the score, the n best, the alignment, the score of given pairs, and TF
+Serving's warm-up requests; and `model.score` in Python."""
+
+import string
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+import tensorflow_text  # noqa: F401 (registers the text ops the exports use)
+
+from kseq.data import CharacterTokenizer
+from kseq.decoding import BeamSearch, Limits
+from kseq.export import export_translator
+from kseq.export.warmup import read_warmup_requests
+from support import small_model
+
+TOKENIZER = CharacterTokenizer(string.ascii_lowercase)
+SOURCES = ["keras", "seq", "", "abcabc"]
+
+
+@pytest.fixture(scope="module", params=["transformer", "rnn"])
+def exported(request, tmp_path_factory):
+    keras.utils.set_random_seed(3)
+    model = small_model(request.param, {"attention": "dot"} if request.param == "rnn" else {})
+    search = BeamSearch(limits=Limits(12), beam_size=3, length_penalty=0.6)
+    path = export_translator(model, TOKENIZER, TOKENIZER, str(tmp_path_factory.mktemp("t") / "translate"),
+                             search=search, n_best=2)
+    return model, search, tf.saved_model.load(path).signatures, path
+
+
+def ids(texts):
+    return TOKENIZER.tokenize(texts).to_tensor()
+
+
+def test_the_translation_comes_with_its_score(exported):
+    model, search, signatures, _ = exported
+    served = signatures["serving_default"](source=tf.constant(SOURCES))
+    expected_ids, expected_scores = model.generate(ids(SOURCES), search=search, return_scores=True)
+    assert served["score"].shape == (len(SOURCES),)
+    np.testing.assert_allclose(served["score"].numpy(), expected_scores.numpy(), rtol=1e-5, atol=1e-5)
+    assert served["token_ids"].numpy().tolist() == expected_ids.numpy().tolist()
+
+
+def test_the_n_best_are_the_beams_best_first(exported):
+    model, search, signatures, _ = exported
+    served = signatures["n_best"](source=tf.constant(SOURCES))
+    assert served["translations"].shape == (len(SOURCES), 2) and served["scores"].shape == (len(SOURCES), 2)
+    scores = served["scores"].numpy()
+    assert np.all(scores[:, 0] >= scores[:, 1])
+    best = signatures["serving_default"](source=tf.constant(SOURCES))
+    assert served["translations"].numpy()[:, 0].tolist() == best["translation"].numpy().tolist()
+    np.testing.assert_allclose(scores[:, 0], best["score"].numpy(), rtol=1e-5, atol=1e-5)
+    two = model.generate(ids(SOURCES), search=BeamSearch(limits=search.limits, beam_size=3, num_return=2),
+                         return_scores=True)
+    np.testing.assert_allclose(scores, two[1].numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_the_alignment_is_the_most_attended_source_position(exported):
+    model, _, signatures, _ = exported
+    served = signatures["alignment"](source=tf.constant(SOURCES[:2]))
+    output = served["token_ids"].numpy()
+    bos = np.ones((len(output), 1), "int32")
+    weights = np.asarray(model.attention_weights(
+        {"source_ids": ids(SOURCES[:2]), "target_ids": np.concatenate([bos, output[:, :-1]], 1)}))
+    expected = np.where(output == 0, -1, weights.argmax(-1))
+    assert served["alignment"].numpy().tolist() == expected.tolist()
+    lengths = (ids(SOURCES[:2]).numpy() != 0).sum(1)
+    assert all(0 <= a < n for row, n in zip(served["alignment"].numpy(), lengths) for a in row if a >= 0)
+
+
+def test_the_score_signature_is_forced_decoding(exported):
+    model, search, signatures, _ = exported
+    targets = ["sarek", "", "qes", "cbacba"]
+    served = signatures["score"](source=tf.constant(SOURCES), target=tf.constant(targets))
+    expected = model.score(ids(SOURCES), ids(targets))
+    np.testing.assert_allclose(served["log_probability"].numpy(), expected.numpy(), rtol=1e-5, atol=1e-5)
+    assert np.all(served["log_probability"].numpy() < 0)
+
+
+def test_model_score_of_a_greedy_output_is_what_generate_scored():
+    keras.utils.set_random_seed(0)
+    compared = 0
+    for kind, config in (("transformer", {}), ("rnn", {"attention": "general"}), ("rnn", {})):
+        model = small_model(kind, config, dropout=0.0)
+        source = np.random.default_rng(1).integers(4, 30, (8, 6)).astype("int32")
+        output, scores = model.generate(source, max_length=20, return_scores=True)
+        output = output.numpy()
+        ended = (output == 2).any(axis=1)
+        targets = np.where(output == 2, 0, output)  # score counts the EOS itself
+        mine = model.score(source, targets).numpy()
+        np.testing.assert_allclose(mine[ended], scores.numpy()[ended], rtol=1e-4, atol=1e-4)
+        compared += int(ended.sum())
+    assert compared > 0, "some greedy outputs ended with EOS"
+
+
+def test_model_score_checks_its_targets():
+    model = small_model("rnn", {})
+    with pytest.raises(ValueError, match="target_ids"):
+        model.score(np.array([[4, 5]]), np.array([[4, 500]]))
+
+
+def test_warmup_requests_run_against_every_signature(exported):
+    _, _, signatures, path = exported
+    requests = read_warmup_requests(path)
+    assert sorted(name for name, _ in requests) == sorted(signatures)
+    for name, inputs in requests:
+        outputs = signatures[name](**{key: tf.constant(value) for key, value in inputs.items()})
+        assert outputs and all(value.shape[0] == 1 for value in outputs.values()), name
