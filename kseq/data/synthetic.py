@@ -50,15 +50,15 @@ def reversal_task(count, vocab_size=30, min_length=4, max_length=12, seed=0):
 
 def reversed_words(count, letters="abcdefghijklmnopqrstuvwxyz", min_length=4, max_length=12, seed=0):
     """The reversal task as text: (`count` random words of `letters`, each
-    `min_length` to `max_length` long; the same words reversed).
+    `min_length` to `max_length` long; the same words reversed): the
+    `random_sequences` of `reversal_task`, the non-special id i spelled
+    `letters[i - NUM_SPECIAL_IDS]`.
 
     Example:
     >>> words, targets = reversed_words(2, letters="ab", seed=1)
     >>> all(target == word[::-1] for word, target in zip(words, targets))
     True
     """
-    rng = np.random.default_rng(seed)
-    alphabet = np.array(list(letters))
-    lengths = rng.integers(min_length, max_length + 1, count)
-    words = ["".join(rng.choice(alphabet, n)) for n in lengths]
+    sequences = random_sequences(count, NUM_SPECIAL_IDS + len(letters), min_length, max_length, seed)
+    words = ["".join(letters[i - NUM_SPECIAL_IDS] for i in sequence) for sequence in sequences]
     return words, [word[::-1] for word in words]

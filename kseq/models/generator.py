@@ -60,8 +60,8 @@ class Generator(Decoder):
                 times an n-gram may occur in one output (default 1: never
                 twice; 2 lets a phrase come back once, never a third time).
             max_length_ratio: Seq2Seq models only: each row generates at
-                most ceil(ratio x its source tokens) + 5 tokens (None: no
-                limit below `max_length`; see `kseq.decoding.Limits`).
+                most ceil(ratio x its source tokens) + `length_slack` tokens
+                (`kseq.decoding.Limits`; None: no limit below `max_length`).
             return_scores: also return the scores: length-penalised
                 log-probabilities for beam search, summed token
                 log-probabilities otherwise.

@@ -66,7 +66,7 @@ class ResumableBackup(keras.callbacks.BackupAndRestore):
       (epoch, batch), and a resumed epoch ends after the batches it had left;
     - `steps_position=True`: one pass of `fit` reads a dataset of several
       data epochs (`bucketed_pair_dataset(..., epochs=N)`) and keras epochs
-      are evaluation periods (`kseq.callbacks.EvaluationPeriods`); the
+      are evaluation periods (`kseq.training.periods.EvaluationPeriods`); the
       position follows the global step.
 
     Put it last in the callback list, so that an epoch's logs are written

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from kseq.training.callbacks import Cadence, EvaluationPeriods, StepTimer, parse_cadence
+from kseq.training.periods import Cadence, EvaluationPeriods, StepTimer, parse_cadence
 
 
 @pytest.mark.parametrize("text, expected", [
