@@ -154,7 +154,8 @@ def compile_model(options, run, vocab_size, xla, metric):
             [kseq.metrics.MaskedAccuracy(), kseq.metrics.Perplexity()], jit_compile=xla.use)
         model.optimizer.build(model.trainable_variables)  # fit then traces one step, fresh or resumed
     decisions = [rate, *run.decisions(model, xla)]
-    print(f"model: {options.arch}, {model.count_params():,} parameters\n{decisions[-1]}")
+    cache = f"; compiled programs cached in {run.xla_cache}" if decisions[-1].value else ""
+    print(f"model: {options.arch}, {model.count_params():,} parameters\n{decisions[-1]}{cache}")
     return model, schedule, decisions
 
 

@@ -78,10 +78,7 @@ def length_ratio_for(source_lengths, target_lengths, step=0.1, headroom=1.0, sla
     pairs = [(source, target) for source, target in zip(source_lengths, target_lengths) if source > 0]
     need = max(((target - slack) / source for source, target in pairs), default=0.0)
     count = max(math.floor(need / step) + 1, 1)
-    fits = lambda count: all(  # noqa: E731
-        Limits(target + 1, max_length_ratio=count * step, length_slack=slack).source_limit(source) >= target + 1
-        for source, target in pairs)
-    while not fits(count):
+    while any(math.ceil(count * step * source) + slack < target + 1 for source, target in pairs):
         count += 1  # float rounding at the boundary
     return round(math.ceil(round(count * headroom, 6)) * step, 6)
 
