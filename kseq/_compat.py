@@ -164,6 +164,63 @@ def clip_after_all_reduce(optimizer):
     return optimizer
 
 
+def accumulate_after_all_reduce(optimizer, steps):
+    """Makes a keras optimizer (not built yet) update once every `steps`
+    batches, with the mean of their gradients summed over the replicas and
+    clipped after (as `clip_after_all_reduce`); returns the optimizer.
+
+    keras 3.15's own `gradient_accumulation_steps` puts the replicas'
+    all-reduce inside a `cond`, which tf.distribute refuses ("`merge_call`
+    called while defining a new graph", under any MirroredStrategy; checked
+    on keras 3.15.1). Here every batch all-reduces, and each variable's
+    update chooses with a `cond` inside the strategy's `update`, where no
+    replica waits for another. The accumulators stay keras' (built by
+    `build`, saved with the optimizer), equal on every replica; `iterations`
+    counts updates, as in keras, so schedules and Adam's bias correction
+    see updates, not batches.
+    """
+    clip, all_reduce_sum = optimizer._clip_gradients, optimizer._all_reduce_sum_gradients
+    if optimizer.built or optimizer.use_ema:
+        raise ValueError("Gradient accumulation needs an optimizer that is not built yet, without EMA.")
+    optimizer.gradient_accumulation_steps = steps
+
+    def apply_gradients(grads, trainable_variables):
+        variables = [v.value if isinstance(v, keras.Variable) else v for v in trainable_variables]
+        accumulators = [optimizer._accumulated_gradients[optimizer._get_variable_index(v)].value
+                        for v in trainable_variables]
+        summed = [tf.convert_to_tensor(g) for g, _ in all_reduce_sum(list(zip(grads, variables)))]
+        updating = (optimizer._iterations + 1) % steps == 0
+        totals = [a + tf.cast(g, a.dtype) for a, g in zip(accumulators, summed)]
+        # Each variable gets its clipped mean on an update, else its running total.
+        outgoing = tf.cond(updating, lambda: clip([t / steps for t in totals]), lambda: totals)
+        tf.__internal__.distribute.interim.maybe_merge_call(
+            update_all, optimizer._distribution_strategy, list(zip(outgoing, variables, accumulators)),
+            updating, optimizer.learning_rate)
+
+    def update_all(strategy, triples, updating, learning_rate):
+        def update_variable(variable, gradient, flag, rate):
+            tf.cond(flag, lambda: optimizer.update_step(gradient, variable, rate), lambda: None)
+
+        def update_accumulator(accumulator, gradient, flag):
+            accumulator.assign(tf.where(flag, tf.zeros_like(gradient), gradient))
+
+        for gradient, variable, accumulator in triples:
+            strategy.extended.update(variable, update_variable, args=(gradient, updating, learning_rate),
+                                     group=False)
+            strategy.extended.update(accumulator, update_accumulator, args=(gradient, updating), group=False)
+
+    optimizer._backend_apply_gradients = apply_gradients
+    return optimizer
+
+
+def batches_applied(optimizer):
+    """Batches `optimizer` has been applied to. keras 3.15 counts them in
+    the private `_iterations`; with `gradient_accumulation_steps` its public
+    `iterations` counts updates, `_iterations // gradient_accumulation_steps`
+    (checked on keras 3.15.1)."""
+    return int(optimizer._iterations.numpy())
+
+
 def is_empty_batch(x):
     """True when `x` has a static batch of 0 rows, which keras 3.15.1's
     recurrent cells cannot run: their TensorFlow `ops.add` takes the (0, N)

@@ -49,6 +49,8 @@ from kseq.training.xla import decide_jit_compile  # noqa: E402
 
 @opts.recipe_options(dropout=0.5)
 class Options(RNNOptions, TrainingOptions, opts.TextRecipeOptions):
+    ARCHITECTURE = ("encoder", "pooling", "bidirectional", "num_heads", "ff_dim")
+
     train_tsv: str | None = option(None, "training texts, text<TAB>label (default: Rotten Tomatoes)", file=True)
     valid_tsv: str | None = option(None, "validation texts (default: every 10th training text)", file=True)
     test_tsv: str | None = option(None, "test texts (default: the validation texts)", file=True)
@@ -84,6 +86,7 @@ def main(argv=None):
     inputs, labels = next(iter(datasets["train"]))
     print(f"first batch: token_ids {tuple(inputs.shape)}, labels {tuple(labels.shape)}")
     trained = train(options, run, datasets, tokenizer.vocab_size, names, xla)
+    recipe.keep_trained(options, trained.model)
     metrics = recipe.write_metrics(options.logdir, {
         **evaluate(trained, datasets["test"], data), **trained.metrics,
         "wall_seconds": round(run.seconds, 1), "labels": names, **as_metrics(trained.decisions),
@@ -150,6 +153,7 @@ def build_model(options, vocab_size, num_classes, precision="float32", jit_compi
     return recipe.compile_model(
         model, kseq.optimizers.FusedAdam(options.learning_rate, global_clipnorm=options.clipnorm),
         keras.losses.SparseCategoricalCrossentropy(from_logits=True), ["accuracy"], jit_compile=jit_compile,
+        accumulate=options.accumulate, init_from=options.init_from,
     )
 
 

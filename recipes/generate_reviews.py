@@ -69,6 +69,8 @@ BUCKETS = [16, 24, 32, 40, 48, 64]  # target lengths (BOS included) where batche
 @opts.recipe_options(units=256, dropout=0.3, vocab_size=2000, batch_size=64, epochs=30, learning_rate=3e-3,
                      temperature=0.6)
 class Options(RNNOptions, TrainingOptions, SamplingOptions, opts.TextRecipeOptions):
+    ARCHITECTURE = ("peeky",)
+
     train_tsv: str | None = option(None, "training snippets, text<TAB>label (default: Rotten Tomatoes)", file=True)
     valid_tsv: str | None = option(None, "validation snippets (default: every 10th training snippet)", file=True)
     test_tsv: str | None = option(None, "test snippets (default: the validation snippets)", file=True)
@@ -96,6 +98,7 @@ def main(argv=None):
     real_per_class, real_overall = classifier_ceiling(classifier, data, names)
     tokenizer = recipe.tokenizer_for(options, data["train"][0], options.vocab_size)
     trained = train(options, run, make_datasets(options, data, tokenizer), tokenizer, names, xla)
+    recipe.keep_trained(options, trained.model)
     path = export_conditioned_generator(trained.model, tokenizer, options.export_dir, search=sampler(options),
                                         labels=names, assets=recipe.tokenizer_files(tokenizer))
     recipe.serve_sample(path, {"label": names[-1:]})
@@ -239,6 +242,7 @@ def build_model(options, vocab_size, num_classes, precision="float32", jit_compi
         model, kseq.optimizers.FusedAdam(options.learning_rate, global_clipnorm=options.clipnorm),
         kseq.losses.MaskedSparseCategoricalCrossentropy(),
         [kseq.metrics.Perplexity(), kseq.metrics.MaskedAccuracy()], jit_compile=jit_compile,
+        accumulate=options.accumulate, init_from=options.init_from,
     )
 
 

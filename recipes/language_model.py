@@ -51,6 +51,8 @@ from kseq.training.xla import decide_jit_compile  # noqa: E402
 @opts.recipe_options(embed_dim=256, units=256, dropout=0.3, batch_size=32, epochs=3, learning_rate=2e-3,
                      sample_length=40, temperature=0.8, top_k=40)
 class Options(RNNOptions, TrainingOptions, SamplingOptions, opts.TextRecipeOptions):
+    ARCHITECTURE = ("tie_weights",)
+
     train_txt: str | None = option(None, "training text, a document a line (default: the Bible)", file=True)
     valid_txt: str | None = option(None, "validation text (default: every 50th training line)", file=True)
     test_txt: str | None = option(None, "test text (default: the validation text)", file=True)
@@ -79,6 +81,7 @@ def main(argv=None):
     tokenizer = recipe.tokenizer_for(options, texts["train"], options.vocab_size)
     streams = make_streams(options, texts, tokenizer)
     trained = train(options, run, streams, tokenizer, xla)
+    recipe.keep_trained(options, trained.model)
     continuer, search = make_continuer(trained.model, tokenizer, options)
     metrics = recipe.write_metrics(options.logdir, {
         **trained.metrics, "test_cross_entropy": round(math.log(trained.metrics["test_perplexity"]), 4),
@@ -143,7 +146,7 @@ def build_model(options, vocab_size, carry_state, precision="float32", jit_compi
     return recipe.compile_model(
         model, kseq.optimizers.FusedAdam(options.learning_rate, global_clipnorm=options.clipnorm),
         kseq.losses.MaskedSparseCategoricalCrossentropy(), [kseq.metrics.Perplexity()],
-        jit_compile=jit_compile,
+        jit_compile=jit_compile, accumulate=options.accumulate, init_from=options.init_from,
     )
 
 

@@ -40,6 +40,8 @@ from kseq.training.xla import decide_jit_compile  # noqa: E402
 
 @dataclasses.dataclass(frozen=True)
 class Options(opts.RecipeOptions):
+    ARCHITECTURE = ("arch", "attention", "cell")
+
     arch: str = option("transformer", "model", choices=("transformer", "rnn"))
     attention: str = option("bahdanau", "the RNN's attention", choices=ATTENTIONS)
     cell: str = option("gru", "the RNN's cell", choices=("rnn", "lstm", "gru"))
@@ -70,6 +72,7 @@ def main(argv=None):
     inputs, labels = next(iter(train_data))
     print({name: tuple(value.shape) for name, value in inputs.items()}, "labels", tuple(labels.shape))
     trained = train(options, run, tokenizer, train_data, valid_data, valid_pairs, xla)
+    recipe.keep_trained(options, trained.model)
     test_words, test_targets = words(options, options.valid_examples, 3)
     metrics = recipe.write_metrics(options.logdir, {
         "test_exact_match": exact_match(translator(trained.model, tokenizer, options)(test_words), test_targets),
@@ -119,6 +122,7 @@ def train(options, run, tokenizer, train_data, valid_data, valid_pairs, xla):
             model, kseq.optimizers.FusedAdam(options.learning_rate, clipnorm=1.0),
             kseq.losses.MaskedSparseCategoricalCrossentropy(),
             [kseq.metrics.MaskedAccuracy(), kseq.metrics.Perplexity()], jit_compile=xla.use,
+            accumulate=options.accumulate, init_from=options.init_from,
         )
     monitor = GenerationMonitor(*valid_pairs, translator(model, tokenizer, options),
                                 {"exact_match": exact_match}, logdir=options.logdir)

@@ -84,6 +84,7 @@ class Options(Seq2SeqOptions, DecodingOptions, StoppingOptions, CadenceOptions, 
         return super().problems() + [message for broken, message in (
             (self.token_budget < self.max_length, "--token-budget must be >= --max-length"),
             (self.lr_scale != AUTO and not self.lr_scale > 0, "--lr-scale must be auto or > 0"),
+            (self.learning_rate is not None and not self.learning_rate > 0, "--learning-rate must be > 0"),
         ) if broken]
 
 
@@ -151,7 +152,8 @@ def compile_model(options, run, vocab_size, xla, metric):
         recipe.compile_model(
             model, kseq.optimizers.FusedAdam(schedule, beta_2=0.98, epsilon=1e-9, clipnorm=options.clipnorm),
             kseq.losses.MaskedSparseCategoricalCrossentropy(label_smoothing=options.label_smoothing),
-            [kseq.metrics.MaskedAccuracy(), kseq.metrics.Perplexity()], jit_compile=xla.use)
+            [kseq.metrics.MaskedAccuracy(), kseq.metrics.Perplexity()], jit_compile=xla.use,
+            accumulate=options.accumulate, init_from=options.init_from)
         model.optimizer.build(model.trainable_variables)  # fit then traces one step, fresh or resumed
     decisions = [rate, *run.decisions(model, xla)]
     cache = f"; compiled programs cached in {run.xla_cache}" if decisions[-1].value else ""
@@ -200,7 +202,7 @@ def train(options, run, data, tokenizer, xla, resuming, decided):
     print(f"averaging: {averaging}\ntrained {metrics['steps']} steps; weights sha256 {metrics['weights_sha256']}")
     if not run.chief:
         return Trained(model, decisions, metrics)
-    model.save_weights(os.path.join(options.logdir, "checkpoints", "best.weights.h5"))  # tested and exported
+    recipe.keep_trained(options, model)  # tested and exported; --init-from reads it
     ran = history.history.get("val_loss", [])  # none in a run resumed after its last period
     metrics.update(valid_loss=float(ran[-1]) if ran else model_loss(model, valid),
                    valid_bleu=monitor.history[-1]["bleu"] if monitor.history else None,

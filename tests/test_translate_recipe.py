@@ -1,5 +1,7 @@
 """recipes/translate.py end to end on a tiny TSV: logs, metrics, export."""
 
+import contextlib
+import io
 import json
 import os
 import random
@@ -128,9 +130,9 @@ def test_the_best_evaluation_is_kept_and_restored(run):
     # A second evaluation more than 2% below the first takes training back, at half the rate.
     fell = curve[10] < 0.98 * curve[5]
     assert (kept["reverts"], kept["lr_factor"]) == ((1, 0.5) if fell else (0, 1.0))
-    model = restored_model(run, "best.weights.h5")
+    model = restored_model(run, "trained.weights.h5")
     assert weights_fingerprint(model) == run["metrics"]["weights_sha256"], "tested and exported"
-    last = weights_fingerprint(restored_model(run, "last.weights.h5"))  # step 10's
+    last = weights_fingerprint(restored_model(run, "checkpoints/last.weights.h5"))  # step 10's
     assert (last == run["metrics"]["weights_sha256"]) == (kept["best_step"] == 10)
 
 
@@ -139,7 +141,7 @@ def restored_model(run, name):
     options = translate.parse_args(TINY)
     model = options.build(tokenizer.vocab_size, options.max_length + 1)
     model._ensure_built()
-    model.load_weights(os.path.join(run["logdir"], "checkpoints", name))
+    model.load_weights(os.path.join(run["logdir"], name))
     return model
 
 
@@ -176,7 +178,7 @@ def test_export_serves_with_tensorflow_and_text_only_and_matches_python(run):
     assert len(served["translation"]) == len(sources), "every input gets an output"
     # The same beam search in Python on the same (truncated) source ids.
     tokenizer = SubwordTokenizer.load(os.path.join(run["logdir"], "spm.model"))
-    model = restored_model(run, "best.weights.h5")
+    model = restored_model(run, "trained.weights.h5")
     decoding = run["metrics"]["decoding"]
     ids = tokenizer.tokenize(sources[:1]).to_tensor()
     expected = model.generate(ids, max_length=24, method="beam", beam_size=decoding["beam_size"],
@@ -264,6 +266,28 @@ def test_tensorboard_shows_curves_samples_attention_and_hparams_of_two_runs(run,
     finally:
         server.kill()
         server.wait(timeout=30)
+
+
+def test_init_from_starts_from_the_runs_weights_and_accumulate_counts_updates(run):
+    """A run from the first one's logdir, at a learning rate too small to
+    move its weights: it starts where the first one ended, with its sizes
+    and tokenizer; 5 batches with --accumulate 2 make 2 updates."""
+    root = run["root"]
+    architecture = ("--num-layers", "--d-model", "--num-heads", "--ff-dim")
+    kept = [arg for i, arg in enumerate(TINY) if arg not in architecture and TINY[i - 1] not in architecture]
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        metrics = translate.main(kept + [
+            "--train-tsv", str(root / "train.tsv"), "--valid-tsv", str(root / "valid.tsv"), "--logdir",
+            str(root / "tuned"), "--export-dir", str(root / "export-tuned"), "--init-from", run["logdir"],
+            "--learning-rate", "1e-9", "--epochs", "1", "--accumulate", "2", "--beam-size", "1"])
+    assert f"init from {run['logdir']}: its weights and tokenizer; --arch transformer" in printed.getvalue()
+    assert metrics["model_size"] == run["metrics"]["model_size"] and metrics["vocab_size"] == 298
+    assert (root / "tuned" / "spm.model").read_bytes() == (root / "runs" / "spm.model").read_bytes()
+    assert (metrics["steps"], metrics["epochs_run"]) == (2, 1.0)
+    tuned, first = (restored_model(dict(logdir=str(root / name)), "trained.weights.h5") for name in ("tuned", "runs"))
+    for mine, theirs in zip(tuned.weights, first.weights):
+        np.testing.assert_allclose(np.asarray(mine), np.asarray(theirs), atol=1e-6)
 
 
 def test_recipe_rejects_bad_arguments(tmp_path, capsys):

@@ -6,7 +6,9 @@ import os
 
 from kseq.training.callbacks import NonFiniteLoss, StopOnNonFiniteLoss, TimeLimit
 from kseq.training.options import AUTO, RecipeOptions, option
-from kseq.training.periods import EvaluationPeriods, ProgressLine, StepTimer, parse_cadence
+from kseq.training.periods import (
+    EvaluationPeriods, ProgressLine, StepTimer, batches_trained, global_step, parse_cadence,
+)
 from kseq.training.resume import ResumableBackup
 from kseq.training.xla import StableFunctionNames
 
@@ -54,7 +56,7 @@ class CadencedFit:
         workdir: the run's folder; the backup goes to `<workdir>/backup`.
         position: the `TrainingPosition` the train pipeline reads.
         cadence: a `kseq.training.periods.Cadence`.
-        total_steps: the steps of all epochs.
+        total_steps: the batches of all epochs.
         steps_per_epoch: batches per data epoch.
         save_every: steps between saves.
         max_minutes: the training budget, or None.
@@ -91,11 +93,10 @@ class CadencedFit:
 
     def report(self, model):
         """metrics.json's entries on how training went."""
-        steps = int(model.optimizer.iterations.numpy())
         return {
             "train_seconds": round(self.backup.train_seconds, 1),
-            "steps": steps,
-            "epochs_run": round(steps / self.steps_per_epoch, 3),
+            "steps": global_step(model),
+            "epochs_run": round(batches_trained(model) / self.steps_per_epoch, 3),
             "evaluations": self.periods.periods,
             "resumed_from_step": self.resuming["step"] if self.resuming else None,
             "train_step_seconds": round(self.timer.train_step_seconds, 1),

@@ -10,6 +10,8 @@ from kseq.training.options import RecipeOptions, option
 class RNNOptions(RecipeOptions):
     """A recurrent model's options."""
 
+    ARCHITECTURE = ("cell", "num_layers", "embed_dim", "units")
+
     cell: str = option("lstm", "the RNN's cell", choices=("rnn", "lstm", "gru"))
     num_layers: int = option(1, "recurrent layers", minimum=1)
     embed_dim: int = option(128, "embedding width", minimum=1)

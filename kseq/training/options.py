@@ -70,17 +70,37 @@ class RecipeOptions:
     logdir: str = option("runs", "TensorBoard logs, metrics.json, checkpoints and the resumable backup")
     export_dir: str = option("savedmodels", "the SavedModel goes to <export-dir>/<next version>/")
     profile_steps: str | None = option(None, "profile train steps A to B (e.g. 20,30) for TensorBoard's Profile tab")
+    init_from: str | None = option(None, "start from the weights and tokenizer of a finished run of this recipe "
+                                   "(its logdir), to continue or fine-tune it")
+    accumulate: int = option(1, "batches whose mean gradient makes one update (gradient accumulation)", minimum=1)
     # Set by `parse`: the preset applied and the options the command line gave.
     preset: str | None = None
     options_given: tuple = ()
 
+    # The options that shape the weights (each option group adds its own):
+    # `--init-from` takes them from the run it starts from.
+    ARCHITECTURE = ()
+
     def problems(self):
         """Messages for impossible combinations (empty when there is none)."""
+        from kseq.training.warm_start import source_problems
+
         try:
             self.profile_batch
         except ValueError as error:
             return [str(error)]
-        return []
+        return source_problems(self)
+
+    @classmethod
+    def architecture(cls):
+        """The names in `ARCHITECTURE` of this class and every base."""
+        names = (name for base in reversed(cls.__mro__) for name in base.__dict__.get("ARCHITECTURE", ()))
+        return tuple(dict.fromkeys(names))
+
+    @property
+    def recipe_name(self):
+        """The recipe's name: each logs under runs/<its name> by default."""
+        return os.path.basename(type(self).__dataclass_fields__["logdir"].default)
 
     @property
     def profile_batch(self):
@@ -146,7 +166,7 @@ def recipe_options(**defaults):
 
 def parse(options_class, argv=None, doc=None, presets=None):
     """`options_class` from its defaults, then `--preset`'s values, then the
-    command line; `parser.error` (exit 2 with usage) names the option of a
+    command line, then an `--init-from` run's architecture; `parser.error` (exit 2 with usage) names the option of a
     bad value, a missing input file, an output folder that cannot be one, a
     preset that names no option, or a combination `problems()` refuses."""
     doc = doc or options_class.__doc__ or ""
@@ -173,7 +193,9 @@ def parse(options_class, argv=None, doc=None, presets=None):
     problems = _field_problems(options, fields) + list(options.problems())
     if problems:
         parser.error(problems[0])
-    return options
+    from kseq.training.warm_start import adopt_architecture
+
+    return adopt_architecture(options)
 
 
 def flag(name):

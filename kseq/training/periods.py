@@ -8,14 +8,22 @@ import time
 import keras
 import numpy as np
 
-from kseq._compat import continue_after_epoch, end_epoch_early
+from kseq._compat import batches_applied, continue_after_epoch, end_epoch_early
 
 
 def global_step(model):
-    """The optimizer's step count (0 before it is built): the x-axis of every
-    curve kseq's callbacks write."""
+    """The optimizer's step count, its updates (0 before it is built): the
+    x-axis of every curve kseq's callbacks write."""
     optimizer = getattr(model, "optimizer", None)
     return int(optimizer.iterations.numpy()) if optimizer is not None else 0
+
+
+def batches_trained(model):
+    """Batches trained on: the global step times the batches each update
+    accumulates (`gradient_accumulation_steps`), plus those of an update
+    in progress. The data position follows it."""
+    optimizer = getattr(model, "optimizer", None)
+    return batches_applied(optimizer) if optimizer is not None else 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,8 +66,9 @@ class EvaluationPeriods(keras.callbacks.Callback):
     at every pass over a small data set), and ends `fit` after `total_steps`.
 
     Args:
-        cadence: a `Cadence`.
-        total_steps: the global step at which training ends, or None.
+        cadence: a `Cadence` (its steps are updates).
+        total_steps: the batches trained (`batches_trained`) at which
+            training ends, or None.
         show: print a line per period (step, data epoch, logs).
         steps_per_epoch: batches per data epoch, for the printed line.
         clock: seconds, e.g. `time.monotonic` (the default).
@@ -79,7 +88,7 @@ class EvaluationPeriods(keras.callbacks.Callback):
 
     def on_train_batch_end(self, batch, logs=None):
         step = global_step(self.model)
-        if self.total_steps is not None and step >= self.total_steps:
+        if self.total_steps is not None and batches_trained(self.model) >= self.total_steps:
             self.model.stop_training = True
         elif self.cadence.steps and step - self._period_step >= self.cadence.steps:
             end_epoch_early(self.model)
@@ -91,7 +100,8 @@ class EvaluationPeriods(keras.callbacks.Callback):
         self.periods += 1
         if self.show:
             step = global_step(self.model)
-            where = f" (data epoch {step / self.steps_per_epoch:.2f})" if self.steps_per_epoch else ""
+            epochs = batches_trained(self.model) / self.steps_per_epoch if self.steps_per_epoch else None
+            where = f" (data epoch {epochs:.2f})" if epochs is not None else ""
             shown = ", ".join(f"{k} {v:.4g}" for k, v in (logs or {}).items() if np.ndim(v) == 0)
             print(f"step {step}{where}: {shown}", flush=True)
         self._start_period()

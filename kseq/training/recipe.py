@@ -19,9 +19,12 @@ import tensorflow as tf
 
 from kseq._atomic import write_bytes_atomic, write_json_atomic
 from kseq.training.callbacks import TimeLimit
+from kseq._compat import accumulate_after_all_reduce
 from kseq.training.distribution import clip_after_all_reduce, is_chief, make_strategy, task
 from kseq.training.precision import describe_precision, resolve_precision
 from kseq.training.tensorboard import write_scores
+from kseq.training.warm_start import describe as describe_init, init_tokenizer, init_weights
+from kseq.training.warm_start import keep_trained  # noqa: F401 (the recipes' call)
 from kseq.training.xla import enable_persistent_cache, jit_decision
 
 
@@ -43,6 +46,8 @@ class Run:
                               "exports are the chief's"))
         self.precision = resolve_precision(options.precision, bfloat16_cpu=bfloat16_cpu)
         print(describe_precision(self.precision))
+        if options.init_from:
+            print(describe_init(options))
         keras.utils.set_random_seed(options.seed)
         # Other workers keep their own files, as on separate disks.
         logdir = options.logdir
@@ -68,11 +73,20 @@ def start(options, xla=False, bfloat16_cpu=False):
     return Run(options, xla, bfloat16_cpu)
 
 
-def compile_model(model, optimizer, loss, metrics=(), jit_compile=False):
+def compile_model(model, optimizer, loss, metrics=(), jit_compile=False, accumulate=1, init_from=None):
     """Compiles `model` (built under the run's strategy scope); the replicas'
-    summed gradient is clipped, as on one device (`clip_after_all_reduce`)."""
-    model.compile(optimizer=clip_after_all_reduce(optimizer), loss=loss, metrics=list(metrics),
-                  jit_compile=jit_compile)
+    summed gradient is clipped, as on one device (`clip_after_all_reduce`).
+    `accumulate` > 1: the optimizer updates once every `accumulate` batches
+    with their mean gradient (`accumulate_after_all_reduce`; its
+    `iterations` counts updates). `init_from`: a finished run's logdir
+    whose weights the model starts from (`kseq.training.warm_start`)."""
+    if accumulate > 1:
+        optimizer = accumulate_after_all_reduce(optimizer, accumulate)
+    else:
+        optimizer = clip_after_all_reduce(optimizer)
+    model.compile(optimizer=optimizer, loss=loss, metrics=list(metrics), jit_compile=jit_compile)
+    if init_from:
+        init_weights(model, init_from)
     return model
 
 
@@ -135,14 +149,17 @@ def tokenizer_for(options, texts, vocab_size, folder=None):
     `kseq.data.tokenizers.load_tokenizer` (a saved kseq tokenizer, a
     SentencePiece model, a WordPiece vocab.txt, a BPE "vocab.json,merges.txt"
     pair), or a SentencePiece vocabulary of `vocab_size` pieces trained on
-    `texts`. Its files (`tokenizer_files`) are written to `folder` (default:
+    `texts`; with `--init-from`, that run's. Its files (`tokenizer_files`) are written to `folder` (default:
     the logdir), where `load_tokenizer` reads them back (a resumed run).
     A path that holds no tokenizer exits with a message naming it."""
     from kseq.data.subword_tokenizer import SubwordTokenizer
     from kseq.data.tokenizers import load_tokenizer
 
     path = options.tokenizer
-    if path:
+    if options.init_from:
+        tokenizer = init_tokenizer(options.init_from)
+        print(f"tokenizer: --init-from {options.init_from}'s, {tokenizer.vocab_size} ids")
+    elif path:
         try:
             tokenizer = load_tokenizer(path)
         except ValueError as error:
@@ -172,7 +189,7 @@ def resumable_tokenizer(options, texts, workdir, resuming):
         tokenizer = load_tokenizer(saved[0])
     else:
         size = options.vocab_size
-        if size == "auto" and not options.tokenizer:
+        if size == "auto" and not options.tokenizer and not options.init_from:
             size = vocab_size_for(texts, options.max_vocab_size)
         tokenizer = tokenizer_for(options, texts, size, folder=workdir)
     print(f"vocabulary: {tokenizer.vocab_size} ids ({time.time() - start:.0f} s; "

@@ -11,6 +11,7 @@ import tensorflow as tf
 from kseq._compat import continue_after_epoch, end_epoch_early, resume_fit_at_epoch
 from kseq._atomic import write_json_atomic
 from kseq._validation import check_positive_int
+from kseq.training.periods import batches_trained
 
 
 class TrainingPosition:
@@ -96,7 +97,7 @@ class ResumableBackup(keras.callbacks.BackupAndRestore):
 
     @classmethod
     def saved_state(cls, backup_dir):
-        """The last save: {"epoch", "batch", "step", "train_seconds", "folder"}, or None."""
+        """The last save: {"epoch", "batch", "step", "batches", "train_seconds", "folder"}, or None."""
         try:
             with open(os.path.join(backup_dir, cls.POINTER)) as f:
                 return json.load(f)
@@ -122,11 +123,12 @@ class ResumableBackup(keras.callbacks.BackupAndRestore):
         self.model.load_weights(os.path.join(folder, "model.weights.h5"))
         epoch, batch, step = self.restored["epoch"], self.restored["batch"], self.restored["step"]
         if self.steps_position:
-            self.position.set_step(step)
+            batches = self.restored.get("batches", step)  # more than the steps with gradient accumulation
+            self.position.set_step(batches)
             self._resume_at = (epoch, 0)  # the period in progress starts again, shorter
             self.initial_epoch = epoch
             resume_fit_at_epoch(self.model, epoch)
-            data_epoch, skip = divmod(step, self.position.steps_per_epoch)
+            data_epoch, skip = divmod(batches, self.position.steps_per_epoch)
             print(f"resuming from {folder}: step {step}, data epoch {data_epoch + 1}, batch {skip}")
             return
         steps = (self.params or {}).get("steps")
@@ -167,7 +169,8 @@ class ResumableBackup(keras.callbacks.BackupAndRestore):
         path = os.path.join(self.backup_dir, folder)
         os.makedirs(path, exist_ok=True)
         self.model.save_weights(os.path.join(path, "model.weights.h5"), overwrite=True)
-        state = dict(epoch=epoch, batch=batch, step=step, train_seconds=self.train_seconds, folder=folder)
+        state = dict(epoch=epoch, batch=batch, step=step, batches=batches_trained(self.model),
+                     train_seconds=self.train_seconds, folder=folder)
         write_json_atomic(os.path.join(self.backup_dir, self.POINTER), state)
         for name in os.listdir(self.backup_dir):  # older saves
             if name.startswith("step-") and name != folder:

@@ -105,7 +105,7 @@ def recipe_learning_rate(arch, d_model, warmup_steps, metric, scale="auto", rate
     if scale == "auto":
         scale = EXACT_MATCH_LR_SCALE if metric == "exact_match" else 1.0
         reason = f"auto: {metric} data"
-    if rate:
+    if rate is not None:
         return Scaled(rate), Decision("lr_scale", scale, "--learning-rate given")
     if arch == "transformer":
         return Scaled(TransformerSchedule(d_model, warmup_steps, scale)), Decision("lr_scale", scale, reason)

@@ -12,6 +12,9 @@ ATTENTIONS = ("none", "dot", "general", "concat", "bahdanau")
 class Seq2SeqOptions(RecipeOptions):
     """The Transformer's or the RNN's options; `build` makes the model."""
 
+    ARCHITECTURE = ("arch", "attention", "cell", "input_feeding", "num_layers", "d_model", "num_heads", "ff_dim",
+                    "embed_dim", "units")
+
     arch: str = option("transformer", "model", choices=("transformer", "rnn"))
     attention: str = option("general", "the RNN's attention", choices=ATTENTIONS)
     cell: str = option("lstm", "the RNN's cell", choices=("rnn", "lstm", "gru"))

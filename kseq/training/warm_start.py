@@ -1,0 +1,110 @@
+"""`--init-from DIR`: a run that starts from a finished run's weights and
+tokenizer, to continue training it or to fine-tune it on other data.
+
+Every recipe ends its training with `keep_trained`: the weights it tests
+and exports, and its options, written atomically into its logdir. A new
+run given that logdir takes from it the options that shape the weights
+(the recipe's `ARCHITECTURE`), its tokenizer (so ids mean the same pieces)
+and its weights; the optimizer, the schedule and the data are the new
+run's own. What cannot fit stops the run before training, naming the
+option: another recipe's run, a run that did not finish, an architecture
+option given that differs from the run's, a tokenizer given besides.
+"""
+
+import dataclasses
+import json
+import os
+
+from kseq._atomic import write_json_atomic
+from kseq.training.options import flag
+
+TRAINED_WEIGHTS = "trained.weights.h5"
+OPTIONS_FILE = "options.json"
+
+
+def keep_trained(options, model):
+    """Writes `<logdir>/trained.weights.h5` (the model's weights, atomically)
+    and `<logdir>/options.json` (the run's options as it ran): what
+    `--init-from <logdir>` reads."""
+    folder = options.logdir
+    os.makedirs(folder, exist_ok=True)
+    temporary = os.path.join(folder, f".trained-{os.getpid()}.weights.h5")  # keras wants this suffix
+    model.save_weights(temporary, overwrite=True)
+    os.replace(temporary, os.path.join(folder, TRAINED_WEIGHTS))
+    write_json_atomic(os.path.join(folder, OPTIONS_FILE),
+                      {"recipe": options.recipe_name, **options.as_hparams()})
+
+
+def source_problems(options):
+    """Messages (empty when none) for an `--init-from` folder that holds no
+    finished run of this recipe, or clashes with other options."""
+    folder = options.init_from
+    if not folder:
+        return []
+    name = flag("init_from")
+    if not os.path.isdir(folder):
+        return [f"{name} {folder}: no such folder"]
+    missing = [file for file in (OPTIONS_FILE, TRAINED_WEIGHTS) if not os.path.isfile(os.path.join(folder, file))]
+    if missing:
+        return [f"{name} {folder}: no finished run there (no {' or '.join(missing)}; a recipe writes them "
+                "when its training ends)"]
+    saved = _read_options(folder)
+    if saved.get("recipe") != options.recipe_name:
+        return [f"{name} {folder}: a run of recipe {saved.get('recipe')!r}, not {options.recipe_name!r}"]
+    problems = []
+    if getattr(options, "tokenizer", None):
+        problems.append(f"{name} takes the run's tokenizer (its ids are the weights' vocabulary); drop --tokenizer")
+    for option in options.architecture():
+        if option in options.options_given and getattr(options, option) != saved.get(option):
+            problems.append(f"{flag(option)} {getattr(options, option)} differs from the {name} run's "
+                            f"{saved.get(option)}: its weights need the same architecture")
+    return problems
+
+
+def adopt_architecture(options):
+    """`options` with the `--init-from` run's architecture options (as
+    they are without `--init-from`). The adopted options count as given,
+    so that no "auto" resizes them."""
+    if not options.init_from:
+        return options
+    saved = _read_options(options.init_from)
+    adopted = {name: saved[name] for name in options.architecture() if name in saved}
+    return dataclasses.replace(options, **adopted, options_given=tuple(sorted({*options.options_given, *adopted})))
+
+
+def describe(options):
+    """The line a run prints about where its weights start."""
+    adopted = ", ".join(f"{flag(name)} {getattr(options, name)}" for name in options.architecture())
+    return f"init from {options.init_from}: its weights and tokenizer; {adopted}"
+
+
+def init_tokenizer(folder):
+    """The tokenizer an `--init-from` run saved in `folder`."""
+    from kseq.data.tokenizers import load_tokenizer
+
+    for name in ("spm.model", "tokenizer.json"):
+        if os.path.exists(os.path.join(folder, name)):
+            return load_tokenizer(os.path.join(folder, name))
+    raise SystemExit(f"{flag('init_from')} {folder}: no tokenizer there (spm.model or tokenizer.json)")
+
+
+def init_weights(model, folder):
+    """Loads the `--init-from` run's weights into the built `model`, leaving
+    its optimizer as it is (a new run's schedule starts at step 0)."""
+    if not model.built:
+        model.build()  # kseq's models build without an input shape
+    optimizer = getattr(model, "optimizer", None)
+    model.optimizer = None  # the file also holds that run's optimizer state
+    try:
+        model.load_weights(os.path.join(folder, TRAINED_WEIGHTS))
+    except ValueError as error:
+        detail = next((line for line in str(error).splitlines() if "shape" in line), str(error).splitlines()[0])
+        raise SystemExit(f"{flag('init_from')} {folder}: its weights do not fit this model ({detail})") from None
+    finally:
+        model.optimizer = optimizer
+    print(f"weights from {os.path.join(folder, TRAINED_WEIGHTS)}")
+
+
+def _read_options(folder):
+    with open(os.path.join(folder, OPTIONS_FILE), encoding="utf-8") as f:
+        return json.load(f)
