@@ -7,7 +7,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from kseq._compat import continue_after_epoch, end_epoch_early, keras_uses_cudnn
+from kseq._compat import batches_applied, continue_after_epoch, end_epoch_early, keras_uses_cudnn
 
 
 def test_keras_cudnn_choice_is_asked_where_keras_decides_it(monkeypatch):
@@ -186,3 +186,23 @@ def test_an_unverified_keras_version_is_warned_about(monkeypatch):
     monkeypatch.setattr(keras, "__version__", "3.99.0")
     with pytest.warns(UserWarning, match="checked on keras 3.15.1; 3.99.0 is installed"):
         _compat.check_versions()
+
+
+def fit_with_keras_accumulation(strategy):
+    with strategy.scope():
+        model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+        model.compile(keras.optimizers.Adam(gradient_accumulation_steps=2), "mse")
+    model.fit(np.ones((8, 2)), np.zeros((8, 1)), batch_size=2, verbose=0)
+    return model.optimizer
+
+
+def test_keras_accumulation_still_cannot_all_reduce_and_counts_batches_in_iterations():
+    # accumulate_after_all_reduce exists because of the first; batches_applied reads the second.
+    try:
+        fit_with_keras_accumulation(tf.distribute.MirroredStrategy(["/cpu:0"]))
+        failed = False
+    except RuntimeError as error:
+        failed = "merge_call" in str(error)
+    assert failed, "keras' gradient_accumulation_steps now runs under a MirroredStrategy"
+    optimizer = fit_with_keras_accumulation(tf.distribute.get_strategy())
+    assert (batches_applied(optimizer), int(optimizer.iterations.numpy())) == (4, 2)

@@ -6,6 +6,7 @@ from kseq.data.character_tokenizer import CharacterTokenizer
 from kseq.data.keras_hub_tokenizer import KerasHubTokenizer
 from kseq.data.text_pairs import text_pair_dataset
 from kseq.data.rotten_tomatoes import load_rotten_tomatoes
+from kseq.data.software_messages import load_message_pairs
 from kseq.data.subword_tokenizer import SubwordTokenizer
 from kseq.data.streams import join_documents, stream_batches
 from kseq.data.text import normalize_text
@@ -22,6 +23,7 @@ __all__ = [
     "from_keras_hub",
     "join_documents",
     "load_bible_pairs",
+    "load_message_pairs",
     "load_rotten_tomatoes",
     "load_tokenizer",
     "normalize_text",

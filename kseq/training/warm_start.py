@@ -74,7 +74,7 @@ def adopt_architecture(options):
 
 def describe(options):
     """The line a run prints about where its weights start."""
-    adopted = ", ".join(f"{flag(name)} {getattr(options, name)}" for name in options.architecture())
+    adopted = ", ".join(_spelled(name, getattr(options, name)) for name in options.architecture())
     return f"init from {options.init_from}: its weights and tokenizer; {adopted}"
 
 
@@ -103,6 +103,13 @@ def init_weights(model, folder):
     finally:
         model.optimizer = optimizer
     print(f"weights from {os.path.join(folder, TRAINED_WEIGHTS)}")
+
+
+def _spelled(name, value):
+    """An option as the command line spells it."""
+    if isinstance(value, bool):
+        return flag(name) if value else flag(name).replace("--", "--no-", 1)
+    return f"{flag(name)} {value}"
 
 
 def _read_options(folder):
