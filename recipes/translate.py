@@ -13,6 +13,7 @@ The same command continues a killed run from its last save.
 
 import dataclasses
 import os
+import shutil
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -36,12 +37,14 @@ from kseq.training.resume import ResumableBackup, TrainingPosition  # noqa: E402
 from kseq.training.runtime import tune_cpu_runtime  # noqa: E402
 from kseq.training.schedules import recipe_learning_rate  # noqa: E402
 from kseq.training.seq2seq_options import Seq2SeqOptions  # noqa: E402
+from kseq.training.phases import Phases  # noqa: E402
 from kseq.training.selection import (  # noqa: E402
-    DecodingOptions, all_scores, choose_decoding as select_decoding, choose_metric,
+    DecodingOptions, DecodingSettings, all_scores, choose_decoding as select_decoding, choose_metric,
 )
 from kseq.training.sizing import choose_model_size  # noqa: E402
 from kseq.training.stopping import StoppingOptions  # noqa: E402
 from kseq.training.tensorboard import write_hparams, write_model_graph  # noqa: E402
+from kseq.training.warm_start import TRAINED_WEIGHTS  # noqa: E402
 from kseq.training.xla import check_replicas, decide_for_recipe  # noqa: E402
 
 PRESETS = {
@@ -99,27 +102,36 @@ def main(argv=None):
     # recipe's models 1.5x faster under mixed_bfloat16 (2026-11-24).
     run = recipe.start(options, xla=xla.use or device_class() == "gpu", bfloat16_cpu=True)
     xla = check_replicas(xla, run.strategy)
+    phases = Phases(run.workdir)
     resuming = ResumableBackup.saved_state(os.path.join(run.workdir, "backup"))
     data = load_data(options)
-    tokenizer = recipe.resumable_tokenizer(options, data["train"][0] + data["train"][1], run.workdir, resuming)
+    tokenizer = recipe.resumable_tokenizer(options, data["train"][0] + data["train"][1], run.workdir,
+                                           resuming or phases.get("trained"))
     metric = Decision("metric", *choose_metric(data["valid"][1], options.metric))
     sizes, model_size = choose_model_size(options, lengths(tokenizer, data["train"][1]), metric.value)
     options = dataclasses.replace(options, **sizes)
     print(f"{metric}\n{model_size}")
-    trained = train(options, run, data, tokenizer, xla, resuming, [metric, model_size])
+    if phases.get("trained"):
+        trained = trained_before(options, run, tokenizer, xla, metric.value, phases.get("trained"))
+    else:
+        trained = train(options, run, data, tokenizer, xla, resuming, [metric, model_size], phases)
     if not run.chief:
         return trained
-    settings, decoding = choose_decoding(options, trained, tokenizer, data["valid"], metric.value)
-    search = settings.search(options.max_length)
-    metrics = {**evaluate(options, trained, tokenizer, data["test"], search), **trained.metrics,
-               **as_metrics([*trained.decisions, decoding]),
-               "vocab_size": tokenizer.vocab_size, "wall_seconds": round(run.seconds, 1)}
+    after_training = run.seconds
+    decoding = phases.once("decoding", lambda: choose_decoding(options, trained, tokenizer, data["valid"],
+                                                                 metric.value))
+    search = DecodingSettings(**decoding["settings"]).search(options.max_length)
+    tested = phases.once("test", lambda: evaluate(options, trained, tokenizer, data["test"], search))
+    training = phases.get("trained")  # this run's, or the one before a restart's
+    wall = training["wall_seconds"] + run.seconds - after_training
+    metrics = {**tested, **training["metrics"], **decoding["metrics"], "vocab_size": tokenizer.vocab_size,
+               "wall_seconds": round(wall, 1)}
     metrics["train_step_share"] = round(metrics["train_step_seconds"] / metrics["wall_seconds"], 3)
     recipe.write_metrics(options.logdir, metrics, scores=("test_bleu", "test_chrf", "test_exact_match"))
-    path = export_translator(trained.model, tokenizer, tokenizer, options.export_dir, search=search,
-                             max_source_length=options.max_length, assets=recipe.tokenizer_files(tokenizer),
-                             jit_compile=options.export_xla)
-    recipe.serve_sample(path, {"source": data["test"][0][:1]})
+    export = phases.once("export", lambda: {"path": export_translator(
+        trained.model, tokenizer, tokenizer, options.export_dir, search=search, max_source_length=options.max_length,
+        assets=recipe.tokenizer_files(tokenizer), jit_compile=options.export_xla)})
+    recipe.serve_sample(export["path"], {"source": data["test"][0][:1]})
     print(f"train steps took {metrics['train_step_share']:.0%} of {metrics['wall_seconds']:.0f} s of wall time")
     print(f"TensorBoard: tensorboard --logdir {options.logdir}")
     return metrics
@@ -175,9 +187,10 @@ def pipelines(options, data, tokenizer, xla):
     return train, valid, position, report
 
 
-def train(options, run, data, tokenizer, xla, resuming, decided):
+def train(options, run, data, tokenizer, xla, resuming, decided, phases):
     """Fits the model until the validation score stops improving; keeps the
-    best evaluation's weights, or the mean of recent snapshots where better.
+    best evaluation's weights, or the mean of recent snapshots where better;
+    records the training as done in `phases` before its backup goes.
     `decided`: the decisions made so far, the metric first."""
     metric = decided[0]
     model, schedule, decisions = compile_model(options, run, tokenizer.vocab_size, xla, metric.value)
@@ -201,6 +214,7 @@ def train(options, run, data, tokenizer, xla, resuming, decided):
     metrics = {**fit.report(model), "weights_sha256": weights_fingerprint(model), "batch_shapes": report.batch_shapes}
     print(f"averaging: {averaging}\ntrained {metrics['steps']} steps; weights sha256 {metrics['weights_sha256']}")
     if not run.chief:
+        fit.release()
         return Trained(model, decisions, metrics)
     recipe.keep_trained(options, model)  # tested and exported; --init-from reads it
     ran = history.history.get("val_loss", [])  # none in a run resumed after its last period
@@ -208,7 +222,20 @@ def train(options, run, data, tokenizer, xla, resuming, decided):
                    valid_bleu=monitor.history[-1]["bleu"] if monitor.history else None,
                    best_weights=keep_best.report(), averaging=averaging, eval_every=str(options.cadence),
                    decode_xla=decode_xla)
+    phases.record("trained", {"metrics": {**metrics, **as_metrics(decisions)}, "decode_xla": decode_xla,
+                              "wall_seconds": run.seconds})
+    fit.release()  # only now: a kill before the record resumes from the backup
     return Trained(model, decisions, metrics, decode_xla)
+
+
+def trained_before(options, run, tokenizer, xla, metric, record):
+    """The `Trained` of a run whose training ended before this process: the
+    weights it kept (`keep_trained`) and what it recorded."""
+    model, _, _ = compile_model(options, run, tokenizer.vocab_size, xla, metric)
+    model.load_weights(os.path.join(options.logdir, TRAINED_WEIGHTS))
+    shutil.rmtree(os.path.join(run.workdir, "backup"), ignore_errors=True)  # killed before its release
+    print(f"training: done before this run; its weights from {os.path.join(options.logdir, TRAINED_WEIGHTS)}")
+    return Trained(model, [], record["metrics"], record["decode_xla"])  # decisions: among the metrics
 
 
 def model_loss(model, valid):
@@ -239,7 +266,8 @@ def chief_callbacks(options, model, tokenizer, valid, decode_xla):
 
 
 def choose_decoding(options, trained, tokenizer, valid, metric):
-    """(DecodingSettings, Decision): the settings given, or those scoring best on validation pairs."""
+    """{"settings": the DecodingSettings given, or those scoring best on
+    validation pairs, as a dict; "metrics": the decision's metrics.json entries}."""
     source_lengths = [min(length, options.max_length) for length in lengths(tokenizer, valid[0])]
     settings, decision = select_decoding(
         options, source_lengths, lengths(tokenizer, valid[1]),
@@ -247,7 +275,7 @@ def choose_decoding(options, trained, tokenizer, valid, metric):
                                            candidate.search(options.max_length), trained.decode_xla),
         valid, metric)
     print(decision)
-    return settings, decision
+    return {"settings": dataclasses.asdict(settings), "metrics": as_metrics([decision])}
 
 
 def evaluate(options, trained, tokenizer, test, search):

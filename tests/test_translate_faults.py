@@ -61,10 +61,17 @@ def epoch_points(logdir, run="train", tag="epoch_loss"):
     return [event.step for event in runs.Tensors(run, tag)]
 
 
-def test_a_run_killed_mid_epoch_resumes_with_the_same_command_and_ends_like_an_uninterrupted_one(data, tmp_path):
-    whole = tmp_path / "whole"
-    finish(subprocess.Popen(command(data, whole, "--strategy", "default"), env=environment(),
+@pytest.fixture(scope="module")
+def whole(data, tmp_path_factory):
+    """An uninterrupted run's folder."""
+    root = tmp_path_factory.mktemp("whole")
+    finish(subprocess.Popen(command(data, root, "--strategy", "default"), env=environment(),
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+    return root
+
+
+def test_a_run_killed_mid_epoch_resumes_with_the_same_command_and_ends_like_an_uninterrupted_one(
+        data, whole, tmp_path):
     reference = metrics(whole)
     per_epoch = reference["steps"] // 2
 
@@ -110,6 +117,47 @@ def test_a_run_killed_mid_epoch_resumes_with_the_same_command_and_ends_like_an_u
         assert before and before == [point for point in whole_points if point <= saved["step"]]
     assert os.listdir(killed / "export") == ["1"]
     assert not (killed / "runs" / "backup").exists(), "the backup goes once training completes"
+
+
+@pytest.mark.parametrize("phase", ["trained", pytest.param("decoding", marks=pytest.mark.slow),
+                                   pytest.param("test", marks=pytest.mark.slow)])
+def test_a_run_killed_after_training_goes_on_from_its_first_unfinished_step(data, whole, tmp_path, phase):
+    """SIGKILL as soon as `phase` is recorded: the same command trains
+    nothing again and runs only the steps not recorded, with the trained
+    weights; its results are the uninterrupted run's."""
+    root = tmp_path / "killed"
+    argv = command(data, root, "--strategy", "default")
+    process = subprocess.Popen(argv, env=environment(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    record = root / "runs" / "phases.json"
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and process.poll() is None:
+        try:
+            if phase in json.loads(record.read_text()):
+                process.send_signal(signal.SIGKILL)
+                break
+        except (FileNotFoundError, json.JSONDecodeError):
+            pass
+        time.sleep(0.01)
+    process.wait(timeout=60)
+    assert process.returncode == -signal.SIGKILL, f"killed once {phase!r} was recorded"
+    done = json.loads(record.read_text())
+
+    output = finish(subprocess.Popen(argv, env=environment(), stdout=subprocess.PIPE,
+                                     stderr=subprocess.STDOUT, text=True))
+    assert "training: done before this run" in output and "resuming from" not in output
+    assert not re.search(r"^trained \d+ steps", output, re.M), "no step trained again"
+    for name in set(done) - {"trained"}:
+        assert f"{name}: done before this run" in output
+    for name in {"decoding", "test", "export"} - set(done):
+        assert f"{name}: done before this run" not in output
+    final, reference = metrics(root), metrics(whole)
+    assert final["weights_sha256"] == done["trained"]["metrics"]["weights_sha256"]
+    for key in ("steps", "decoding", "test_bleu", "test_chrf"):
+        assert final[key] == reference[key], key
+    assert (root / "runs" / "test_translations.tsv").read_text() == \
+        (whole / "runs" / "test_translations.tsv").read_text()
+    assert os.listdir(root / "export") == ["1"]
+    assert not (root / "runs" / "backup").exists()
 
 
 def free_ports(count):

@@ -3,6 +3,7 @@ a recipe trains with, in the order they must run, and what they measured."""
 
 import dataclasses
 import os
+import shutil
 
 from kseq.training.callbacks import NonFiniteLoss, StopOnNonFiniteLoss, TimeLimit
 from kseq.training.options import AUTO, RecipeOptions, option
@@ -50,7 +51,8 @@ class CadencedFit:
     (`TimeLimit`, counting the runs before a resume) and saved every
     `save_every` steps and at every period (`ResumableBackup`), so that the
     same command started again continues a killed run; a progress line
-    every half minute (`ProgressLine`).
+    every half minute (`ProgressLine`). The backup stays after `fit` until
+    `release()`.
 
     Args:
         workdir: the run's folder; the backup goes to `<workdir>/backup`.
@@ -67,7 +69,8 @@ class CadencedFit:
     def __init__(self, workdir, position, cadence, total_steps, steps_per_epoch, save_every, max_minutes,
                  resuming, non_finite_hint):
         self.backup_dir = os.path.join(workdir, "backup")
-        self.backup = ResumableBackup(self.backup_dir, position, save_freq=save_every, steps_position=True)
+        self.backup = ResumableBackup(self.backup_dir, position, save_freq=save_every, steps_position=True,
+                                      delete_at_end=False)
         self.timer = StepTimer()
         self.periods = EvaluationPeriods(cadence, total_steps, steps_per_epoch=steps_per_epoch)
         self.total_steps, self.steps_per_epoch = total_steps, steps_per_epoch
@@ -90,6 +93,12 @@ class CadencedFit:
                              steps_per_epoch=self.total_steps, callbacks=callbacks, verbose=0, shuffle=False)
         except NonFiniteLoss as error:
             raise SystemExit(f"{error}\nThe last save is kept in {self.backup_dir}; delete it to start over.")
+
+    def release(self):
+        """Deletes the backup: call it once what training produced is safely
+        written (e.g. `kseq.training.phases`); until then a restart resumes
+        training from its last save."""
+        shutil.rmtree(self.backup_dir, ignore_errors=True)
 
     def report(self, model):
         """metrics.json's entries on how training went."""

@@ -80,12 +80,16 @@ class ResumableBackup(keras.callbacks.BackupAndRestore):
             data must have a known number of batches.
         save_freq: batches between saves. Defaults to 200.
         steps_position: the position follows the global step (see above).
+        delete_at_end: delete the backup when `fit` ends normally, as keras
+            does; False leaves it to the caller, who deletes it once what
+            training produced is written.
     """
 
     POINTER = "latest.json"
 
-    def __init__(self, backup_dir, position=None, save_freq=200, steps_position=False):
-        super().__init__(backup_dir, save_freq=check_positive_int("save_freq", save_freq))
+    def __init__(self, backup_dir, position=None, save_freq=200, steps_position=False, delete_at_end=True):
+        super().__init__(backup_dir, save_freq=check_positive_int("save_freq", save_freq),
+                         delete_checkpoint=delete_at_end)
         if steps_position and position is None:
             raise ValueError("`steps_position=True` needs the `position` the data reads.")
         self.position = position

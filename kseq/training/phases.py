@@ -1,0 +1,57 @@
+"""The steps a run has finished after training, so that the same command,
+started again after a kill, goes on from the first unfinished one.
+
+Training ends by writing the weights it tests and exports
+(`kseq.training.warm_start.keep_trained`) and recording itself here; only
+then is its backup released. Each later step (choosing the decoding,
+testing, exporting) records its result when it ends. A restart finds them
+in `<logdir>/phases.json` (written whole or not at all) and runs only what
+is missing, with the trained weights: a kill after training never costs the
+training again.
+"""
+
+import json
+import os
+
+from kseq._atomic import write_json_atomic
+
+
+class Phases:
+    """{phase name: its JSON result} of the run in `folder`, recorded as each ends.
+
+    Example:
+    >>> import tempfile
+    >>> phases = Phases(tempfile.mkdtemp())
+    >>> phases.once("test", lambda: {"bleu": 21.5}), phases.once("test", lambda: {"bleu": 0.0})
+    ({'bleu': 21.5}, {'bleu': 21.5})
+    """
+
+    FILE = "phases.json"
+
+    def __init__(self, folder):
+        self.path = os.path.join(folder, self.FILE)
+        try:
+            with open(self.path, encoding="utf-8") as f:
+                self.done = json.load(f)
+        except FileNotFoundError:
+            self.done = {}
+        except (json.JSONDecodeError, UnicodeDecodeError) as error:
+            raise SystemExit(f"{self.path} is damaged ({error}); delete it to run the steps after training "
+                             "again (the trained weights stay), or delete its folder to start over.") from None
+
+    def get(self, name):
+        """The result `name` recorded, or None."""
+        return self.done.get(name)
+
+    def record(self, name, result):
+        """Records `result` (JSON values) as phase `name`'s, atomically."""
+        self.done[name] = result
+        write_json_atomic(self.path, self.done)
+        return result
+
+    def once(self, name, compute):
+        """The recorded result of `name`, else `compute()`, recorded."""
+        if name in self.done:
+            print(f"{name}: done before this run (recorded in {self.path})")
+            return self.done[name]
+        return self.record(name, compute())
