@@ -1,6 +1,7 @@
 """Runs that survive faults: resuming mid-epoch, stopping on a non-finite
 loss, and files that are written whole or not at all."""
 
+import errno
 import os
 
 import keras
@@ -104,6 +105,43 @@ def test_a_save_is_published_only_when_complete(tmp_path, monkeypatch):
         backup._save(0, 4)
     assert ResumableBackup.saved_state(str(backup_dir)) == first
     assert os.path.isfile(backup_dir / first["folder"] / "model.weights.h5")
+
+
+def test_a_full_disk_keeps_the_previous_save_and_names_the_folder_and_the_space(tmp_path, monkeypatch):
+    model = tiny_model(CharacterTokenizer(LETTERS))
+    backup_dir = tmp_path / "saves"
+    backup = ResumableBackup(str(backup_dir), save_freq=1)
+    backup.set_model(model)
+    backup.on_train_begin()
+    backup._save(0, 3)
+    first = ResumableBackup.saved_state(str(backup_dir))
+
+    def full(path, **kwargs):
+        with open(path, "wb") as f:
+            f.write(b"half a file")
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(model, "save_weights", full)
+    with pytest.raises(SystemExit, match=rf"no space left on the device of {backup_dir}: a save needs about "
+                                         r"\d+ MiB free there\. The previous save is intact"):
+        backup._save(0, 4)
+    assert ResumableBackup.saved_state(str(backup_dir)) == first
+    assert sorted(os.listdir(backup_dir)) == sorted([first["folder"], ResumableBackup.POINTER])
+
+
+@pytest.mark.parametrize("damage", ["pointer", "weights"])
+def test_a_damaged_backup_is_named_with_how_to_start_over(tmp_path, damage):
+    with pytest.raises(KeyboardInterrupt):
+        train(tmp_path, "run", epochs=2, callbacks=[Interrupt(6)])
+    saved = ResumableBackup.saved_state(str(tmp_path / "run"))
+    if damage == "pointer":
+        damaged = tmp_path / "run" / ResumableBackup.POINTER
+        damaged.write_text('{"epoch": 0, "batch"')  # cut short
+    else:
+        damaged = tmp_path / "run" / saved["folder"] / "model.weights.h5"
+        damaged.write_bytes(damaged.read_bytes()[:300])
+    with pytest.raises(SystemExit, match=rf"{damaged} is damaged \(.*\)\. To start training over, delete "):
+        train(tmp_path, "run", epochs=2)
 
 
 def test_a_non_finite_loss_stops_fit_naming_the_step_and_what_to_try():

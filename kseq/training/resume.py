@@ -1,11 +1,13 @@
 """Resuming a killed `fit` at the step it last saved, not at its epoch start."""
 
+import errno
 import json
 import os
 import shutil
 import time
 
 import keras
+import numpy as np
 import tensorflow as tf
 
 from kseq._compat import continue_after_epoch, end_epoch_early, resume_fit_at_epoch
@@ -98,15 +100,23 @@ class ResumableBackup(keras.callbacks.BackupAndRestore):
         self._offset = 0  # batches of the current epoch trained before this run
         self._since_save = 0  # batches since the last save
         self.initial_epoch = 0  # the epoch this run started in
+        self._published = self.restored["folder"] if self.restored else None
 
     @classmethod
     def saved_state(cls, backup_dir):
-        """The last save: {"epoch", "batch", "step", "batches", "train_seconds", "folder"}, or None."""
+        """The last save: {"epoch", "batch", "step", "batches", "train_seconds", "folder"}, or None.
+        A pointer that cannot be read stops the run with a message (never a silent fresh start)."""
+        path = os.path.join(backup_dir, cls.POINTER)
         try:
-            with open(os.path.join(backup_dir, cls.POINTER)) as f:
-                return json.load(f)
+            with open(path) as f:
+                state = json.load(f)
         except FileNotFoundError:
             return None
+        except (OSError, ValueError) as error:
+            raise SystemExit(damaged(path, error, backup_dir)) from None
+        if not isinstance(state, dict) or not {"epoch", "batch", "step", "folder"} <= set(state):
+            raise SystemExit(damaged(path, "not a kseq backup pointer", backup_dir))
+        return state
 
     @property
     def train_seconds(self):
@@ -124,7 +134,11 @@ class ResumableBackup(keras.callbacks.BackupAndRestore):
         if self.model.optimizer is not None and not self.model.optimizer.built:
             self.model.optimizer.build(self.model.trainable_variables)
         folder = os.path.join(self.backup_dir, self.restored["folder"])
-        self.model.load_weights(os.path.join(folder, "model.weights.h5"))
+        weights = os.path.join(folder, "model.weights.h5")
+        try:
+            self.model.load_weights(weights)
+        except (OSError, ValueError) as error:  # h5py reports a truncated or garbled file as OSError
+            raise SystemExit(damaged(weights, str(error).splitlines()[0], self.backup_dir)) from None
         epoch, batch, step = self.restored["epoch"], self.restored["batch"], self.restored["step"]
         if self.steps_position:
             batches = self.restored.get("batches", step)  # more than the steps with gradient accumulation
@@ -170,12 +184,36 @@ class ResumableBackup(keras.callbacks.BackupAndRestore):
         self._since_save = 0
         step = int(self.model.optimizer.iterations.numpy()) if self.model.optimizer else 0
         folder = f"step-{step}-epoch-{epoch}-batch-{batch}"
+        if folder == self._published:  # this very state is the last save
+            return
         path = os.path.join(self.backup_dir, folder)
-        os.makedirs(path, exist_ok=True)
-        self.model.save_weights(os.path.join(path, "model.weights.h5"), overwrite=True)
         state = dict(epoch=epoch, batch=batch, step=step, batches=batches_trained(self.model),
                      train_seconds=self.train_seconds, folder=folder)
-        write_json_atomic(os.path.join(self.backup_dir, self.POINTER), state)
+        try:
+            os.makedirs(path, exist_ok=True)
+            self.model.save_weights(os.path.join(path, "model.weights.h5"), overwrite=True)
+            write_json_atomic(os.path.join(self.backup_dir, self.POINTER), state)
+        except OSError as error:
+            shutil.rmtree(path, ignore_errors=True)  # half written; the published save stays
+            if error.errno != errno.ENOSPC:
+                raise
+            raise SystemExit(no_space(self.backup_dir, self.model)) from None
+        self._published = folder
         for name in os.listdir(self.backup_dir):  # older saves
             if name.startswith("step-") and name != folder:
                 shutil.rmtree(os.path.join(self.backup_dir, name), ignore_errors=True)
+
+
+def damaged(path, error, backup_dir):
+    """The message for a backup file that cannot be read."""
+    return (f"{path} is damaged ({error}). To start training over, delete {backup_dir}; "
+            "to keep the run, restore that file from a copy.")
+
+
+def no_space(backup_dir, model):
+    """The message for a save that found its disk full."""
+    variables = model.weights + (model.optimizer.variables if model.optimizer else [])
+    needed = sum(int(np.prod(v.shape)) * np.dtype(v.dtype).itemsize for v in variables)
+    return (f"no space left on the device of {backup_dir}: a save needs about {needed / 2**20:,.0f} MiB free "
+            f"there. The previous save is intact; free space (or move --logdir) and run the same command to "
+            "resume from it.")
