@@ -207,7 +207,7 @@ def train(options, run, data, tokenizer, xla, resuming, decided, phases):
     if run.chief and not resuming:  # a resumed run's curves continue the first run's
         write_hparams(options.logdir, options.as_hparams() | as_hparams(decisions))
     keep_best = options.keep_best(os.path.join(run.workdir, "checkpoints"), metric.value, options.eval_sentences,
-                                  schedule.factor, resume=bool(resuming))
+                                  schedule.factor)  # resumed with the backup
     recent = options.recent_weights()
     history = fit.fit(model, train_data, valid, logging, [keep_best] + ([recent] if recent else []))
     averaging = keep_better_average(model, recent, valid_score(monitor, valid, keep_best.monitor), keep_best.mode)

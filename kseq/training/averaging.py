@@ -2,6 +2,7 @@
 where it scores better on validation than the best single evaluation."""
 
 import collections
+import os
 
 import keras
 import numpy as np
@@ -12,7 +13,8 @@ from kseq.training.periods import global_step
 
 class RecentWeights(keras.callbacks.Callback):
     """Keeps the model's weights of every `every`-th step, the last `count`
-    of them, in memory (a resumed run starts collecting again).
+    of them, in memory; a backup saves them (`save_state`, `restore_state`),
+    so a resumed run averages the snapshots an uninterrupted one would.
 
     Args:
         every: steps between snapshots.
@@ -32,19 +34,29 @@ class RecentWeights(keras.callbacks.Callback):
         super().__init__()
         self.every = check_positive_int("every", every)
         self.snapshots = collections.deque(maxlen=check_positive_int("count", count))
-        self.step = 0
 
     @property
     def steps(self):
         return [step for step, _ in self.snapshots]
 
-    def on_train_begin(self, logs=None):
-        self.step = global_step(self.model)
-
     def on_train_batch_end(self, batch, logs=None):
-        self.step += 1
-        if self.step % self.every == 0:
-            self.snapshots.append((self.step, [np.array(w) for w in self.model.get_weights()]))
+        step = global_step(self.model)  # the batches of an accumulated update share it
+        if step % self.every == 0 and step not in self.steps:
+            self.snapshots.append((step, [np.array(w) for w in self.model.get_weights()]))
+
+    def save_state(self, folder):
+        """Writes the snapshots into `folder` (a backup's save being written)."""
+        arrays = {f"{i}_{j}": w for i, (_, weights) in enumerate(self.snapshots) for j, w in enumerate(weights)}
+        np.savez(os.path.join(folder, "recent_weights.npz"), steps=np.array(self.steps, "int64"), **arrays)
+
+    def restore_state(self, folder):
+        """The snapshots `save_state` wrote into `folder`."""
+        with np.load(os.path.join(folder, "recent_weights.npz")) as saved:
+            count = len(saved["steps"])
+            weights = [[saved[key] for key in sorted((k for k in saved.files if k.startswith(f"{i}_")),
+                                                     key=lambda k: int(k.split("_")[1]))] for i in range(count)]
+            self.snapshots.clear()
+            self.snapshots.extend(zip(saved["steps"].tolist(), weights))
 
     def average(self):
         """The element-wise mean of the snapshots' weights (non-float

@@ -66,7 +66,9 @@ class EvaluationPeriods(keras.callbacks.Callback):
     at every pass over a small data set), and ends `fit` after `total_steps`.
 
     Args:
-        cadence: a `Cadence` (its steps are updates).
+        cadence: a `Cadence` (its steps are updates; a period of steps ends
+            at each multiple of them, so a resumed run evaluates at the
+            steps an uninterrupted one does).
         total_steps: the batches trained (`batches_trained`) at which
             training ends, or None.
         show: print a line per period (step, data epoch, logs).
@@ -81,16 +83,20 @@ class EvaluationPeriods(keras.callbacks.Callback):
         self.periods = 0
 
     def on_train_begin(self, logs=None):
-        self._start_period()
+        self._period_step = None  # read at the first batch: a backup restores the step after this runs
 
     def _start_period(self):
         self._period_step, self._period_time = global_step(self.model), self.clock()
+
+    def on_train_batch_begin(self, batch, logs=None):
+        if self._period_step is None:
+            self._start_period()
 
     def on_train_batch_end(self, batch, logs=None):
         step = global_step(self.model)
         if self.total_steps is not None and batches_trained(self.model) >= self.total_steps:
             self.model.stop_training = True
-        elif self.cadence.steps and step - self._period_step >= self.cadence.steps:
+        elif self.cadence.steps and step // self.cadence.steps > self._period_step // self.cadence.steps:
             end_epoch_early(self.model)
         elif self.cadence.minutes and self.clock() - self._period_time >= 60.0 * self.cadence.minutes:
             end_epoch_early(self.model)

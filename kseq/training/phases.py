@@ -21,9 +21,11 @@ class Phases:
 
     Example:
     >>> import tempfile
-    >>> phases = Phases(tempfile.mkdtemp())
-    >>> phases.once("test", lambda: {"bleu": 21.5}), phases.once("test", lambda: {"bleu": 0.0})
-    ({'bleu': 21.5}, {'bleu': 21.5})
+    >>> folder = tempfile.mkdtemp()
+    >>> Phases(folder).once("test", lambda: {"bleu": 21.5})
+    {'bleu': 21.5}
+    >>> Phases(folder).get("test")  # a restarted run's
+    {'bleu': 21.5}
     """
 
     FILE = "phases.json"

@@ -85,11 +85,16 @@ class ResumableBackup(keras.callbacks.BackupAndRestore):
         delete_at_end: delete the backup when `fit` ends normally, as keras
             does; False leaves it to the caller, who deletes it once what
             training produced is written.
+        participants: callbacks with state of their own (e.g. `KeepBest`,
+            `RecentWeights`): each save asks them to `save_state(folder)`
+            into the save being written, published with the weights by the
+            same pointer; `restore(participants)` gives it back on resume.
     """
 
     POINTER = "latest.json"
 
-    def __init__(self, backup_dir, position=None, save_freq=200, steps_position=False, delete_at_end=True):
+    def __init__(self, backup_dir, position=None, save_freq=200, steps_position=False, delete_at_end=True,
+                 participants=()):
         super().__init__(backup_dir, save_freq=check_positive_int("save_freq", save_freq),
                          delete_checkpoint=delete_at_end)
         if steps_position and position is None:
@@ -101,6 +106,14 @@ class ResumableBackup(keras.callbacks.BackupAndRestore):
         self._since_save = 0  # batches since the last save
         self.initial_epoch = 0  # the epoch this run started in
         self._published = self.restored["folder"] if self.restored else None
+        self.participants = list(participants)
+
+    def restore(self):
+        """Gives each participant the state of the save being resumed; call
+        it before `fit` (their `on_train_begin` may read it)."""
+        if self.restored is not None:
+            for participant in self.participants:
+                participant.restore_state(os.path.join(self.backup_dir, self.restored["folder"]))
 
     @classmethod
     def saved_state(cls, backup_dir):
@@ -192,6 +205,8 @@ class ResumableBackup(keras.callbacks.BackupAndRestore):
         try:
             os.makedirs(path, exist_ok=True)
             self.model.save_weights(os.path.join(path, "model.weights.h5"), overwrite=True)
+            for participant in self.participants:
+                participant.save_state(path)
             write_json_atomic(os.path.join(self.backup_dir, self.POINTER), state)
         except OSError as error:
             shutil.rmtree(path, ignore_errors=True)  # half written; the published save stays

@@ -5,6 +5,7 @@ import dataclasses
 import json
 import math
 import os
+import shutil
 
 import keras
 import numpy as np
@@ -147,6 +148,25 @@ class KeepBest(keras.callbacks.Callback):
     def _restore(self):
         with np.load(self.weights_path) as saved:
             self.model.set_weights([saved[f"arr_{i}"] for i in range(len(saved.files))])
+
+    def save_state(self, folder):
+        """Writes the state and the best weights into `folder`, a backup's
+        save being written (`ResumableBackup(participants=...)`): published
+        with the model's weights, so a kill between an evaluation and the
+        next save cannot leave them a step apart."""
+        write_json_atomic(os.path.join(folder, "best.json"), self.state)
+        if os.path.exists(self.weights_path):
+            shutil.copyfile(self.weights_path, os.path.join(folder, "best_weights.npz"))
+
+    def restore_state(self, folder):
+        """Continues from what `save_state` wrote into `folder`."""
+        with open(os.path.join(folder, "best.json"), encoding="utf-8") as f:
+            self.state.update(json.load(f))
+        saved = os.path.join(folder, "best_weights.npz")
+        if os.path.exists(saved):
+            temporary = self.weights_path + ".partial.npz"
+            shutil.copyfile(saved, temporary)
+            os.replace(temporary, self.weights_path)
 
     def on_train_end(self, logs=None):
         if self.state["best"] is not None:

@@ -177,9 +177,9 @@ def test_the_average_of_snapshots_is_kept_only_where_it_scores_better(average_is
     model = tiny_model()
     recent = RecentWeights(every=1, count=2)
     recent.set_model(model)
-    recent.on_train_begin()
-    for value in (1.0, 3.0):  # snapshots of kernels all 1, then all 3
+    for step, value in ((1, 1.0), (2, 3.0)):  # snapshots of kernels all 1, then all 3
         model.set_weights([np.full_like(w, value) for w in model.get_weights()])
+        model.optimizer.iterations.assign(step)
         recent.on_train_batch_end(0)
     model.set_weights([np.full_like(w, 5.0) for w in model.get_weights()])
     # The score is the kernel's mean: 5 now, 2 averaged.
