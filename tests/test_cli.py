@@ -118,7 +118,7 @@ def test_invalid_utf8_names_its_line(exports, tmp_path):
 
 
 def test_an_unknown_label_names_the_known_ones(exports, tmp_path):
-    with pytest.raises(SystemExit, match=r"in.txt: `label` must be one of: negative, positive; unknown labels:"):
+    with pytest.raises(SystemExit, match=r"in.txt: `label` must be one of: negative, positive; unknown labels: neutral$"):
         run(commands.generate_from_label, tmp_path, ["neutral"], "--model", exports["generate"])
 
 

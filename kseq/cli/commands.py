@@ -80,6 +80,8 @@ def generate_from_label(argv=None):
             answers += [serving.text(t) for t in serving.call(signature, label=batch)["text"]]
         except tf.errors.InvalidArgumentError as error:  # an unknown label fails in the graph, naming the known
             found = [line for line in error.message.splitlines() if line.startswith("assertion failed:")]
-            message = found[0].removeprefix("assertion failed: ") if found else error.message.splitlines()[0]
+            # TensorFlow prints an Assert's data as "[text] [values]".
+            message = found[0].removeprefix("assertion failed: ").replace("] [", " ").strip("[]") if found \
+                else error.message.splitlines()[0]
             raise SystemExit(f"{args.input or 'stdin'}: {message}") from None
     serving.write_lines(args.output, answers)
