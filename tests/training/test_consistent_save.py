@@ -77,7 +77,9 @@ def uninterrupted(tmp_path_factory):
     return cadenced_run(tmp_path_factory.mktemp("whole"))
 
 
-@pytest.mark.parametrize("kill", [dict(period=2), dict(period=3), dict(batch=7), dict(batch=11)],
+@pytest.mark.long
+@pytest.mark.parametrize("kill", [dict(period=2), pytest.param(dict(period=3), marks=pytest.mark.slow),
+                                  dict(batch=7), pytest.param(dict(batch=11), marks=pytest.mark.slow)],
                          ids=["after-evaluation-2", "after-evaluation-3", "mid-period", "after-a-save"])
 def test_a_kill_at_any_instant_resumes_to_the_uninterrupted_end(uninterrupted, tmp_path, kill):
     model, kept, steps = uninterrupted
