@@ -379,3 +379,62 @@ def check_float32_softmax(model, inputs, labels, loss):
     half = [f"{node.op} {node.name}" for node in softmax
             if node.attr["T"].type != tf.float32.as_datatype_enum]
     assert not half, half
+
+
+class KillAt(keras.callbacks.Callback):
+    """Raises as a kill would: after batch `batch` (1-based) of this run, or
+    at the end of its `period`-th evaluation period (after the callbacks
+    before it have logged and recorded that evaluation, before the save)."""
+
+    def __init__(self, batch=None, period=None):
+        super().__init__()
+        self.batch, self.period, self.batches, self.periods = batch, period, 0, 0
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.batches += 1
+        if self.batches == self.batch:
+            raise KeyboardInterrupt
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.periods += 1
+        if self.periods == self.period:
+            raise KeyboardInterrupt
+
+
+def cadenced_run(workdir, epochs, cadence_steps, save_every, learning_rate, stopping=lambda schedule: [],
+                 accumulate=1, kill=None):
+    """A small reversal translator fitted by `CadencedFit` in `workdir`,
+    resuming what a killed run left there; `stopping(schedule)` gives the
+    stopping callbacks, `kill` a `KillAt`. -> (model, fit report, the
+    stopping callbacks, the batches of all epochs)."""
+    from kseq.data.bucketing import bucketed_pair_dataset
+    from kseq.data.character_tokenizer import CharacterTokenizer
+    from kseq.data.synthetic import reversed_words
+    from kseq.training import recipe
+    from kseq.training.cadenced_fit import CadencedFit
+    from kseq.training.optimizers import FusedAdam
+    from kseq.training.periods import Cadence
+    from kseq.training.resume import ResumableBackup, TrainingPosition
+    from kseq.training.schedules import Scaled
+
+    letters = "abcdefghij"
+    tokenizer = CharacterTokenizer(letters)
+    sources, targets = reversed_words(120, letters, min_length=2, max_length=11, seed=0)
+    position = TrainingPosition()
+    train, report = bucketed_pair_dataset(sources, targets, tokenizer, tokenizer, token_budget=60, max_length=14,
+                                          seed=3, position=position, epochs=epochs)
+    valid, _ = bucketed_pair_dataset(sources[:20], targets[:20], tokenizer, tokenizer, token_budget=60,
+                                     max_length=14, shuffle=False)
+    keras.utils.set_random_seed(7)
+    model = RNNSeq2Seq(tokenizer.vocab_size, tokenizer.vocab_size, embed_dim=8, units=16, attention="dot")
+    model.build()
+    schedule = Scaled(learning_rate)
+    recipe.compile_model(model, FusedAdam(schedule, clipnorm=1.0), MaskedSparseCategoricalCrossentropy(),
+                         accumulate=accumulate)
+    callbacks = stopping(schedule)
+    total = epochs * report.batches_per_epoch
+    fit = CadencedFit(str(workdir), position, Cadence(steps=cadence_steps), total, report.batches_per_epoch,
+                      save_every=save_every, max_minutes=None,
+                      resuming=ResumableBackup.saved_state(str(workdir / "backup")), non_finite_hint="")
+    fit.fit(model, train, valid, stopping=callbacks + ([kill] if kill else []))
+    return model, fit.report(model), callbacks, total

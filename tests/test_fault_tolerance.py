@@ -88,14 +88,19 @@ def test_a_run_interrupted_mid_epoch_resumes_at_its_last_save_and_ends_like_an_u
     assert not os.path.exists(tmp_path / "interrupted"), "deleted after a completed run, as in keras"
 
 
-def test_a_save_is_published_only_when_complete(tmp_path, monkeypatch):
+def saved_once(tmp_path):
+    """(model, its backup in tmp_path/saves, the folder, the state of its one save)."""
     model = tiny_model(CharacterTokenizer(LETTERS))
     backup_dir = tmp_path / "saves"
     backup = ResumableBackup(str(backup_dir), save_freq=1)
     backup.set_model(model)
     backup.on_train_begin()
     backup._save(0, 3)
-    first = ResumableBackup.saved_state(str(backup_dir))
+    return model, backup, backup_dir, ResumableBackup.saved_state(str(backup_dir))
+
+
+def test_a_save_is_published_only_when_complete(tmp_path, monkeypatch):
+    model, backup, backup_dir, first = saved_once(tmp_path)
 
     def killed(*args, **kwargs):
         raise OSError("disk full")
@@ -108,13 +113,7 @@ def test_a_save_is_published_only_when_complete(tmp_path, monkeypatch):
 
 
 def test_a_full_disk_keeps_the_previous_save_and_names_the_folder_and_the_space(tmp_path, monkeypatch):
-    model = tiny_model(CharacterTokenizer(LETTERS))
-    backup_dir = tmp_path / "saves"
-    backup = ResumableBackup(str(backup_dir), save_freq=1)
-    backup.set_model(model)
-    backup.on_train_begin()
-    backup._save(0, 3)
-    first = ResumableBackup.saved_state(str(backup_dir))
+    model, backup, backup_dir, first = saved_once(tmp_path)
 
     def full(path, **kwargs):
         with open(path, "wb") as f:

@@ -6,18 +6,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-import kseq
-from kseq.data.bucketing import bucketed_pair_dataset
-from kseq.data.character_tokenizer import CharacterTokenizer
-from kseq.data.synthetic import reversed_words
 from kseq.training import recipe
-from kseq.training.cadenced_fit import CadencedFit
 from kseq.training.optimizers import FusedAdam
-from kseq.training.periods import Cadence
-from kseq.training.resume import ResumableBackup, TrainingPosition
-
-LETTERS = "abcdefghij"
-
+from kseq.training.resume import ResumableBackup
+from support import KillAt, cadenced_run
 
 def fit_classifier(strategy, batch_size, accumulate):
     """Weights after 2 epochs of a small classifier on 64 examples; the
@@ -54,50 +46,22 @@ def test_accumulate_needs_an_optimizer_not_built_yet():
         recipe.compile_model(model, optimizer, "mse", accumulate=2)
 
 
-class KillAt(keras.callbacks.Callback):
-    """Raises after the batch that brings the batches trained to `batches`, as a kill would."""
-
-    def __init__(self, batches):
-        super().__init__()
-        self.batches, self.seen = batches, 0
-
-    def on_train_batch_end(self, batch, logs=None):
-        self.seen += 1
-        if self.seen == self.batches:
-            raise KeyboardInterrupt
-
-
-def cadenced_run(workdir, accumulate=2, callbacks=()):
-    tokenizer = CharacterTokenizer(LETTERS)
-    sources, targets = reversed_words(120, LETTERS, min_length=2, max_length=11, seed=0)
-    position = TrainingPosition()
-    train, report = bucketed_pair_dataset(sources, targets, tokenizer, tokenizer, token_budget=60, max_length=14,
-                                          seed=3, position=position, epochs=2)
-    valid, _ = bucketed_pair_dataset(sources[:20], targets[:20], tokenizer, tokenizer, token_budget=60,
-                                     max_length=14, shuffle=False)
-    keras.utils.set_random_seed(7)
-    model = kseq.models.RNNSeq2Seq(tokenizer.vocab_size, tokenizer.vocab_size, embed_dim=8, units=16,
-                                   attention="dot")
-    model.build()
-    recipe.compile_model(model, FusedAdam(1e-2, clipnorm=1.0), kseq.losses.MaskedSparseCategoricalCrossentropy(),
-                         accumulate=accumulate)
-    total = 2 * report.batches_per_epoch
-    backup = str(workdir / "backup")
-    fit = CadencedFit(str(workdir), position, Cadence(steps=5), total, report.batches_per_epoch, save_every=3,
-                      max_minutes=None, resuming=ResumableBackup.saved_state(backup), non_finite_hint="")
-    fit.fit(model, train, valid, logging=list(callbacks))
-    return model, fit.report(model), total
+def accumulated_run(workdir, kill=None):
+    """2 epochs, an evaluation every 5 updates, a save every 3 batches, 2 batches an update."""
+    model, report, _, total = cadenced_run(workdir, epochs=2, cadence_steps=5, save_every=3, learning_rate=1e-2,
+                                           accumulate=2, kill=kill)
+    return model, report, total
 
 
 def test_a_killed_run_with_accumulation_resumes_to_the_same_weights(tmp_path):
-    reference, report, total = cadenced_run(tmp_path / "reference")
+    reference, report, total = accumulated_run(tmp_path / "reference")
     assert report["steps"] == total // 2 and report["epochs_run"] == 2.0
     with pytest.raises(KeyboardInterrupt):
-        cadenced_run(tmp_path / "killed", callbacks=[KillAt(5)])
+        accumulated_run(tmp_path / "killed", kill=KillAt(batch=5))
     saved = ResumableBackup.saved_state(str(tmp_path / "killed" / "backup"))
     # Saved after 3 batches, between updates: the accumulated gradient is saved too.
     assert (saved["batches"], saved["step"]) == (3, 1)
-    resumed, report, _ = cadenced_run(tmp_path / "killed")
+    resumed, report, _ = accumulated_run(tmp_path / "killed")
     assert report["resumed_from_step"] == 1 and report["steps"] == total // 2
     for a, e in zip(resumed.weights, reference.weights):
         np.testing.assert_allclose(np.asarray(a), np.asarray(e), rtol=1e-4, atol=1e-5)
