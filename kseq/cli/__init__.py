@@ -1,11 +1,27 @@
-"""Command-line tools over kseq's exports: lines in, lines out.
+"""Command-line tools over kseq's exports: one line in, one line out.
 
-`kseq-translate`, `kseq-generate`, `kseq-classify` and
-`kseq-generate-from-label` (installed by pip, `[project.scripts]`) read one
-request a line from stdin or `--input`, call the export's signatures in
-batches of `--batch-size`, and write one answer a line to stdout or
-`--output` (written whole or not at all). `--model` is a SavedModel version
-folder or the folder of numbered versions (the newest is used). Errors are
-one line on stderr: 2 for a bad command line, 1 for anything else, as the
-recipes exit.
+Installed by pip (`[project.scripts]`), one command a kind of export, each
+named after what it does for the user rather than after the model class:
+
+- `kseq-translate` (kseq.cli.translate): source sentence -> translation;
+  `--n-best K`, `--scores`, `--score-pairs`;
+- `kseq-generate` (kseq.cli.generate): prompt -> the language model's
+  continuation;
+- `kseq-classify` (kseq.cli.classify): text -> label; `--scores`,
+  `--probabilities`;
+- `kseq-generate-from-label` (kseq.cli.generate_from_label): label -> a
+  text the conditioned generator writes for it.
+
+Each reads UTF-8 lines from stdin or `--input`, calls the export's
+signature on `--batch-size` lines at a time and writes one answer a line
+(K with `--n-best K`), in order, to stdout or `--output` (renamed into
+place when complete). A blank line gets a blank line. Numbers come before
+the text, tab-separated: `score<TAB>text`. `--model` is a SavedModel
+version folder or the folder of numbered versions (the newest complete
+one). Exit status, as the recipes': 2 for a command line the export or
+the files cannot serve (argparse's usage error, naming the option), 1 for
+input or a run that fails (one line naming the file and line), 0 otherwise.
+
+Only TensorFlow and tensorflow_text's ops serve the requests: the graph is
+the one TF Serving runs, so the commands answer what a server would.
 """
