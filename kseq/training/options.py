@@ -166,9 +166,10 @@ def recipe_options(**defaults):
 
 def parse(options_class, argv=None, doc=None, presets=None):
     """`options_class` from its defaults, then `--preset`'s values, then the
-    command line, then an `--init-from` run's architecture; `parser.error` (exit 2 with usage) names the option of a
-    bad value, a missing input file, an output folder that cannot be one, a
-    preset that names no option, or a combination `problems()` refuses."""
+    command line, then an `--init-from` run's architecture; `parser.error`
+    (exit 2 with usage) names the option of a bad value, a missing input
+    file, an output folder that cannot be one, a preset that names no
+    option, or a combination `problems()` refuses."""
     doc = doc or options_class.__doc__ or ""
     parser = argparse.ArgumentParser(
         description=doc.strip().split("\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter,

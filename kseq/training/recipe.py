@@ -149,8 +149,9 @@ def tokenizer_for(options, texts, vocab_size, folder=None):
     `kseq.data.tokenizers.load_tokenizer` (a saved kseq tokenizer, a
     SentencePiece model, a WordPiece vocab.txt, a BPE "vocab.json,merges.txt"
     pair), or a SentencePiece vocabulary of `vocab_size` pieces trained on
-    `texts`; with `--init-from`, that run's. Its files (`tokenizer_files`) are written to `folder` (default:
-    the logdir), where `load_tokenizer` reads them back (a resumed run).
+    `texts`; with `--init-from`, that run's. Its files (`tokenizer_files`)
+    are written to `folder` (default: the logdir), where `load_tokenizer`
+    reads them back (a resumed run).
     A path that holds no tokenizer exits with a message naming it."""
     from kseq.data.subword_tokenizer import SubwordTokenizer
     from kseq.data.tokenizers import load_tokenizer
