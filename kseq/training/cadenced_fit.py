@@ -82,10 +82,11 @@ class CadencedFit:
     def fit(self, model, train, valid, logging=(), stopping=()):
         """`model.fit` with the chief's `logging` callbacks (scores, curves,
         checkpoints) and the `stopping` ones (e.g. `KeepBest`; their state
-        is saved and restored with the backup's); returns the history. Stopping runs after logging (a period's line shows its
-        scores) and before the periods end and the backup saves (a period
-        counts as saved once its logs are written); nothing traces after
-        that before the steps compile (`StableFunctionNames`)."""
+        is saved and restored with the backup's); returns the history.
+        Stopping runs after logging (a period's line shows its scores) and
+        before the periods end and the backup saves (a period counts as
+        saved once its logs are written); nothing traces after that before
+        the steps compile (`StableFunctionNames`)."""
         callbacks = [self.timer, *self.limits, *logging, *stopping, self.periods, self.backup,
                      StableFunctionNames()]
         self.backup.participants = [callback for callback in stopping if hasattr(callback, "save_state")]
