@@ -7,15 +7,17 @@ import os
 import secrets
 
 
-def write_bytes_atomic(path, data):
-    """Writes `data` to `path` so that readers see the old or the new file,
-    never half of one. The temporary name is unique to the process and the
-    call, so parallel writers cannot collide (and it is not mkstemp, whose
-    0600 mode would ignore the umask)."""
+@contextlib.contextmanager
+def atomic_writer(path):
+    """A binary file whose content replaces `path` when the block ends
+    without an error; on an error `path` stays as it was. Readers see the
+    old or the new file, never half of one. The temporary name is unique to
+    the process and the call, so parallel writers cannot collide (and it is
+    not mkstemp, whose 0600 mode would ignore the umask)."""
     temporary = f"{path}.{os.getpid()}-{secrets.token_hex(4)}.tmp"
     try:
         with open(temporary, "xb") as f:
-            f.write(data)
+            yield f
             f.flush()
             os.fsync(f.fileno())
         os.replace(temporary, path)
@@ -23,6 +25,12 @@ def write_bytes_atomic(path, data):
         with contextlib.suppress(OSError):
             os.remove(temporary)
         raise
+
+
+def write_bytes_atomic(path, data):
+    """Writes `data` to `path` whole or not at all (`atomic_writer`)."""
+    with atomic_writer(path) as f:
+        f.write(data)
 
 
 def write_json_atomic(path, value):

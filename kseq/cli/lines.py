@@ -7,9 +7,9 @@ beside it, renamed over it only when the command succeeds.
 
 import contextlib
 import os
-import secrets
 import sys
 
+from kseq._atomic import atomic_writer
 from kseq.cli.errors import Failure, UsageError
 
 BOM = "\ufeff"
@@ -107,17 +107,8 @@ def output_stream(path):
     if is_stdio(path):
         yield sys.stdout.buffer
         return
-    temporary = f"{path}.{os.getpid()}-{secrets.token_hex(4)}.tmp"
-    try:
-        with open(temporary, "xb") as stream:
-            yield stream
-            stream.flush()
-            os.fsync(stream.fileno())
-        os.replace(temporary, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.remove(temporary)
-        raise
+    with atomic_writer(path) as stream:
+        yield stream
 
 
 def write_lines(stream, lines):
