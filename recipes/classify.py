@@ -25,7 +25,6 @@ with keras-hub's tokenizers (kseq.data.tokenizers.load_tokenizer).
 """
 
 import os
-import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -34,12 +33,15 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 import kseq  # noqa: E402
+from kseq.data.epoch_order import epoch_ordered_slices  # noqa: E402
 from kseq.export import export_classifier  # noqa: E402
 from kseq.special_ids import PAD_ID  # noqa: E402
 from kseq.training import options as opts, recipe  # noqa: E402
 from kseq.training.cadenced_fit import Trained  # noqa: E402
 from kseq.training.common_options import RNNOptions, TrainingOptions  # noqa: E402
-from kseq.training.decisions import as_hparams, as_metrics  # noqa: E402
+from kseq.training.decisions import as_hparams  # noqa: E402
+from kseq.training.epoch_fit import EpochFit, train_once  # noqa: E402
+from kseq.training.phases import Phases  # noqa: E402
 from kseq.training.options import option  # noqa: E402
 from kseq.training.recipe import read_tsv_reporting  # noqa: E402
 from kseq.training.runtime import tune_cpu_runtime  # noqa: E402
@@ -79,20 +81,25 @@ def main(argv=None):
     options = parse_args(argv)
     xla = decide_jit_compile(options.jit_compile, num_shapes=1)
     run = recipe.start(options, xla=xla.use)
+    phases = Phases(run.workdir)
+    fit = EpochFit(run.workdir, "val_accuracy", "max", options.patience)
     data, names = load_data(options)
-    tokenizer = recipe.tokenizer_for(options, data["train"][0], options.vocab_size)
-    datasets = {split: make_dataset(*pair, tokenizer, options, shuffle=split == "train")
+    tokenizer = recipe.resumable_tokenizer(options, data["train"][0], run.workdir,
+                                           fit.resuming or phases.get("trained"))
+    datasets = {split: make_dataset(*pair, tokenizer, options, fit.position if split == "train" else None)
                 for split, pair in data.items()}
     inputs, labels = next(iter(datasets["train"]))
     print(f"first batch: token_ids {tuple(inputs.shape)}, labels {tuple(labels.shape)}")
-    trained = train(options, run, datasets, tokenizer.vocab_size, names, xla)
-    recipe.keep_trained(options, trained.model)
+    build = lambda: compiled_model(options, run, tokenizer.vocab_size, names, xla)  # noqa: E731
+    trained = train_once(phases, "trained", fit, lambda: train(options, run, datasets, build, fit, xla),
+                         options, build)
+    tested = phases.once("test", lambda: evaluate(trained, datasets["test"], data))
     metrics = recipe.write_metrics(options.logdir, {
-        **evaluate(trained, datasets["test"], data), **trained.metrics,
-        "wall_seconds": round(run.seconds, 1), "labels": names, **as_metrics(trained.decisions),
+        **tested, **trained.metrics, "wall_seconds": round(run.seconds, 1), "labels": names,
     }, scores=("test_accuracy", "test_loss"))
-    path = export_classifier(trained.model, tokenizer, names, options.export_dir, max_length=options.max_length,
-                             assets=recipe.tokenizer_files(tokenizer))
+    path = phases.once("export", lambda: export_classifier(
+        trained.model, tokenizer, names, options.export_dir, max_length=options.max_length,
+        assets=recipe.tokenizer_files(tokenizer)))
     recipe.serve_sample(path, {"text": data["test"][0][:1]})
     print(f"TensorBoard: tensorboard --logdir {options.logdir}")
     return metrics
@@ -129,11 +136,14 @@ def load_data(options):
     return data, names
 
 
-def make_dataset(texts, labels, tokenizer, options, shuffle):
+def make_dataset(texts, labels, tokenizer, options, position=None):
+    """Padded batches; with the training `position`, shuffled by data epoch."""
     ids = tokenizer.tokenize(list(texts))[:, : options.max_length]
-    dataset = tf.data.Dataset.from_tensor_slices((ids, np.asarray(labels, np.int32)))
-    if shuffle:
-        dataset = dataset.shuffle(len(texts), seed=options.seed, reshuffle_each_iteration=True)
+    slices = (ids, tf.constant(np.asarray(labels, np.int32)))
+    if position is None:
+        dataset = tf.data.Dataset.from_tensor_slices(slices)
+    else:
+        dataset = epoch_ordered_slices(slices, position, seed=options.seed)
     dataset = dataset.ragged_batch(options.batch_size).map(
         lambda ids, labels: (ids.to_tensor(default_value=PAD_ID), labels),
         num_parallel_calls=tf.data.AUTOTUNE,
@@ -157,27 +167,22 @@ def build_model(options, vocab_size, num_classes, precision="float32", jit_compi
     )
 
 
-def train(options, run, datasets, vocab_size, names, xla):
-    """Fits with early stopping on validation accuracy; the best epoch's weights are kept."""
+def compiled_model(options, run, vocab_size, names, xla):
     with run.strategy.scope():
-        model = build_model(options, vocab_size, len(names), run.precision.policy, xla.use)
+        return build_model(options, vocab_size, len(names), run.precision.policy, xla.use)
+
+
+def train(options, run, datasets, build, fit, xla):
+    """Fits with early stopping on validation accuracy; the best epoch's weights are kept."""
+    model = build()
     print(f"model: {options.encoder} + {options.pooling} pooling, {model.count_params():,} parameters")
     decisions = run.decisions(model, xla)
-    write_hparams(options.logdir, options.as_hparams() | as_hparams(decisions))
-    callbacks = [
-        keras.callbacks.TensorBoard(options.logdir, profile_batch=options.profile_batch),
-        keras.callbacks.EarlyStopping(monitor="val_accuracy", mode="max", patience=options.patience,
-                                      restore_best_weights=True),
-    ]
-    start = time.time()
-    history = model.fit(datasets["train"], validation_data=datasets["valid"],
-                        epochs=options.epochs, callbacks=callbacks, verbose=2, shuffle=False).history
-    train_seconds = time.time() - start
+    if not fit.resuming:  # a resumed run's curves continue the first run's
+        write_hparams(options.logdir, options.as_hparams() | as_hparams(decisions))
+    tensorboard = keras.callbacks.TensorBoard(options.logdir, profile_batch=options.profile_batch)
+    metrics = fit.fit(model, datasets, options.epochs, [tensorboard])
     model.save(os.path.join(options.logdir, "model.keras"))  # the best epoch's weights
-    best = int(np.argmax(history["val_accuracy"]))
-    return Trained(model, decisions, {
-        "valid_accuracy": float(history["val_accuracy"][best]), "valid_loss": float(history["val_loss"][best]),
-        "best_epoch": best + 1, "epochs_run": len(history["loss"]), "train_seconds": round(train_seconds, 1)})
+    return Trained(model, decisions, metrics)
 
 
 def evaluate(trained, test, data):

@@ -43,11 +43,13 @@ import time
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # for `import classify`
 
+import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 import classify  # noqa: E402
 import kseq  # noqa: E402
+from kseq.data.epoch_order import epoch_ordered_slices  # noqa: E402
 from kseq.data.text_pairs import add_specials  # noqa: E402
 from kseq.decoding import Sampler  # noqa: E402
 from kseq.decoding.output import decoded_text  # noqa: E402
@@ -56,7 +58,9 @@ from kseq.training import options as opts, recipe  # noqa: E402
 from kseq.training.cadenced_fit import Trained  # noqa: E402
 from kseq.training.common_options import RNNOptions, SamplingOptions, TrainingOptions  # noqa: E402
 from kseq.training.callbacks import GenerationMonitor  # noqa: E402
-from kseq.training.decisions import as_hparams, as_metrics  # noqa: E402
+from kseq.training.decisions import as_hparams  # noqa: E402
+from kseq.training.epoch_fit import EpochFit, train_once  # noqa: E402
+from kseq.training.phases import Phases  # noqa: E402
 from kseq.training.options import option  # noqa: E402
 from kseq.training.runtime import tune_cpu_runtime  # noqa: E402
 from kseq.training.tensorboard import write_hparams  # noqa: E402
@@ -96,13 +100,24 @@ def main(argv=None):
     run = recipe.start(options, xla=xla.use)
     data, names = classify.load_data(options)
     real_per_class, real_overall = classifier_ceiling(classifier, data, names)
-    tokenizer = recipe.tokenizer_for(options, data["train"][0], options.vocab_size)
-    trained = train(options, run, make_datasets(options, data, tokenizer), tokenizer, names, xla)
-    recipe.keep_trained(options, trained.model)
-    path = export_conditioned_generator(trained.model, tokenizer, options.export_dir, search=sampler(options),
-                                        labels=names, assets=recipe.tokenizer_files(tokenizer))
+    phases = Phases(run.workdir)
+    fit = EpochFit(run.workdir, max_minutes=options.max_minutes)
+    tokenizer = recipe.resumable_tokenizer(options, data["train"][0], run.workdir,
+                                           fit.resuming or phases.get("trained"))
+    datasets = make_datasets(options, data, tokenizer, fit.position)
+
+    def build():
+        with run.strategy.scope():
+            return build_model(options, tokenizer.vocab_size, len(names), run.precision.policy, xla.use)
+
+    trained = train_once(phases, "trained", fit,
+                         lambda: train(options, run, datasets, tokenizer, names, xla, build, fit), options, build)
+    path = phases.once("export", lambda: export_conditioned_generator(
+        trained.model, tokenizer, options.export_dir, search=sampler(options), labels=names,
+        assets=recipe.tokenizer_files(tokenizer)))
     recipe.serve_sample(path, {"label": names[-1:]})
-    scores = score_samples(options, path, classifier, data, names, trained.metrics["steps"])
+    scores = phases.once("scores", lambda: score_samples(options, path, classifier, data, names,
+                                                         trained.metrics["steps"]))
     results = recipe.write_metrics(options.logdir, {
         **trained.metrics, **scores,
         "classifier": classifier,
@@ -116,7 +131,6 @@ def main(argv=None):
                          seed=options.seed, max_length=options.sample_length),
         "labels": names,
         "wall_seconds": round(run.seconds + classifier_seconds, 1),
-        **as_metrics(trained.decisions),
     }, scores=("test_perplexity", "agreement_overall"))
     print(f"label agreement with the classifier: {results['agreement']}, overall {results['agreement_overall']:.1%} "
           f"(the classifier on real test snippets: {real_overall:.1%})")
@@ -198,11 +212,13 @@ def agreement(predicted, wanted, names):
 # The generator -------------------------------------------------------------------------
 
 
-def make_datasets(options, data, tokenizer):
-    """{split: `make_dataset`}, with what each kept."""
+def make_datasets(options, data, tokenizer, position):
+    """{split: `make_dataset`}, with what each kept; the training split in
+    an order fixed by `position`'s data epoch."""
     datasets = {}
     for split, (texts, class_ids) in data.items():
-        datasets[split], kept = make_dataset(texts, class_ids, tokenizer, options, shuffle=split == "train")
+        datasets[split], kept = make_dataset(texts, class_ids, tokenizer, options,
+                                             position if split == "train" else None)
         print(f"{split}: {kept} of {len(texts)} snippets within {options.max_length} pieces")
     (class_ids, target_in), labels = next(iter(datasets["train"]))
     print(f"first batch: condition {tuple(class_ids.shape)}, target_ids "
@@ -210,20 +226,21 @@ def make_datasets(options, data, tokenizer):
     return datasets
 
 
-def make_dataset(texts, class_ids, tokenizer, options, shuffle):
+def make_dataset(texts, class_ids, tokenizer, options, position=None):
     """((class id, BOS + pieces), pieces + EOS) batches, bucketed by length.
     Snippets over `max_length` pieces (EOS included) are left out rather
     than cut: a cut one would teach the model to stop mid-sentence."""
     pieces = tokenizer.tokenize(list(texts))
     keep = (pieces.row_lengths() < options.max_length).numpy()
     target_in, target_out = add_specials(tf.ragged.boolean_mask(pieces, keep))
-    dataset = tf.data.Dataset.from_tensor_slices(
-        ((np.asarray(class_ids, np.int32)[keep], target_in), target_out))
+    slices = ((tf.constant(np.asarray(class_ids, np.int32)[keep]), target_in), target_out)
+    if position is None:
+        dataset = tf.data.Dataset.from_tensor_slices(slices)
+    else:
+        dataset = epoch_ordered_slices(slices, position, seed=options.seed)
     # Rows of a ragged tensor come out ragged; padded_batch needs them dense.
     dataset = dataset.map(lambda inputs, labels: (
         (inputs[0], tf.identity(inputs[1])), tf.identity(labels)))
-    if shuffle:
-        dataset = dataset.shuffle(len(texts), seed=options.seed, reshuffle_each_iteration=True)
     dataset = dataset.bucket_by_sequence_length(
         lambda inputs, labels: tf.shape(labels)[0], BUCKETS,
         [options.batch_size] * (len(BUCKETS) + 1),
@@ -266,19 +283,20 @@ def sample_writer(model, tokenizer, names, options):
     return write
 
 
-def train(options, run, datasets, tokenizer, names, xla):
+def train(options, run, datasets, tokenizer, names, xla, build, fit):
     """Trains the generator, keeping the epoch with the best validation loss,
     and scores it on the test snippets."""
-    with run.strategy.scope():
-        model = build_model(options, tokenizer.vocab_size, len(names), run.precision.policy, xla.use)
+    model = build()
     print(f"model: {model.count_params():,} parameters")
     decisions = run.decisions(model, xla)
-    write_hparams(options.logdir, options.as_hparams() | as_hparams(decisions))
+    if not fit.resuming:  # a resumed run's curves continue the first run's
+        write_hparams(options.logdir, options.as_hparams() | as_hparams(decisions))
     shown = [name for name in names for _ in range(2)]
     monitor = GenerationMonitor(shown, None, sample_writer(model, tokenizer, names, options), {},
                                 logdir=options.logdir, samples=len(shown))
-    _, metrics = recipe.fit_keeping_best(model, datasets, options.logdir, options.epochs, options.max_minutes,
-                                         [monitor], profile_batch=options.profile_batch)
+    tensorboard = keras.callbacks.TensorBoard(options.logdir, profile_batch=options.profile_batch)
+    metrics = fit.fit(model, datasets, options.epochs, [tensorboard, monitor])
+    model.save(os.path.join(options.logdir, "model.keras"))  # the best epoch's weights
     test = model.evaluate(datasets["test"], verbose=0, return_dict=True)
     print(f"test perplexity {test['perplexity']:.2f}")
     return Trained(model, decisions, {"test_perplexity": round(float(test["perplexity"]), 3), **metrics})

@@ -29,6 +29,7 @@ import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+import keras  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 import kseq  # noqa: E402
@@ -41,7 +42,10 @@ from kseq.training import options as opts, recipe  # noqa: E402
 from kseq.training.cadenced_fit import Trained  # noqa: E402
 from kseq.training.common_options import RNNOptions, SamplingOptions, TrainingOptions  # noqa: E402
 from kseq.training.callbacks import GenerationMonitor  # noqa: E402
-from kseq.training.decisions import as_hparams, as_metrics  # noqa: E402
+from kseq.training.decisions import as_hparams  # noqa: E402
+from kseq.training.epoch_fit import EpochFit, train_once  # noqa: E402
+from kseq.training.phases import Phases  # noqa: E402
+from kseq.training.resume import ResumableBackup  # noqa: E402
 from kseq.training.options import option  # noqa: E402
 from kseq.training.runtime import tune_cpu_runtime  # noqa: E402
 from kseq.training.tensorboard import write_hparams  # noqa: E402
@@ -78,18 +82,18 @@ def main(argv=None):
     xla = decide_jit_compile(options.jit_compile, num_shapes=1, budget_minutes=options.max_minutes)
     run = recipe.start(options, xla=xla.use)
     texts = load_texts(options)
-    tokenizer = recipe.tokenizer_for(options, texts["train"], options.vocab_size)
+    phases = Phases(run.workdir)
+    started = phases.done or ResumableBackup.saved_state(os.path.join(run.workdir, "tbptt", "backup"))
+    tokenizer = recipe.resumable_tokenizer(options, texts["train"], run.workdir, started)
     streams = make_streams(options, texts, tokenizer)
-    trained = train(options, run, streams, tokenizer, xla)
-    recipe.keep_trained(options, trained.model)
+    trained = train(options, run, streams, tokenizer, xla, phases)
     continuer, search = make_continuer(trained.model, tokenizer, options)
     metrics = recipe.write_metrics(options.logdir, {
         **trained.metrics, "test_cross_entropy": round(math.log(trained.metrics["test_perplexity"]), 4),
         "samples": continuations(continuer, options.prompts), "wall_seconds": round(run.seconds, 1),
-        **as_metrics(trained.decisions),
     }, scores=("test_perplexity", "baseline_test_perplexity"))
-    path = export_language_model(trained.model, tokenizer, options.export_dir, search,
-                                 assets=recipe.tokenizer_files(tokenizer))
+    path = phases.once("export", lambda: export_language_model(trained.model, tokenizer, options.export_dir, search,
+                                                              assets=recipe.tokenizer_files(tokenizer)))
     recipe.serve_sample(path, {"prompt": list(options.prompts[:1])})
     print(f"test perplexity {metrics['test_perplexity']:.2f} with truncated BPTT, "
           f"{metrics['baseline_test_perplexity']:.2f} with independent chunks")
@@ -162,34 +166,46 @@ def make_continuer(model, tokenizer, options):
     return continue_texts, search
 
 
-def train(options, run, streams, tokenizer, xla):
+def train(options, run, streams, tokenizer, xla, phases):
     """The truncated-BPTT model, then the baseline: the same model, options
     and budget, from a zero state at every batch (independent chunks).
+    Each is trained once (a restart goes on from the first unfinished one).
     -> the first's `Trained`, with the baseline's scores beside its own."""
-    trained = fit_one("tbptt", options, run, streams, tokenizer, xla, carry_state=True)
-    write_hparams(options.logdir, options.as_hparams() | as_hparams(trained.decisions))
-    baseline = fit_one("independent_chunks", options, run, streams, tokenizer, xla, carry_state=False)
+    trained = train_once_in(phases, "tbptt", options, run, streams, tokenizer, xla, carry_state=True)
+    baseline = train_once_in(phases, "independent_chunks", options, run, streams, tokenizer, xla, carry_state=False)
     compared = ("test_perplexity", "valid_loss", "train_seconds", "steps")
-    return Trained(trained.model, trained.decisions,
+    return Trained(trained.model, [],
                    {**trained.metrics, **{f"baseline_{name}": baseline.metrics[name] for name in compared}})
 
 
-def fit_one(name, options, run, streams, tokenizer, xla, carry_state):
+def train_once_in(phases, name, options, run, streams, tokenizer, xla, carry_state):
+    """One model trained once in `<logdir>/<name>`; the BPTT one's weights are kept."""
+    fit = EpochFit(os.path.join(run.workdir, name), max_minutes=options.max_minutes)
+
+    def build():
+        with run.strategy.scope():
+            return build_model(options, tokenizer.vocab_size, carry_state, run.precision.policy, xla.use)
+
+    return train_once(phases, name, fit, lambda: fit_one(name, options, run, streams, tokenizer, xla, build, fit),
+                      options if carry_state else None, build)
+
+
+def fit_one(name, options, run, streams, tokenizer, xla, build, fit):
     """One model fitted in `<logdir>/<name>`; its best epoch is kept and scored on the test stream."""
     logdir = os.path.join(options.logdir, name)
-    with run.strategy.scope():
-        model = build_model(options, tokenizer.vocab_size, carry_state, run.precision.policy, xla.use)
-    print(f"{name}: {model.count_params():,} parameters, carry_state={carry_state}")
+    model = build()
+    print(f"{name}: {model.count_params():,} parameters, carry_state={model.carry_state}")
+    decisions = run.decisions(model, xla)
+    if model.carry_state and not fit.resuming:  # a resumed run's curves continue the first run's
+        write_hparams(options.logdir, options.as_hparams() | as_hparams(decisions))
     continuer, _ = make_continuer(model, tokenizer, options)
-    monitor = GenerationMonitor(options.prompts, None, continuer, {}, logdir=logdir)
-    history, metrics = recipe.fit_keeping_best(model, streams, logdir, options.epochs, options.max_minutes,
-                                               [monitor], verbose=1, profile_batch=options.profile_batch)
+    logging = [keras.callbacks.TensorBoard(logdir, profile_batch=options.profile_batch),
+               GenerationMonitor(options.prompts, None, continuer, {}, logdir=logdir)]
+    metrics = fit.fit(model, streams, options.epochs, logging, verbose=1)
+    model.save(os.path.join(logdir, "model.keras"))  # the best epoch's weights
     test = model.evaluate(streams["test"], verbose=0, return_dict=True)
     print(f"{name}: test perplexity {test['perplexity']:.2f}")
-    return Trained(model, run.decisions(model, xla), {
-        "test_perplexity": round(float(test["perplexity"]), 3), **metrics,
-        "valid_perplexity": float(min(history["val_perplexity"])),
-    })
+    return Trained(model, decisions, {"test_perplexity": round(float(test["perplexity"]), 3), **metrics})
 
 
 def continuations(continuer, prompts):

@@ -16,7 +16,6 @@ Time on 2 CPU cores: about 2-4 minutes with the defaults.
 import dataclasses
 import os
 import string
-import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -30,7 +29,9 @@ from kseq.export import export_translator  # noqa: E402
 from kseq.training import options as opts, recipe  # noqa: E402
 from kseq.training.cadenced_fit import Trained  # noqa: E402
 from kseq.training.callbacks import GenerationMonitor  # noqa: E402
-from kseq.training.decisions import as_hparams, as_metrics  # noqa: E402
+from kseq.training.decisions import as_hparams  # noqa: E402
+from kseq.training.epoch_fit import EpochFit, train_once  # noqa: E402
+from kseq.training.phases import Phases  # noqa: E402
 from kseq.training.evaluation import exact_match  # noqa: E402
 from kseq.training.options import option  # noqa: E402
 from kseq.training.seq2seq_options import ATTENTIONS  # noqa: E402
@@ -64,23 +65,26 @@ def main(argv=None):
     options = parse_args(argv)
     xla = decide_jit_compile(options.jit_compile, num_shapes=options.max_length)
     run = recipe.start(options, xla=xla.use)
+    phases = Phases(run.workdir)
+    fit = EpochFit(run.workdir)
     tokenizer = CharacterTokenizer(string.ascii_lowercase)
     train_pairs, valid_pairs = words(options, options.train_examples, 1), words(options, options.valid_examples, 2)
-    train_data = text_pair_dataset(*train_pairs, tokenizer, tokenizer, options.batch_size, shuffle=True,
-                                   seed=options.seed)
-    valid_data = text_pair_dataset(*valid_pairs, tokenizer, tokenizer, options.batch_size)
-    inputs, labels = next(iter(train_data))
+    data = {"train": text_pair_dataset(*train_pairs, tokenizer, tokenizer, options.batch_size, shuffle=True,
+                                       seed=options.seed, position=fit.position),
+            "valid": text_pair_dataset(*valid_pairs, tokenizer, tokenizer, options.batch_size)}
+    inputs, labels = next(iter(data["train"]))
     print({name: tuple(value.shape) for name, value in inputs.items()}, "labels", tuple(labels.shape))
-    trained = train(options, run, tokenizer, train_data, valid_data, valid_pairs, xla)
-    recipe.keep_trained(options, trained.model)
+    build = lambda: compiled_model(options, run, tokenizer, xla)  # noqa: E731
+    trained = train_once(phases, "trained", fit,
+                         lambda: train(options, run, tokenizer, data, valid_pairs, xla, build, fit), options, build)
     test_words, test_targets = words(options, options.valid_examples, 3)
     metrics = recipe.write_metrics(options.logdir, {
         "test_exact_match": exact_match(translator(trained.model, tokenizer, options)(test_words), test_targets),
-        **trained.metrics, "epochs": options.epochs, **as_metrics(trained.decisions),
+        **trained.metrics, "epochs": options.epochs,
     }, scores=("test_exact_match",))
     print(metrics)
-    path = export_translator(trained.model, tokenizer, tokenizer, options.export_dir,
-                             max_length=options.max_length + 1)
+    path = phases.once("export", lambda: export_translator(trained.model, tokenizer, tokenizer, options.export_dir,
+                                                          max_length=options.max_length + 1))
     recipe.serve_sample(path, {"source": ["keras", "sequence"]})
     print(f"TensorBoard: tensorboard --logdir {options.logdir}")
     return metrics
@@ -114,28 +118,29 @@ def translator(model, tokenizer, options):
     return translate
 
 
-def train(options, run, tokenizer, train_data, valid_data, valid_pairs, xla):
-    """Fits for `--epochs`, scoring exact match on the validation words after each."""
+def compiled_model(options, run, tokenizer, xla):
     with run.strategy.scope():
         model = build_model(options, tokenizer.vocab_size, run.precision.policy)
-        recipe.compile_model(
+        return recipe.compile_model(
             model, kseq.optimizers.FusedAdam(options.learning_rate, clipnorm=1.0),
             kseq.losses.MaskedSparseCategoricalCrossentropy(),
             [kseq.metrics.MaskedAccuracy(), kseq.metrics.Perplexity()], jit_compile=xla.use,
             accumulate=options.accumulate, init_from=options.init_from,
         )
+
+
+def train(options, run, tokenizer, data, valid_pairs, xla, build, fit):
+    """Fits for `--epochs`, scoring exact match on the validation words after
+    each; the epoch of the lowest validation loss is kept."""
+    model = build()
     monitor = GenerationMonitor(*valid_pairs, translator(model, tokenizer, options),
                                 {"exact_match": exact_match}, logdir=options.logdir)
-    write_hparams(options.logdir, options.as_hparams() | as_hparams(run.decisions(model, xla)))
-    start = time.time()
-    history = model.fit(train_data, validation_data=valid_data, epochs=options.epochs, verbose=2, shuffle=False,
-                        callbacks=[monitor, keras.callbacks.TensorBoard(options.logdir, profile_batch=options.profile_batch)]).history
-    return Trained(model, run.decisions(model, xla), {
-        "valid_loss": float(history["val_loss"][-1]),
-        "valid_losses": [float(value) for value in history["val_loss"]],
-        "valid_exact_match": monitor.history[-1]["exact_match"],
-        "train_seconds": round(time.time() - start, 1),
-    })
+    decisions = run.decisions(model, xla)
+    if not fit.resuming:  # a resumed run's curves continue the first run's
+        write_hparams(options.logdir, options.as_hparams() | as_hparams(decisions))
+    tensorboard = keras.callbacks.TensorBoard(options.logdir, profile_batch=options.profile_batch)
+    metrics = fit.fit(model, data, options.epochs, [monitor, tensorboard])
+    return Trained(model, decisions, metrics)  # valid_exact_match: the kept epoch's
 
 
 if __name__ == "__main__":

@@ -59,7 +59,7 @@ def run(tmp_path_factory):
     metrics = generate_reviews.main([
         "--train-tsv", train, "--valid-tsv", valid, "--logdir", logdir, "--export-dir", export_dir,
         "--classifier-export", classifier, "--vocab-size", "330", "--embed-dim", "16",
-        "--units", "48", "--dropout", "0", "--epochs", "3", "--learning-rate", "0.03",
+        "--units", "48", "--dropout", "0", "--epochs", "4", "--learning-rate", "0.03",
         "--clipnorm", "10", "--batch-size", "32", "--samples-per-class", "20",
         "--sample-length", "16", "--temperature", "0.3", "--top-k", "3",
     ])

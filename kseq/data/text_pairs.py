@@ -2,6 +2,7 @@
 
 import tensorflow as tf
 
+from kseq.data.epoch_order import epoch_ordered_slices
 from kseq.special_ids import BOS_ID, EOS_ID, PAD_ID
 
 
@@ -14,16 +15,23 @@ def add_specials(target_ids):
 
 
 def text_pair_dataset(
-    sources, targets, source_tokenizer, target_tokenizer, batch_size, shuffle=False, seed=None
+    sources, targets, source_tokenizer, target_tokenizer, batch_size, shuffle=False, seed=None, position=None
 ):
     """Batches of ({"source_ids", "target_ids"}, labels) from parallel strings.
 
     Tokenizes in the graph, adds BOS to the decoder inputs and EOS to the
-    labels, pads each batch to its own longest row with PAD.
+    labels, pads each batch to its own longest row with PAD. With
+    `position` (a `kseq.training.resume.TrainingPosition`), each pass is
+    shuffled by (seed, its data epoch), so a resumed run sees the order an
+    uninterrupted one would (`kseq.data.epoch_order`).
     """
-    dataset = tf.data.Dataset.from_tensor_slices((list(sources), list(targets)))
-    if shuffle:
-        dataset = dataset.shuffle(len(sources), seed=seed, reshuffle_each_iteration=True)
+    pairs = (tf.constant(list(sources), tf.string), tf.constant(list(targets), tf.string))
+    if position is not None:
+        dataset = epoch_ordered_slices(pairs, position, seed=seed or 0, shuffle=shuffle)
+    else:
+        dataset = tf.data.Dataset.from_tensor_slices(pairs)
+        if shuffle:
+            dataset = dataset.shuffle(len(sources), seed=seed, reshuffle_each_iteration=True)
     dataset = dataset.batch(batch_size)
 
     def to_model_inputs(source, target):

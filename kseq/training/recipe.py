@@ -3,8 +3,8 @@
 A recipe declares its options (a dataclass, kseq.training.options) and
 runs: `start` (strategy, precision, seed and logdir, in the order TensorFlow
 needs), `compile_model` (under the strategy, clipping the gradient summed
-over replicas), its own training (`fit_keeping_best` where one `fit` that
-keeps the best epoch is enough) and evaluation, `write_metrics` (atomic
+over replicas), its own training (`kseq.training.epoch_fit` or
+`cadenced_fit`, each resumable after a kill) and evaluation, `write_metrics` (atomic
 metrics.json with what ran, `Run.decisions` among it) and `serve_sample`
 (the export, loaded back and called). A user's TSV reading and the run's tokenizer (`--tokenizer PATH`,
 or a SentencePiece vocabulary trained on the data) live here too.
@@ -14,11 +14,9 @@ import os
 import time
 
 import keras
-import numpy as np
 import tensorflow as tf
 
 from kseq._atomic import write_bytes_atomic, write_json_atomic
-from kseq.training.callbacks import TimeLimit
 from kseq._compat import accumulate_after_all_reduce
 from kseq.training.distribution import clip_after_all_reduce, is_chief, make_strategy, task
 from kseq.training.precision import describe_precision, resolve_precision
@@ -88,35 +86,6 @@ def compile_model(model, optimizer, loss, metrics=(), jit_compile=False, accumul
     if init_from:
         init_weights(model, init_from)
     return model
-
-
-def fit_keeping_best(model, data, logdir, epochs, max_minutes=None, callbacks=(), verbose=2, profile_batch=0):
-    """`model.fit` on `data["train"]` for at most `epochs` and `max_minutes`,
-    with `callbacks` and TensorBoard's curves in `logdir`; the model ends
-    with the weights of the epoch of the lowest loss on `data["valid"]`,
-    saved as `<logdir>/model.keras`; `profile_batch` as keras' TensorBoard.
-
-    Returns:
-        (the history, {name: value} of metrics.json on the training;
-        `steps` counts the optimizer's steps up to the best epoch, whose
-        state comes back with its weights).
-    """
-    best = os.path.join(logdir, "checkpoints", "best.weights.h5")
-    callbacks = [TimeLimit(max_minutes), keras.callbacks.TensorBoard(logdir, profile_batch=profile_batch), *callbacks,
-                 keras.callbacks.ModelCheckpoint(best, save_weights_only=True, save_best_only=True)]
-    start = time.time()
-    history = model.fit(data["train"], validation_data=data["valid"], epochs=epochs, callbacks=callbacks,
-                        verbose=verbose, shuffle=False).history  # the datasets shuffle themselves
-    seconds = time.time() - start
-    model.load_weights(best)
-    model.save(os.path.join(logdir, "model.keras"))
-    return history, {
-        "valid_loss": float(min(history["val_loss"])),
-        "best_epoch": int(np.argmin(history["val_loss"])) + 1,
-        "epochs_run": len(history["loss"]),
-        "steps": int(model.optimizer.iterations.numpy()),
-        "train_seconds": round(seconds, 1),
-    }
 
 
 def write_metrics(logdir, metrics, scores=()):
@@ -193,8 +162,8 @@ def resumable_tokenizer(options, texts, workdir, resuming):
         if size == "auto" and not options.tokenizer and not options.init_from:
             size = vocab_size_for(texts, options.max_vocab_size)
         tokenizer = tokenizer_for(options, texts, size, folder=workdir)
-    print(f"vocabulary: {tokenizer.vocab_size} ids ({time.time() - start:.0f} s; "
-          f"--vocab-size {options.vocab_size}, at most {options.max_vocab_size})")
+    most = f", at most {options.max_vocab_size}" if hasattr(options, "max_vocab_size") else ""
+    print(f"vocabulary: {tokenizer.vocab_size} ids ({time.time() - start:.0f} s; --vocab-size {options.vocab_size}{most})")
     return tokenizer
 
 

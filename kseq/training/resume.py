@@ -2,6 +2,7 @@
 
 import errno
 import json
+import math
 import os
 import shutil
 import time
@@ -58,8 +59,9 @@ class ResumableBackup(keras.callbacks.BackupAndRestore):
     epoch 0 in backups made after a resume. This callback saves every
     `save_freq` batches and at every epoch end, each save a complete folder
     published by an atomic rename of a pointer file (a kill mid-save leaves
-    the previous save intact). On resume it restores the weights and the
-    optimizer (its step count included), and with a `position` the data
+    the previous save intact). On resume it restores the weights, the
+    random generators' states (dropout's) and the optimizer (its step count
+    included), and with a `position` the data
     continues with the batch after the last saved one, so the run trains
     exactly the steps an uninterrupted one would. The backup is deleted
     when training ends normally, as in keras; it stays when `fit` raises.
@@ -80,7 +82,8 @@ class ResumableBackup(keras.callbacks.BackupAndRestore):
         position: the `TrainingPosition` the training data reads, or None
             (then a resumed epoch starts again from its first batch). The
             data must have a known number of batches.
-        save_freq: batches between saves. Defaults to 200.
+        save_freq: batches between saves, or "epoch": at epoch ends only
+            (data whose epochs cannot skip batches). Defaults to 200.
         steps_position: the position follows the global step (see above).
         delete_at_end: delete the backup when `fit` ends normally, as keras
             does; False leaves it to the caller, who deletes it once what
@@ -95,8 +98,10 @@ class ResumableBackup(keras.callbacks.BackupAndRestore):
 
     def __init__(self, backup_dir, position=None, save_freq=200, steps_position=False, delete_at_end=True,
                  participants=()):
-        super().__init__(backup_dir, save_freq=check_positive_int("save_freq", save_freq),
+        epochs_only = save_freq == "epoch"
+        super().__init__(backup_dir, save_freq="epoch" if epochs_only else check_positive_int("save_freq", save_freq),
                          delete_checkpoint=delete_at_end)
+        self.batches_between_saves = math.inf if epochs_only else save_freq
         if steps_position and position is None:
             raise ValueError("`steps_position=True` needs the `position` the data reads.")
         self.position = position
@@ -152,6 +157,7 @@ class ResumableBackup(keras.callbacks.BackupAndRestore):
             self.model.load_weights(weights)
         except (OSError, ValueError) as error:  # h5py reports a truncated or garbled file as OSError
             raise SystemExit(damaged(weights, str(error).splitlines()[0], self.backup_dir)) from None
+        restore_random_states(self.model, os.path.join(folder, RANDOM_STATES))
         epoch, batch, step = self.restored["epoch"], self.restored["batch"], self.restored["step"]
         if self.steps_position:
             batches = self.restored.get("batches", step)  # more than the steps with gradient accumulation
@@ -184,7 +190,7 @@ class ResumableBackup(keras.callbacks.BackupAndRestore):
         if self._offset and batch + 1 + self._offset >= self.params["steps"]:
             end_epoch_early(self.model)
         self._since_save += 1
-        if self._since_save >= self.save_freq:
+        if self._since_save >= self.batches_between_saves:
             self._save(self._current_epoch, self._offset + batch + 1)
 
     def on_epoch_end(self, epoch, logs=None):
@@ -205,6 +211,7 @@ class ResumableBackup(keras.callbacks.BackupAndRestore):
         try:
             os.makedirs(path, exist_ok=True)
             self.model.save_weights(os.path.join(path, "model.weights.h5"), overwrite=True)
+            np.savez(os.path.join(path, RANDOM_STATES), *[v.numpy() for v in random_states(self.model)])
             for participant in self.participants:
                 participant.save_state(path)
             write_json_atomic(os.path.join(self.backup_dir, self.POINTER), state)
@@ -217,6 +224,29 @@ class ResumableBackup(keras.callbacks.BackupAndRestore):
         for name in os.listdir(self.backup_dir):  # older saves
             if name.startswith("step-") and name != folder:
                 shutil.rmtree(os.path.join(self.backup_dir, name), ignore_errors=True)
+
+
+RANDOM_STATES = "random_states.npz"
+
+
+def random_states(model):
+    """The states of the model's random generators (e.g. dropout's), which
+    keras' weights files leave out; a resumed run needs them to draw the
+    masks an uninterrupted one would."""
+    return [v for v in model.variables if v.path.endswith("seed_generator_state")]
+
+
+def restore_random_states(model, path):
+    if not os.path.exists(path):  # a save from before they were kept
+        return
+    with np.load(path) as saved:
+        states = [saved[f"arr_{i}"] for i in range(len(saved.files))]
+    variables = random_states(model)
+    if len(states) != len(variables):
+        raise SystemExit(damaged(path, f"{len(states)} random states for {len(variables)} generators",
+                                 os.path.dirname(os.path.dirname(path))))
+    for variable, state in zip(variables, states):
+        variable.assign(state)
 
 
 def damaged(path, error, backup_dir):

@@ -103,8 +103,8 @@ class KeepBest(keras.callbacks.Callback):
         self.decay = check_float("decay", decay, 0.0, 1.0, low_open=True)
         self.tolerance = check_float("tolerance", tolerance, 0.0)
         self.noise = noise
-        self.state = {"best": None, "best_step": None, "wait": 0, "evaluations": 0, "stopped_early": False,
-                      "lr_factor": 1.0, "reverts": 0}
+        self.state = {"best": None, "best_step": None, "best_evaluation": None, "best_logs": {}, "wait": 0,
+                      "evaluations": 0, "scores": [], "stopped_early": False, "lr_factor": 1.0, "reverts": 0}
         if resume and os.path.exists(self.state_path):
             with open(self.state_path, encoding="utf-8") as f:
                 self.state.update(json.load(f))
@@ -121,11 +121,13 @@ class KeepBest(keras.callbacks.Callback):
             return
         state, value = self.state, float(value)
         state["evaluations"] += 1
+        state["scores"].append(value)
         if state["best"] is None or self.sign * (value - state["best"]) > 0:
             temporary = self.weights_path + ".partial.npz"
             np.savez(temporary, *self.model.get_weights())
             os.replace(temporary, self.weights_path)
-            state.update(best=value, best_step=global_step(self.model), wait=0)
+            state.update(best=value, best_step=global_step(self.model), best_evaluation=state["evaluations"],
+                         best_logs={key: float(v) for key, v in logs.items() if key.startswith("val_")}, wait=0)
         else:
             state["wait"] += 1
             if self.patience and state["wait"] >= self.patience:

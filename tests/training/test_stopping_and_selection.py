@@ -44,8 +44,9 @@ def test_keep_best_stops_after_patience_and_restores_the_best_weights(tmp_path):
     keep.on_train_end()
     assert kernel(model) == 1.0, "the weights of the evaluation that scored 30"
     assert keep.report() | {"best_step": None} == {
-        "monitor": "val_chrf", "patience": 2, "best": 30.0, "best_step": None, "wait": 2,
-        "evaluations": 4, "stopped_early": True, "lr_factor": 1.0, "reverts": 0}
+        "monitor": "val_chrf", "patience": 2, "best": 30.0, "best_step": None, "best_evaluation": 2,
+        "best_logs": {"val_chrf": 30.0}, "wait": 2, "evaluations": 4, "scores": [10.0, 30.0, 20.0, 30.0], "stopped_early": True, "lr_factor": 1.0,
+        "reverts": 0}
 
 
 def test_keep_best_resumes_its_count_and_a_fresh_run_forgets_it(tmp_path):

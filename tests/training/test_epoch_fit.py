@@ -1,0 +1,104 @@
+"""EpochFit: the best epoch kept, and a killed fit resumed to the
+uninterrupted one's weights and metrics; train_once trains a phase once."""
+
+import os
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from kseq.data.epoch_order import epoch_ordered_slices
+from kseq.training.cadenced_fit import Trained
+from kseq.training.epoch_fit import EpochFit, train_once
+from kseq.training.phases import Phases
+from support import KillAt
+
+X = np.random.default_rng(0).normal(size=(64, 4)).astype("float32")
+Y = X @ np.array([[1.0], [-2.0], [0.5], [3.0]], "float32")
+
+
+def regression(position, dropout=0.0):
+    """(model, data): the validation targets are off by 1, so fitting the
+    training data well ends near a validation loss of 1 and the best epoch
+    is not always the last."""
+    keras.utils.set_random_seed(0)
+    data = {"train": epoch_ordered_slices((X, Y), position, seed=5).batch(8),
+            "valid": tf.data.Dataset.from_tensor_slices((X[:16], Y[:16] + 1.0)).batch(8)}
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(8), keras.layers.Dropout(dropout),
+                              keras.layers.Dense(1)])
+    model.compile(keras.optimizers.Adam(0.05), "mse")
+    return model, data
+
+
+def test_epoch_fit_ends_with_the_best_epoch_and_keeps_its_backup_until_released(tmp_path):
+    fit = EpochFit(str(tmp_path), "val_loss", "min")
+    model, data = regression(fit.position)
+    metrics = fit.fit(model, data, epochs=6, verbose=0)
+    losses = metrics["valid_loss_by_epoch"]
+    assert len(losses) == 6 and metrics["epochs_run"] == 6 and metrics["steps"] == 6 * 8
+    assert metrics["valid_loss"] == min(losses) and metrics["best_epoch"] == int(np.argmin(losses)) + 1
+    assert metrics["best_step"] == 8 * metrics["best_epoch"]
+    assert np.isclose(model.evaluate(data["valid"], verbose=0), metrics["valid_loss"], rtol=1e-5)
+    assert os.path.exists(tmp_path / "backup" / "latest.json"), "kept until what training made is written"
+    fit.release()
+    assert not os.path.exists(tmp_path / "backup")
+
+
+def test_epoch_fit_stops_after_patience_on_a_score(tmp_path):
+    fit = EpochFit(str(tmp_path), "val_loss", "max", patience=2)  # "max" of a loss: soon no better
+    model, data = regression(fit.position)
+    metrics = fit.fit(model, data, epochs=10, verbose=0)
+    assert metrics["stopped_early"] and metrics["epochs_run"] == 3 and metrics["best_epoch"] == 1
+
+
+@pytest.mark.parametrize("kill", [KillAt(batch=21), KillAt(period=3)], ids=["mid-epoch", "before-the-save"])
+def test_a_killed_epoch_fit_resumes_to_the_uninterrupted_weights_and_metrics(tmp_path, kill):
+    """Killed in epoch 3 (mid-epoch, or after its logs and before its
+    save), then resumed by a fresh model and EpochFit as a restarted
+    process would: the same weights, bit for bit, and the same metrics.
+    Dropout's random state and the shuffled order come back too."""
+    whole = EpochFit(str(tmp_path / "whole"), patience=3)
+    model, data = regression(whole.position, dropout=0.3)
+    expected = whole.fit(model, data, epochs=5, verbose=0)
+    expected_weights = model.get_weights()
+
+    killed = EpochFit(str(tmp_path / "killed"), patience=3)
+    model, data = regression(killed.position, dropout=0.3)
+    with pytest.raises(KeyboardInterrupt):
+        killed.fit(model, data, epochs=5, callbacks=[kill], verbose=0)
+    resumed = EpochFit(str(tmp_path / "killed"), patience=3)
+    assert resumed.resuming["epoch"] == 2, "the last save: epoch 2's end"
+    model, data = regression(resumed.position, dropout=0.3)
+    metrics = resumed.fit(model, data, epochs=5, verbose=0)
+    for got, want in zip(model.get_weights(), expected_weights):
+        np.testing.assert_array_equal(got, want)
+    assert metrics.pop("resumed_from_epoch") == 2 and expected.pop("resumed_from_epoch") is None
+    assert {**metrics, "train_seconds": 0} == {**expected, "train_seconds": 0}
+
+
+def test_train_once_trains_a_phase_once_and_a_restart_reloads_its_weights(tmp_path):
+    class Options:
+        logdir, recipe_name = str(tmp_path), "test"
+
+        def as_hparams(self):
+            return {}
+
+    def build():
+        keras.utils.set_random_seed(1)
+        return keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+
+    fit = EpochFit(str(tmp_path))
+    model = build()
+    model.layers[0].kernel.assign(np.full((4, 1), 3.0, "float32"))
+    calls = []
+
+    def train():
+        calls.append(1)
+        return Trained(model, [], {"valid_loss": 0.5})
+
+    first = train_once(Phases(str(tmp_path)), "trained", fit, train, Options(), build)
+    again = train_once(Phases(str(tmp_path)), "trained", EpochFit(str(tmp_path)), train, Options(), build)
+    assert calls == [1] and first.metrics == again.metrics == {"valid_loss": 0.5}
+    np.testing.assert_array_equal(again.model.layers[0].kernel.numpy(), 3.0)
+    assert not os.path.exists(tmp_path / "backup")
