@@ -11,7 +11,7 @@ import tensorflow as tf
 from kseq.data import CharacterTokenizer
 from kseq.decoding import BeamSearch, GreedySearch, Sampler
 from kseq.export import export_conditioned_generator, export_translator, latest_version, next_version
-from kseq.models import ConditionedGenerator
+from kseq.models import ConditionedGenerator, RNNSeq2Seq
 from support import serve_with_text_ops, small_model, subprocess_env
 
 # Runs in a fresh interpreter where keras, keras_hub and kseq cannot be
@@ -175,3 +175,47 @@ def test_conditioned_generator_export_checks_its_labels(tmp_path):
         with pytest.raises(ValueError, match=message):
             export_conditioned_generator(model, tokenizer, root, labels=labels)
     assert latest_version(root) is None and not os.path.exists(root), "nothing written"
+
+
+KILLED_EXPORT = """
+import sys
+from kseq.data import CharacterTokenizer
+from kseq.export import export_translator
+from kseq.models import RNNSeq2Seq
+tokenizer = CharacterTokenizer("abc")
+model = RNNSeq2Seq(tokenizer.vocab_size, tokenizer.vocab_size, embed_dim=4, units=8, attention="dot")
+model.build()
+export_translator(model, tokenizer, tokenizer, sys.argv[1], max_length=6)
+"""
+
+
+def test_an_export_killed_mid_write_is_never_a_version_a_server_picks_up(tmp_path):
+    """SIGKILL while the SavedModel is being written: no version folder (TF
+    Serving loads only numeric ones), and the next export is version 1."""
+    import signal
+    import time
+
+    root = tmp_path / "export"
+    process = subprocess.Popen([sys.executable, "-c", KILLED_EXPORT, str(root)], env=subprocess_env(),
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and process.poll() is None:
+        if root.exists() and any(name.startswith(".tmp-") for name in os.listdir(root)):
+            process.send_signal(signal.SIGKILL)
+            break
+        time.sleep(0.005)
+    process.wait(timeout=60)
+    assert process.returncode == -signal.SIGKILL, "killed while writing"
+    assert [name for name in os.listdir(root) if name.isdigit()] == [] and latest_version(str(root)) is None
+    tokenizer = CharacterTokenizer("abc")
+    model = RNNSeq2Seq(tokenizer.vocab_size, tokenizer.vocab_size, embed_dim=4, units=8, attention="dot")
+    model.build()
+    path = export_translator(model, tokenizer, tokenizer, str(root), max_length=6)
+    assert path == str(root / "1") and latest_version(str(root)) == path
+
+
+def test_latest_version_keeps_a_zero_padded_folder_name(tmp_path):
+    for name in ("0002", "10"):
+        os.makedirs(tmp_path / name)
+    (tmp_path / "0002" / "saved_model.pb").write_bytes(b"")
+    assert latest_version(str(tmp_path)) == str(tmp_path / "0002"), "10 holds no SavedModel"

@@ -119,6 +119,41 @@ def test_a_run_killed_mid_epoch_resumes_with_the_same_command_and_ends_like_an_u
     assert not (killed / "runs" / "backup").exists(), "the backup goes once training completes"
 
 
+def test_sigterm_saves_the_step_and_exits_with_the_preemption_code_and_the_same_command_resumes(
+        data, whole, tmp_path):
+    """A real SIGTERM mid-training, as a preemptible machine gets: the run
+    saves the step it reached (newer than its last regular save), exits
+    with PREEMPTED_EXIT_CODE within seconds, and the same command ends as
+    the uninterrupted run did."""
+    from kseq.training.preemption import PREEMPTED_EXIT_CODE
+
+    reference = metrics(whole)
+    argv = command(data, tmp_path, "--strategy", "default", "--save-every", "1000")  # saves: each period's end
+    process = subprocess.Popen(argv, env=environment(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                               text=True)
+    pointer = tmp_path / "runs" / "backup" / "latest.json"
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and process.poll() is None and not pointer.exists():
+        time.sleep(0.02)
+    first = json.loads(pointer.read_text())  # the first period's save
+    process.send_signal(signal.SIGTERM)
+    sent = time.monotonic()
+    output, _ = process.communicate(timeout=120)
+    assert process.returncode == PREEMPTED_EXIT_CODE, output[-3000:]
+    assert time.monotonic() - sent < 30 and "SIGTERM: saved this step" in output
+    saved = json.loads(pointer.read_text())
+    assert first["step"] < saved["step"] < reference["steps"] and saved["step"] % 20, "a save of its own"
+    assert not (tmp_path / "runs" / "metrics.json").exists()
+
+    output = finish(subprocess.Popen(argv, env=environment(), stdout=subprocess.PIPE,
+                                     stderr=subprocess.STDOUT, text=True))
+    assert f"resuming from {tmp_path / 'runs' / 'backup' / saved['folder']}: step {saved['step']}" in output
+    resumed = metrics(tmp_path)
+    assert resumed["steps"] == reference["steps"] and resumed["resumed_from_step"] == saved["step"]
+    rel = 1e-2 if tf.config.list_physical_devices("GPU") else 1e-3  # as for SIGKILL above
+    assert resumed["valid_loss"] == pytest.approx(reference["valid_loss"], rel=rel)
+
+
 @pytest.mark.parametrize("phase", ["trained", pytest.param("decoding", marks=pytest.mark.slow),
                                    pytest.param("test", marks=pytest.mark.slow)])
 def test_a_run_killed_after_training_goes_on_from_its_first_unfinished_step(data, whole, tmp_path, phase):

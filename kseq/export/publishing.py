@@ -24,9 +24,9 @@ def latest_version(export_dir):
     a complete SavedModel (`saved_model.pb`), or None if there is none."""
     if not os.path.isdir(export_dir):
         return None
-    versions = [int(name) for name in os.listdir(export_dir) if name.isdigit()
+    versions = [name for name in os.listdir(export_dir) if name.isdigit()
                 and os.path.isfile(os.path.join(export_dir, name, "saved_model.pb"))]
-    return os.path.join(export_dir, str(max(versions))) if versions else None
+    return os.path.join(export_dir, max(versions, key=int)) if versions else None  # "0007" stays "0007"
 
 
 def write_servable(export_dir, endpoints, resources, version=None, assets=None, warmup=None):

@@ -10,6 +10,7 @@ from kseq.training.options import AUTO, RecipeOptions, option
 from kseq.training.periods import (
     EvaluationPeriods, ProgressLine, StepTimer, batches_trained, global_step, parse_cadence,
 )
+from kseq.training.preemption import SaveOnPreemption
 from kseq.training.resume import ResumableBackup
 from kseq.training.xla import StableFunctionNames
 
@@ -50,8 +51,9 @@ class CadencedFit:
     periods (`EvaluationPeriods`), timed (`StepTimer`), bounded in minutes
     (`TimeLimit`, counting the runs before a resume) and saved every
     `save_every` steps and at every period (`ResumableBackup`), so that the
-    same command started again continues a killed run; a progress line
-    every half minute (`ProgressLine`). The backup stays after `fit` until
+    same command started again continues a killed run; SIGTERM saves the
+    step and exits (`SaveOnPreemption`); a progress line every half minute
+    (`ProgressLine`). The backup stays after `fit` until
     `release()`.
 
     Args:
@@ -68,7 +70,7 @@ class CadencedFit:
 
     def __init__(self, workdir, position, cadence, total_steps, steps_per_epoch, save_every, max_minutes,
                  resuming, non_finite_hint):
-        self.backup_dir = os.path.join(workdir, "backup")
+        self.workdir, self.backup_dir = workdir, os.path.join(workdir, "backup")
         self.backup = ResumableBackup(self.backup_dir, position, save_freq=save_every, steps_position=True,
                                       delete_at_end=False)
         self.timer = StepTimer()
@@ -88,7 +90,7 @@ class CadencedFit:
         saved once its logs are written); nothing traces after that before
         the steps compile (`StableFunctionNames`)."""
         callbacks = [self.timer, *self.limits, *logging, *stopping, self.periods, self.backup,
-                     StableFunctionNames()]
+                     SaveOnPreemption(self.backup, self.workdir), StableFunctionNames()]
         self.backup.participants = [callback for callback in stopping if hasattr(callback, "save_state")]
         self.backup.restore()
         try:

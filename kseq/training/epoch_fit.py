@@ -6,7 +6,8 @@ Each epoch ends with one save (`ResumableBackup`): the weights, the
 optimizer, and `KeepBest`'s best epoch and patience count, published
 together. The same command started again goes on from the last finished
 epoch and ends as the uninterrupted run would, because the data's order
-comes from the epoch (`kseq.data.epoch_order`). `train_once` records a
+comes from the epoch (`kseq.data.epoch_order`). SIGTERM exits at once
+(`SaveOnPreemption`), to run the epoch in progress again. `train_once` records a
 model's training as done (`kseq.training.phases`) once the weights the
 later steps use are written, and only then deletes the backup: a restart
 after training loads those weights instead of training again.
@@ -19,6 +20,7 @@ from kseq.training.callbacks import TimeLimit
 from kseq.training.cadenced_fit import Trained
 from kseq.training.decisions import as_metrics
 from kseq.training.periods import global_step
+from kseq.training.preemption import SaveOnPreemption
 from kseq.training.resume import ResumableBackup, TrainingPosition
 from kseq.training.stopping import KeepBest
 from kseq.training.warm_start import TRAINED_WEIGHTS, keep_trained
@@ -41,7 +43,7 @@ class EpochFit:
     """
 
     def __init__(self, workdir, monitor="val_loss", mode="min", patience=0, max_minutes=None):
-        self.backup_dir = os.path.join(workdir, "backup")
+        self.workdir, self.backup_dir = workdir, os.path.join(workdir, "backup")
         self.resuming = ResumableBackup.saved_state(self.backup_dir)
         self.position = TrainingPosition()
         self.backup = ResumableBackup(self.backup_dir, self.position, save_freq="epoch", delete_at_end=False)
@@ -57,7 +59,8 @@ class EpochFit:
         self.backup.participants = [self.best]
         self.backup.restore()
         model.fit(data["train"], validation_data=data["valid"], epochs=epochs, verbose=verbose, shuffle=False,
-                  callbacks=[self.limit, *callbacks, self.best, self.backup])
+                  callbacks=[self.limit, *callbacks, self.best, self.backup,
+                             SaveOnPreemption(self.backup, self.workdir)])
         state = self.best.state
         return {
             **{valid(key): value for key, value in state["best_logs"].items()},

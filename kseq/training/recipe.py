@@ -137,7 +137,10 @@ def tokenizer_for(options, texts, vocab_size, folder=None):
         print(f"tokenizer: {path}, {type(tokenizer).__name__} of {tokenizer.vocab_size} ids "
               "(--vocab-size unused)")
     else:
-        tokenizer = SubwordTokenizer.train(texts, vocab_size)
+        try:
+            tokenizer = SubwordTokenizer.train(texts, vocab_size)
+        except ValueError as error:
+            raise SystemExit(f"--vocab-size {vocab_size}: {error}") from None
         print(f"SentencePiece vocabulary: {tokenizer.vocab_size} pieces")
     for name, content in tokenizer_files(tokenizer).items():
         write_bytes_atomic(os.path.join(folder or options.logdir, name), content)

@@ -190,8 +190,18 @@ class ResumableBackup(keras.callbacks.BackupAndRestore):
         if self._offset and batch + 1 + self._offset >= self.params["steps"]:
             end_epoch_early(self.model)
         self._since_save += 1
+        self._batch_end = (self._current_epoch, self._offset + batch + 1)
         if self._since_save >= self.batches_between_saves:
-            self._save(self._current_epoch, self._offset + batch + 1)
+            self._save(*self._batch_end)
+
+    def save_now(self):
+        """Saves the state after the last batch (e.g. on a preemption
+        notice) -> whether it did: a backup that saves only at epoch ends
+        keeps its last epoch's save, since its data cannot resume mid-epoch."""
+        if self.batches_between_saves == math.inf:
+            return False
+        self._save(*self._batch_end)
+        return True
 
     def on_epoch_end(self, epoch, logs=None):
         if self._offset:
