@@ -204,3 +204,26 @@ def test_a_crash_during_export_leaves_the_previous_version_servable(tmp_path, mo
     assert sorted(os.listdir(root)) == ["1"]
     served = serve_with_text_ops(first, ["abc"])
     assert len(served["translation"]) == 1
+
+
+def test_workers_agree_on_the_oldest_last_save_which_each_still_holds():
+    from kseq.training.resume import agreed_save
+
+    previous = {"step": 20, "folder": "step-20"}
+    newest = {"step": 25, "folder": "step-25", "previous": previous}
+    assert agreed_save(newest, [25, 25]) is newest
+    assert agreed_save(newest, [25, 20]) is previous, "the other worker was killed before its step-25 save"
+    assert agreed_save(previous, [25, 20]) is previous
+    assert agreed_save(newest, [25, -1]) is None, "a worker with no save: all start over"
+    with pytest.raises(SystemExit, match=r"hold different steps \(\[15, 25\]\).*delete every worker's backup"):
+        agreed_save(newest, [25, 15])
+
+
+def test_a_save_keeps_the_one_before_for_the_workers_to_agree_on(tmp_path):
+    model, backup, backup_dir, first = saved_once(tmp_path)
+    backup._save(0, 5)
+    second = ResumableBackup.saved_state(str(backup_dir))
+    assert second["previous"] == {key: value for key, value in first.items() if key != "previous"}
+    backup._save(0, 7)
+    assert sorted(os.listdir(backup_dir)) == sorted([second["folder"], ResumableBackup.saved_state(
+        str(backup_dir))["folder"], ResumableBackup.POINTER]), "two saves, the older ones go"

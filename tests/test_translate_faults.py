@@ -205,23 +205,42 @@ def free_ports(count):
     return ports
 
 
-@pytest.mark.slow  # 70 s: the default suite keeps its 10 minutes on 2 cores
-def test_two_workers_train_in_lockstep_and_only_the_chief_writes(data, tmp_path):
+def start_workers(data, root):
+    """Two workers of one run on 127.0.0.1 (TF_CONFIG), as two machines would run it."""
     cluster = {"worker": [f"127.0.0.1:{port}" for port in free_ports(2)]}
-    argv = command(data, tmp_path, "--strategy", "multiworker")
-    workers = [
+    argv = command(data, root, "--strategy", "multiworker")
+    return [
         subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                          env=environment(TF_CONFIG=json.dumps({"cluster": cluster,
                                                                "task": {"type": "worker", "index": index}})))
         for index in range(2)
     ]
+
+
+def finish_workers(workers):
     try:
-        outputs = [finish(worker, timeout=400) for worker in workers]
+        return [finish(worker, timeout=400) for worker in workers]
     finally:
         for worker in workers:
             worker.kill()
+
+
+def fingerprints_of(outputs):
+    return [re.findall(r"trained (\d+) steps; weights sha256 (\w+)", out) for out in outputs]
+
+
+@pytest.fixture(scope="module")
+def two_workers(data, tmp_path_factory):
+    """An uninterrupted two-worker run: (its folder, each worker's output)."""
+    root = tmp_path_factory.mktemp("two_workers")
+    return root, finish_workers(start_workers(data, root))
+
+
+@pytest.mark.slow  # 70 s: the default suite keeps its 10 minutes on 2 cores
+def test_two_workers_train_in_lockstep_and_only_the_chief_writes(two_workers):
+    tmp_path, outputs = two_workers
     assert "2 replica(s)" in outputs[0] and "this is worker 1" in outputs[1]
-    fingerprints = [re.findall(r"trained (\d+) steps; weights sha256 (\w+)", out) for out in outputs]
+    fingerprints = fingerprints_of(outputs)
     assert len(fingerprints[0]) == 1 and fingerprints[0] == fingerprints[1], "identical weights"
     steps = int(fingerprints[0][0][0])
     assert metrics(tmp_path)["steps"] == steps and metrics(tmp_path)["weights_sha256"] == fingerprints[0][0][1]
@@ -233,3 +252,40 @@ def test_two_workers_train_in_lockstep_and_only_the_chief_writes(data, tmp_path)
         "the other worker keeps only its tokenizer (its backup goes at the end)"
     tokenizers = [(tmp_path / "runs" / path).read_bytes() for path in ("spm.model", "workers/worker-1/spm.model")]
     assert tokenizers[0] == tokenizers[1], "both workers trained the same SentencePiece model"
+
+
+@pytest.mark.slow  # about 3 minutes
+def test_a_lost_worker_and_the_restart_of_both_end_with_the_uninterrupted_weights(data, two_workers, tmp_path):
+    """Worker 1 SIGKILLed mid-training: the chief stalls and stops (or is
+    stopped, as a scheduler restarting the job would); both started again
+    agree on the last save both hold and end with the uninterrupted
+    two-worker run's weights."""
+    reference = fingerprints_of(two_workers[1])[0]
+    workers = start_workers(data, tmp_path)
+    pointer = tmp_path / "runs" / "backup" / "latest.json"
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and workers[1].poll() is None:
+        try:
+            if json.loads(pointer.read_text())["step"] >= 25:
+                workers[1].send_signal(signal.SIGKILL)
+                break
+        except (FileNotFoundError, json.JSONDecodeError):
+            pass
+        time.sleep(0.01)
+    workers[1].wait(timeout=60)
+    assert workers[1].returncode == -signal.SIGKILL, "worker 1 killed mid-training"
+    try:
+        workers[0].communicate(timeout=120)
+        stopped = "by itself"
+    except subprocess.TimeoutExpired:
+        workers[0].kill()
+        workers[0].communicate()
+        stopped = "killed"
+    saved = json.loads(pointer.read_text())
+    assert 25 <= saved["step"] < int(reference[0][0]), stopped
+    assert not (tmp_path / "runs" / "metrics.json").exists()
+
+    outputs = finish_workers(start_workers(data, tmp_path))
+    assert all("resuming from" in output for output in outputs)
+    assert fingerprints_of(outputs) == [reference, reference], "the uninterrupted run's weights on both"
+    assert os.listdir(tmp_path / "export") == ["1"]

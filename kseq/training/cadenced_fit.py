@@ -92,7 +92,10 @@ class CadencedFit:
         callbacks = [self.timer, *self.limits, *logging, *stopping, self.periods, self.backup,
                      SaveOnPreemption(self.backup, self.workdir), StableFunctionNames()]
         self.backup.participants = [callback for callback in stopping if hasattr(callback, "save_state")]
-        self.backup.restore()
+        self.backup.restore(model.distribute_strategy)
+        self.resuming = self.backup.restored  # the workers may have agreed on an older save
+        self.limits[0].spent_seconds = self.limits[-1].spent_seconds = (
+            self.resuming["train_seconds"] if self.resuming else 0.0)
         try:
             return model.fit(train, validation_data=valid, epochs=self.total_steps,
                              steps_per_epoch=self.total_steps, callbacks=callbacks, verbose=0, shuffle=False)

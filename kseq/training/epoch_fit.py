@@ -57,7 +57,9 @@ class EpochFit:
         and the epoch saved). The model ends with the best epoch's weights.
         Returns metrics.json's entries on the training."""
         self.backup.participants = [self.best]
-        self.backup.restore()
+        self.backup.restore(model.distribute_strategy)
+        self.resuming = self.backup.restored  # the workers may have agreed on an older save
+        self.limit.spent_seconds = self.resuming["train_seconds"] if self.resuming else 0.0
         model.fit(data["train"], validation_data=data["valid"], epochs=epochs, verbose=verbose, shuffle=False,
                   callbacks=[self.limit, *callbacks, self.best, self.backup,
                              SaveOnPreemption(self.backup, self.workdir)])

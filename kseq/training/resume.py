@@ -110,12 +110,16 @@ class ResumableBackup(keras.callbacks.BackupAndRestore):
         self._offset = 0  # batches of the current epoch trained before this run
         self._since_save = 0  # batches since the last save
         self.initial_epoch = 0  # the epoch this run started in
-        self._published = self.restored["folder"] if self.restored else None
+        self._published = self.restored
         self.participants = list(participants)
 
-    def restore(self):
+    def restore(self, strategy=None):
         """Gives each participant the state of the save being resumed; call
-        it before `fit` (their `on_train_begin` may read it)."""
+        it before `fit` (their `on_train_begin` may read it). With several
+        workers (`strategy`), they first agree on a save all of them hold
+        (`agree_across_workers`)."""
+        if strategy is not None and several_workers(strategy):
+            self.restored = self._published = agree_across_workers(strategy, self.restored)
         if self.restored is not None:
             for participant in self.participants:
                 participant.restore_state(os.path.join(self.backup_dir, self.restored["folder"]))
@@ -213,11 +217,14 @@ class ResumableBackup(keras.callbacks.BackupAndRestore):
         self._since_save = 0
         step = int(self.model.optimizer.iterations.numpy()) if self.model.optimizer else 0
         folder = f"step-{step}-epoch-{epoch}-batch-{batch}"
-        if folder == self._published:  # this very state is the last save
+        if self._published and folder == self._published["folder"]:  # this very state is the last save
             return
         path = os.path.join(self.backup_dir, folder)
+        # The save before stays too: a worker killed mid-save resumes with
+        # the others from the last save all of them finished.
+        previous = {key: value for key, value in (self._published or {}).items() if key != "previous"}
         state = dict(epoch=epoch, batch=batch, step=step, batches=batches_trained(self.model),
-                     train_seconds=self.train_seconds, folder=folder)
+                     train_seconds=self.train_seconds, folder=folder, previous=previous or None)
         try:
             os.makedirs(path, exist_ok=True)
             self.model.save_weights(os.path.join(path, "model.weights.h5"), overwrite=True)
@@ -230,10 +237,48 @@ class ResumableBackup(keras.callbacks.BackupAndRestore):
             if error.errno != errno.ENOSPC:
                 raise
             raise SystemExit(no_space(self.backup_dir, self.model)) from None
-        self._published = folder
+        self._published = state
         for name in os.listdir(self.backup_dir):  # older saves
-            if name.startswith("step-") and name != folder:
+            if name.startswith("step-") and name not in (folder, previous.get("folder")):
                 shutil.rmtree(os.path.join(self.backup_dir, name), ignore_errors=True)
+
+
+def several_workers(strategy):
+    resolver = getattr(strategy, "cluster_resolver", None)
+    return resolver is not None and sum(len(tasks) for tasks in resolver.cluster_spec().as_dict().values()) > 1
+
+
+def agree_across_workers(strategy, restored):
+    """The save every worker resumes from: the oldest among the workers'
+    last saves (one killed mid-save has the one before, which the others
+    kept), or none if a worker has none. Each worker has its own backup,
+    as on separate disks; they compare steps with an all-gather."""
+    own = restored["step"] if restored else -1
+
+    @tf.function
+    def gather():
+        context = lambda: tf.distribute.get_replica_context().all_gather(tf.constant([own], tf.int64), 0)  # noqa: E731
+        return strategy.run(context)
+
+    return agreed_save(restored, strategy.experimental_local_results(gather())[0].numpy().tolist())
+
+
+def agreed_save(restored, steps):
+    """This worker's save of the oldest step in `steps` (each worker's last
+    saved step, -1 for none); None when a worker has none."""
+    own = restored["step"] if restored else -1
+    steps = sorted(set(steps))
+    target = steps[0]
+    if target == own:
+        return restored
+    if target == -1:
+        print(f"another worker has no save (steps {steps}): every worker starts training over")
+        return None
+    if restored.get("previous") and restored["previous"]["step"] == target:
+        print(f"another worker's last save is step {target} (this one's: {own}): resuming from it")
+        return restored["previous"]
+    raise SystemExit(f"the workers' backups hold different steps ({steps}) and this worker has no save of "
+                     f"step {target}; delete every worker's backup folder to start training over.")
 
 
 RANDOM_STATES = "random_states.npz"
