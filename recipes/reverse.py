@@ -121,6 +121,7 @@ def translator(model, tokenizer, options):
 def compiled_model(options, run, tokenizer, xla):
     with run.strategy.scope():
         model = build_model(options, tokenizer.vocab_size, run.precision.policy)
+        model.build()  # variables before fit: a resumed run restores them
         return recipe.compile_model(
             model, kseq.optimizers.FusedAdam(options.learning_rate, clipnorm=1.0),
             kseq.losses.MaskedSparseCategoricalCrossentropy(),
