@@ -130,7 +130,8 @@ def uninterrupted(tmp_path_factory):
     return get
 
 
-@pytest.mark.parametrize("name", PARAMS)
+@pytest.mark.slow  # the SIGTERM test below resumes reverse from an epoch's save in the default suite
+@pytest.mark.parametrize("name", RUNS)
 def test_a_recipe_killed_mid_training_resumes_from_its_last_epoch(name, uninterrupted, tmp_path):
     """SIGKILL once the first epoch is saved: the restart resumes there and
     ends as the uninterrupted run did (weights, scores, samples)."""

@@ -70,6 +70,7 @@ def whole(data, tmp_path_factory):
     return root
 
 
+@pytest.mark.slow  # the SIGTERM test resumes mid-epoch in the default suite; test_consistent_save kills anywhere
 def test_a_run_killed_mid_epoch_resumes_with_the_same_command_and_ends_like_an_uninterrupted_one(
         data, whole, tmp_path):
     reference = metrics(whole)
@@ -289,3 +290,28 @@ def test_a_lost_worker_and_the_restart_of_both_end_with_the_uninterrupted_weight
     assert all("resuming from" in output for output in outputs)
     assert fingerprints_of(outputs) == [reference, reference], "the uninterrupted run's weights on both"
     assert os.listdir(tmp_path / "export") == ["1"]
+
+
+@pytest.mark.slow  # about 2 minutes
+def test_sigterm_to_one_worker_makes_both_save_the_same_step_and_exit_for_a_restart(data, two_workers, tmp_path):
+    """SIGTERM to worker 1 only: TensorFlow's PreemptionCheckpointHandler
+    has both workers save at the same step and exit with the preemption
+    code; both started again end with the uninterrupted run's weights."""
+    from kseq.training.preemption import PREEMPTED_EXIT_CODE
+
+    reference = fingerprints_of(two_workers[1])[0]
+    workers = start_workers(data, tmp_path)
+    pointer = tmp_path / "runs" / "backup" / "latest.json"
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and workers[1].poll() is None and not pointer.exists():
+        time.sleep(0.01)
+    workers[1].send_signal(signal.SIGTERM)
+    outputs = [worker.communicate(timeout=120)[0] for worker in workers]
+    assert [worker.returncode for worker in workers] == [PREEMPTED_EXIT_CODE] * 2, outputs[1][-3000:]
+    saves = [json.loads(path.read_text())["step"] for path in
+             (pointer, tmp_path / "runs" / "workers" / "worker-1" / "backup" / "latest.json")]
+    assert saves[0] == saves[1] and 0 < saves[0] < int(reference[0][0]), saves
+
+    outputs = finish_workers(start_workers(data, tmp_path))
+    assert all("resuming from" in output and f"step {saves[0]}," in output for output in outputs)
+    assert fingerprints_of(outputs) == [reference, reference]
