@@ -48,8 +48,7 @@ class EpochFit:
         self.position = TrainingPosition()
         self.backup = ResumableBackup(self.backup_dir, self.position, save_freq="epoch", delete_at_end=False)
         self.best = KeepBest(monitor, os.path.join(workdir, "best"), mode=mode, patience=patience)
-        spent = self.resuming["train_seconds"] if self.resuming else 0.0
-        self.limit = TimeLimit(max_minutes, spent_seconds=spent)
+        self.limit = TimeLimit(max_minutes)  # counts the runs before a resume from `fit` on
 
     def fit(self, model, data, epochs, callbacks=(), verbose=2):
         """`model.fit` on `data["train"]`, validated on `data["valid"]`,
@@ -77,8 +76,9 @@ class EpochFit:
         }
 
     def release(self):
-        """Deletes the backup, once what training produced is written."""
+        """Deletes the backup (and `KeepBest`'s emptied folder), once what training produced is written."""
         shutil.rmtree(self.backup_dir, ignore_errors=True)
+        shutil.rmtree(os.path.join(self.workdir, "best"), ignore_errors=True)
 
 
 def valid(key):
