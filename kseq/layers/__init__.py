@@ -3,6 +3,7 @@
 from kseq.layers.bahdanau_attention import BahdanauAttention
 from kseq.layers.cached_multi_head_attention import CachedMultiHeadAttention
 from kseq.layers.feed_forward import PositionwiseFeedForward
+from kseq.layers.image_encoder import ImageEncoder
 from kseq.layers.layer_norm import LayerNorm
 from kseq.layers.luong_attention import LuongAttention
 from kseq.layers.position_embedding import PositionEmbedding
@@ -16,6 +17,7 @@ from kseq.layers.transformer_encoder_block import TransformerEncoderBlock
 __all__ = [
     "BahdanauAttention",
     "CachedMultiHeadAttention",
+    "ImageEncoder",
     "LayerNorm",
     "LuongAttention",
     "PositionEmbedding",

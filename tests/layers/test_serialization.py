@@ -58,6 +58,7 @@ CASES = {
         lambda: layers.RNNDecoder("gru", 6, num_layers=2, attention="concat", input_feeding=True),
         [float_input(3, 4), float_input(6), float_input(6), float_input(5, 8)],
         lambda l, x, h1, h2, m: l(x, [[h1], [h2]], memory=m)),
+    "ImageEncoder": (lambda: layers.ImageEncoder(filters=(4, 6)), [float_input(16, 16, 3)], lambda l, x: l(x)),
 }
 
 

@@ -1,0 +1,61 @@
+"""Attention over an image drawn on the image: one heat map per generated word."""
+
+import io
+
+import numpy as np
+
+
+def upsample_attention(weights, height, width):
+    """(h, w) weights over a feature grid -> (height, width), each cell's
+    weight spread over the pixels it covers (nearest neighbour)."""
+    weights = np.asarray(weights, np.float32)
+    rows = np.minimum((np.arange(height) * weights.shape[0]) // height, weights.shape[0] - 1)
+    columns = np.minimum((np.arange(width) * weights.shape[1]) // width, weights.shape[1] - 1)
+    return weights[rows][:, columns]
+
+
+def attention_overlay(image, weights, words, columns=6):
+    """Renders each word's attention as a heat map over the image, the word
+    as its title, in rows of `columns` panels.
+
+    Args:
+        image: (H, W, 3) uint8 or float in [0, 1].
+        weights: (T, h, w) attention over the grid, one map per word.
+        words: T strings.
+
+    Returns:
+        (height, width, 4) uint8 RGBA image (for `tf.summary.image`, drop alpha).
+
+    Example:
+    >>> panel = attention_overlay(np.zeros((8, 8, 3), "uint8"), np.ones((2, 2, 2)) / 4, ["a", "b"])
+    >>> panel.dtype, panel.shape[-1]
+    (dtype('uint8'), 4)
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")  # no display needed
+    from matplotlib import pyplot
+
+    weights = np.asarray(weights, np.float32)
+    if weights.ndim != 3 or len(weights) != len(words):
+        raise ValueError(f"`weights` must be (len(words), h, w) = ({len(words)}, h, w); got shape {weights.shape}.")
+    image = np.asarray(image)
+    image = image.astype(np.float32) / 255.0 if image.dtype == np.uint8 else image.astype(np.float32)
+    columns = max(1, min(columns, len(words)))
+    rows = max(1, -(-len(words) // columns))
+    figure, axes = pyplot.subplots(rows, columns, figsize=(1.6 * columns, 1.8 * rows), dpi=80, squeeze=False)
+    for axis in axes.flat:
+        axis.axis("off")
+    for axis, word, grid in zip(axes.flat, words, weights):
+        heat = upsample_attention(grid / max(float(grid.max()), 1e-9), *image.shape[:2])
+        colours = matplotlib.colormaps["autumn"](heat)
+        colours[..., 3] = 0.75 * heat  # unattended pixels show the image as it is
+        axis.imshow(image)
+        axis.imshow(colours)
+        axis.set_title(word, fontsize=9)
+    figure.tight_layout()
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="rgba", dpi=80)
+    width, height = figure.canvas.get_width_height()
+    pyplot.close(figure)
+    return np.frombuffer(buffer.getvalue(), np.uint8).reshape(height, width, 4)
