@@ -81,8 +81,6 @@ RUNS = {
     "caption": (caption_args, "plain", "plain"),
 }
 TWO_MODELS = ("language_model", "caption")  # the second trains after the first is recorded
-CHEAP = ("reverse",)  # the default suite's; the others are slow (each about a minute)
-PARAMS = [name if name in CHEAP else pytest.param(name, marks=pytest.mark.slow) for name in RUNS]
 
 
 def command(name, root):
@@ -161,7 +159,8 @@ def test_a_recipe_killed_mid_training_resumes_from_its_last_epoch(name, uninterr
     assert all(listed == ["1"] for listed in versions(tmp_path / "export")) and not backup.exists()
 
 
-@pytest.mark.parametrize("name", PARAMS)
+@pytest.mark.slow  # train_once's unit test and translate's subprocess test cover it in the default suite
+@pytest.mark.parametrize("name", RUNS)
 def test_a_recipe_killed_after_training_trains_nothing_again(name, uninterrupted, tmp_path):
     """SIGKILL as soon as training is recorded: the restart loads the
     trained weights, trains nothing and ends as the uninterrupted run did."""

@@ -268,7 +268,7 @@ def test_tensorboard_shows_curves_samples_attention_and_hparams_of_two_runs(run,
         server.wait(timeout=30)
 
 
-@pytest.mark.long
+@pytest.mark.slow  # tests/training/test_warm_start.py covers --init-from in the default suite
 def test_init_from_starts_from_the_runs_weights_and_accumulate_counts_updates(run):
     """A run from the first one's logdir, at a learning rate too small to
     move its weights: it starts where the first one ended, with its sizes
