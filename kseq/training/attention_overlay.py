@@ -1,8 +1,8 @@
 """Attention over an image drawn on the image: one heat map per generated word."""
 
-import io
-
 import numpy as np
+
+from kseq.training.plotting import figure_pixels
 
 
 def upsample_attention(weights, height, width):
@@ -53,9 +53,4 @@ def attention_overlay(image, weights, words, columns=6):
         axis.imshow(image)
         axis.imshow(colours)
         axis.set_title(word, fontsize=9)
-    figure.tight_layout()
-    buffer = io.BytesIO()
-    figure.savefig(buffer, format="rgba", dpi=80)
-    width, height = figure.canvas.get_width_height()
-    pyplot.close(figure)
-    return np.frombuffer(buffer.getvalue(), np.uint8).reshape(height, width, 4)
+    return figure_pixels(figure)

@@ -42,6 +42,13 @@ def attention_image(weights, source_tokens, target_tokens, title=None):
     axes.set_ylabel("output")
     if title:
         axes.set_title(title, fontsize=8)
+    return figure_pixels(figure)
+
+
+def figure_pixels(figure):
+    """A matplotlib figure as (H, W, 4) uint8 RGBA pixels (for tf.summary.image); closes it."""
+    from matplotlib import pyplot
+
     figure.tight_layout()
     buffer = io.BytesIO()
     figure.savefig(buffer, format="rgba", dpi=80)
