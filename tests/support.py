@@ -132,7 +132,7 @@ def roundtrip(model, tmp_path, inputs):
 # op libraries only, as TF Serving has: keras, keras_hub and kseq cannot be
 # imported (tensorflow_text's Python package imports keras, so its compiled
 # ops are loaded directly).
-SERVE_WITH_TEXT_OPS = """
+TF_ONLY_PREAMBLE = """
 import glob, importlib.util, json, os, sys
 for name in ("keras", "keras_hub", "kseq", "tf_keras"):
     sys.modules[name] = None
@@ -140,6 +140,8 @@ import tensorflow as tf
 text_dir = importlib.util.find_spec("tensorflow_text").submodule_search_locations[0]
 for library in glob.glob(os.path.join(text_dir, "python", "ops", "_*.so")):
     tf.load_op_library(library)
+"""
+SERVE_WITH_TEXT_OPS = TF_ONLY_PREAMBLE + """
 serve = tf.saved_model.load(sys.argv[1]).signatures["serving_default"]
 name = list(serve.structured_input_signature[1])[0]
 def answer(texts):

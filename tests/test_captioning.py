@@ -15,7 +15,7 @@ from kseq.data import scenes
 from kseq.decoding import BeamSearch
 from kseq.export.captioner import caption_function, decode_images, export_captioner
 from kseq.models import ImageCaptioner
-from support import assert_close, pad_right, subprocess_env, uncached_greedy
+from support import TF_ONLY_PREAMBLE, assert_close, pad_right, subprocess_env, uncached_greedy
 
 VOCAB, SIZE, EOS = 30, 16, kseq.EOS_ID
 GRID = (4, 4)  # 16x16 images through two stride-2 stages
@@ -283,14 +283,7 @@ def test_bad_images_get_a_clear_error(exported, request_, message):
         served(image=tf.constant(request_))
 
 
-SERVE_IMAGES = """
-import glob, importlib.util, json, os, sys
-for name in ("keras", "keras_hub", "kseq", "tf_keras"):
-    sys.modules[name] = None
-import tensorflow as tf
-text_dir = importlib.util.find_spec("tensorflow_text").submodule_search_locations[0]
-for library in glob.glob(os.path.join(text_dir, "python", "ops", "_*.so")):
-    tf.load_op_library(library)
+SERVE_IMAGES = TF_ONLY_PREAMBLE + """
 serve = tf.saved_model.load(sys.argv[1]).signatures["serving_default"]
 images = [open(path, "rb").read() for path in sys.argv[2:]]
 print(json.dumps([c.decode() for c in serve(image=tf.constant(images))["caption"].numpy()]))
