@@ -33,15 +33,10 @@ def build(variant, vocab_size):
         model = TransformerSeq2Seq(vocab_size, vocab_size, num_layers=2, d_model=192, num_heads=4, ff_dim=768,
                                    max_length=97, share_embeddings=True)
         return model, TransformerSchedule(192, 400, 1.0), dict(beta_2=0.98, epsilon=1e-9, clipnorm=1.0)
+    stddev = next((float(part[3:]) for part in parts if part.startswith("emb")), None)  # None: keras' uniform
     options = dict(embed_dim=192, units=256, num_layers=1 if "layers1" in parts else 2, attention="general",
-                   bidirectional="bidir" in parts)
+                   bidirectional="bidir" in parts, embedding_stddev=stddev)
     model = RNNSeq2Seq(vocab_size, vocab_size, **options)
-    model.build()
-    for part in parts:
-        if part.startswith("emb"):
-            for layer in (model.source_embedding, model.target_embedding):
-                drawn = np.random.default_rng(0).normal(0, float(part[3:]), layer.embeddings.shape)
-                layer.embeddings.assign(drawn.astype("float32"))
     optimizer = dict(beta_2=0.98, epsilon=1e-9) if "noclip" in parts else dict(beta_2=0.98, epsilon=1e-9, clipnorm=1.0)
     return model, 3e-3 if "lr3e-3" in parts else 1e-3, optimizer
 

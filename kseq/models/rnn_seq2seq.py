@@ -10,7 +10,7 @@ from kseq.layers.recurrent import num_states
 from kseq.layers.rnn_decoder import RNNDecoder
 from kseq.layers.rnn_encoder import RNNEncoder
 from kseq.models.seq2seq import Seq2Seq
-from kseq._validation import check_positive_int
+from kseq._validation import check_float, check_positive_int
 
 
 @keras.saving.register_keras_serializable("kseq")
@@ -43,6 +43,10 @@ class RNNSeq2Seq(Seq2Seq):
             knows what it attended to before (Luong, Pham and Manning, 2015,
             section 3.3). The teacher-forced decoder then runs step by step
             instead of on keras' fused kernels. Defaults to False.
+        embedding_stddev: embeddings start from N(0, stddev^2), or from
+            keras' U(-0.05, 0.05) with None. Defaults to 1.0: keras' small
+            inputs keep the recurrent layers on the unigram loss for
+            hundreds of steps (benchmarks/results-rnn-first-steps-*.md).
 
     Call arguments:
         inputs: {"source_ids": (B, S) int, "target_ids": (B, T) int}.
@@ -66,7 +70,7 @@ class RNNSeq2Seq(Seq2Seq):
 
     config_names = Seq2Seq.config_names + (
         "embed_dim", "units", "cell", "num_layers", "bidirectional", "attention", "peeky",
-        "reverse_source", "dropout", "input_feeding",
+        "reverse_source", "dropout", "input_feeding", "embedding_stddev",
     )
 
     def __init__(
@@ -83,6 +87,7 @@ class RNNSeq2Seq(Seq2Seq):
         reverse_source=False,
         dropout=0.0,
         input_feeding=False,
+        embedding_stddev=1.0,
         **kwargs,
     ):
         super().__init__(source_vocab_size, target_vocab_size, **kwargs)
@@ -99,11 +104,12 @@ class RNNSeq2Seq(Seq2Seq):
         self.reverse_source = bool(reverse_source)
         self.dropout = dropout
         self.input_feeding = self.decoder.input_feeding
-        self.source_embedding = keras.layers.Embedding(
-            source_vocab_size, embed_dim, dtype=self.dtype_policy, name="source_embedding"
-        )
-        self.target_embedding = keras.layers.Embedding(
-            target_vocab_size, embed_dim, dtype=self.dtype_policy, name="target_embedding"
+        self.embedding_stddev = (None if embedding_stddev is None
+                                 else check_float("embedding_stddev", embedding_stddev, low=0, low_open=True))
+        self.source_embedding, self.target_embedding = (
+            keras.layers.Embedding(size, embed_dim, embeddings_initializer=self._embedding_init(),
+                                   dtype=self.dtype_policy, name=name)
+            for size, name in ((source_vocab_size, "source_embedding"), (target_vocab_size, "target_embedding"))
         )
         self.embedding_dropout = keras.layers.Dropout(dropout, dtype=self.dtype_policy)
         self.output_projection = keras.layers.Dense(
@@ -117,6 +123,11 @@ class RNNSeq2Seq(Seq2Seq):
             ]
             for i in range(num_layers if self.bidirectional else 0)
         ]
+
+    def _embedding_init(self):
+        if self.embedding_stddev is None:
+            return "uniform"
+        return keras.initializers.RandomNormal(stddev=self.embedding_stddev)
 
     def build(self, inputs_shape=None):
         batch = None

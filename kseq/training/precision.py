@@ -95,18 +95,20 @@ def resolve_precision(requested="auto", device=None, bfloat16_cpu=True):
     """`requested` ("auto" or a policy name) -> `Precision`.
 
     "auto" picks `MEASURED_FASTEST` for the device class (`precision_class()`
-    unless given); any other value is taken as asked. `bfloat16_cpu=False`
-    treats a CPU with bfloat16 units as one without: for models not yet
-    measured there (the recipes say which were).
+    unless given); any other value is taken as asked. On a CPU with bfloat16
+    units, `bfloat16_cpu` says what was measured for the model: True, that
+    it trains well under mixed_bfloat16; False, nothing (the recipes say
+    which were); a sentence, why float32 trained it better. Without True
+    such a CPU is treated as one without bfloat16 units.
     """
     check_choice("precision", requested, PRECISIONS)
     if requested != "auto":
         return Precision(requested, requested, "asked for")
     device = device or precision_class()
-    if device == "cpu-bf16" and not bfloat16_cpu:
+    if device == "cpu-bf16" and bfloat16_cpu is not True:
         policy, measured = MEASURED_FASTEST["cpu"]
-        return Precision(policy, "auto", "auto on cpu-bf16, where this model was not measured: "
-                                         f"as on a CPU without bfloat16 units ({measured})")
+        why = bfloat16_cpu or f"where this model was not measured: as on a CPU without bfloat16 units ({measured})"
+        return Precision(policy, "auto", f"auto on cpu-bf16, {why}")
     policy, measured = MEASURED_FASTEST[device]
     return Precision(policy, "auto", f"auto on {device}: {measured}")
 

@@ -65,9 +65,10 @@ class Run:
 def start(options, xla=False, bfloat16_cpu=False):
     """Sets up a run (see `Run`); call it before any other TensorFlow work.
     `xla`: whether the run compiles anything with XLA (then compiled
-    programs are kept in the persistent cache). `bfloat16_cpu`: whether the
-    recipe's models were measured to train well under mixed_bfloat16 on a
-    CPU with bfloat16 units, where "auto" precision then picks it."""
+    programs are kept in the persistent cache). `bfloat16_cpu`: what was
+    measured of the recipe's model under mixed_bfloat16 on a CPU with
+    bfloat16 units, where "auto" precision picks it only for True
+    (`kseq.training.precision.resolve_precision`)."""
     return Run(options, xla, bfloat16_cpu)
 
 

@@ -31,6 +31,12 @@ WIDTHS = ("d_model", "num_heads", "ff_dim")
 # base model's train step on one H100 (111.7k a second; the gpu preset's
 # smaller model is faster, so its passes are counted low); base: epochs alone.
 TOKENS_PER_MINUTE = {"quick": 750_000, "gpu": 6_700_000, "base": None}
+# The recurrent translator where the user does not say (issue 29, Bible
+# en->fr, 12 minutes on 2 CPU cores, 2026-11-25): one layer left the unigram
+# plateau 100+ steps sooner than two and ran its steps twice as fast; Luong
+# "general" reached test BLEU 12.41 against 1.74 with two layers (README).
+RNN_MODEL = dict(num_layers=1)
+RNN_REASON = "measured for the RNN translator (benchmarks/results-rnn-*.md)"
 
 
 def expected_passes(train_tokens, epochs, minutes=None, tokens_per_minute=None):
@@ -86,21 +92,25 @@ def choose_model_size(options, target_lengths, metric):
     epochs, max_minutes and options_given), from the token counts of the
     training targets (`target_lengths`; over-long ones are left out, as the
     pipeline drops them, and each gets its EOS). Options given keep their
-    values, a width given keeps every width; the RNNs keep the preset's (the
-    rule was measured on the Transformer). `settings` holds the values to
-    change."""
+    values, a width given keeps every width. The RNN gets `RNN_MODEL` on the
+    quick preset instead (the rule was measured on the Transformer). `settings` holds the values
+    to change."""
     lengths = np.asarray(target_lengths)
     tokens = int((lengths[lengths <= options.max_length] + 1).sum())
     passes = expected_passes(max(tokens, 1), options.epochs, options.max_minutes,
                              TOKENS_PER_MINUTE.get(options.preset))
-    current = {name: getattr(options, name) for name in SMALL_DATA_MODEL}
-    settings, reason = model_for_data(passes, metric, current)
     given = set(options.options_given)
-    if options.arch != "transformer":
-        settings, reason = {}, "the preset's: the rule was measured on the Transformer alone"
-    elif given & {"num_layers", *WIDTHS}:
-        settings, reason = {"dropout": settings["dropout"]}, reason + "; widths as given"
+    if options.arch == "rnn":
+        shown, counted = tuple(RNN_MODEL), set(RNN_MODEL)
+        settings, reason = ((dict(RNN_MODEL), RNN_REASON) if options.preset == "quick"
+                            else ({}, "the preset's: RNN_MODEL was measured on the quick preset"))
+    else:
+        shown, counted = tuple(SMALL_DATA_MODEL), {"num_layers", *SMALL_DATA_MODEL}
+        settings, reason = model_for_data(passes, metric, {name: getattr(options, name) for name in shown})
+        if given & {"num_layers", *WIDTHS}:
+            settings, reason = {"dropout": settings["dropout"]}, reason + "; widths as given"
+    current = {name: getattr(options, name) for name in shown}
     settings = {name: value for name, value in settings.items() if name not in given}
     details = {"train_target_tokens": tokens, "expected_passes": passes,
-               "model_size_options_given": sorted(given & {"num_layers", *SMALL_DATA_MODEL})}
+               "model_size_options_given": sorted(given & counted)}
     return settings, Decision("model_size", {**current, **settings}, reason, details)

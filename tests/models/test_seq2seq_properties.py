@@ -96,3 +96,16 @@ def test_model_round_trip(entry, tmp_path):
     assert loaded.get_config() == model.get_config()
     source = batch["source_ids"]
     assert np.array_equal(loaded.generate(source, max_length=6), model.generate(source, max_length=6))
+
+
+def test_rnn_embeddings_start_from_the_asked_scale():
+    from kseq.models import RNNSeq2Seq
+
+    default = RNNSeq2Seq(500, 500, embed_dim=64, units=8)
+    default.build()
+    assert 0.9 < float(np.std(default.source_embedding.embeddings.numpy())) < 1.1
+    keras_uniform = RNNSeq2Seq.from_config({**default.get_config(), "embedding_stddev": None})
+    keras_uniform.build()
+    assert np.abs(keras_uniform.target_embedding.embeddings.numpy()).max() <= 0.05
+    with pytest.raises(ValueError, match="embedding_stddev"):
+        RNNSeq2Seq(500, 500, embedding_stddev=-1.0)

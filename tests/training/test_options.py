@@ -11,7 +11,7 @@ from kseq.models import RNNSeq2Seq, TransformerSeq2Seq
 from kseq.training import options as opts
 from kseq.training.cadenced_fit import CadenceOptions
 from kseq.training.decisions import Decision, as_hparams, as_metrics
-from kseq.training.schedules import Scaled, TransformerSchedule, recipe_learning_rate
+from kseq.training.schedules import RNN_LEARNING_RATE, Scaled, TransformerSchedule, recipe_learning_rate
 from kseq.training.selection import (
     LENGTH_HEADROOM, DecodingOptions, DecodingSettings, choose_decoding, decoding_candidates, fitted_length_ratio,
 )
@@ -132,7 +132,7 @@ def test_the_learning_rate_decision():
     assert isinstance(schedule, Scaled) and isinstance(schedule.schedule, TransformerSchedule)
     assert decision.metrics() == {"lr_scale": 1.0, "lr_scale_reason": "auto: chrf data"}
     schedule, decision = recipe_learning_rate("rnn", 64, 10, "exact_match")
-    assert float(schedule(0)) == pytest.approx(5e-4) and decision.value == 0.5
+    assert float(schedule(0)) == pytest.approx(RNN_LEARNING_RATE / 2) and decision.value == 0.5
     schedule, decision = recipe_learning_rate("rnn", 64, 10, "exact_match", scale=2.0, rate=0.01)
     assert float(schedule(0)) == pytest.approx(0.01) and decision.reason == "--learning-rate given"
 
@@ -180,6 +180,14 @@ def test_seq2seq_options_build_the_model_they_name():
     assert Seq2SeqOptions(input_feeding=True).problems() == [
         "--input-feeding needs --arch rnn and --attention dot, general or concat"]
     assert Seq2SeqOptions(arch="rnn", attention="dot", input_feeding=True).problems() == []
+    rnn = Seq2SeqOptions(arch="rnn", attention="none", embed_dim=8, units=8, bidirectional=True, peeky=True,
+                         reverse_source=True, embedding_stddev=0.5).build(40, 25)
+    assert (rnn.bidirectional, rnn.peeky, rnn.reverse_source, rnn.embedding_stddev) == (True, True, True, 0.5)
+    assert Seq2SeqOptions(peeky=True).problems() == ["--peeky needs --arch rnn"]
+    # What auto precision may pick on a CPU with bfloat16 units: measured per architecture.
+    assert Seq2SeqOptions().bfloat16_cpu is True
+    assert Seq2SeqOptions(arch="rnn").bfloat16_cpu.startswith("float32: ")
+    assert Seq2SeqOptions(arch="rnn", embedding_stddev=0.0).problems() == ["--embedding-stddev must be > 0"]
 
 
 def test_option_groups_take_each_recipes_defaults(capsys):

@@ -40,6 +40,11 @@ def test_a_cpu_with_bfloat16_units_is_its_own_device_class(tmp_path, monkeypatch
     unmeasured = resolve_precision("auto", bfloat16_cpu=False)
     assert unmeasured.policy == MEASURED_FASTEST["cpu"][0]
     assert unmeasured.reason.startswith(f"auto on {expected}")
+    # Or whose models were measured to learn better in float32 there.
+    worse = resolve_precision("auto", bfloat16_cpu="float32 learned more in the budget")
+    assert worse.policy == MEASURED_FASTEST["cpu"][0]
+    if expected == "cpu-bf16":
+        assert worse.reason == "auto on cpu-bf16, float32 learned more in the budget"
 
 
 def test_auto_xla_weighs_the_budget_against_compile_time():

@@ -10,7 +10,7 @@ import tensorflow as tf
 
 from kseq.training import options as opts
 from kseq.training.sizing import (
-    SMALL_DATA_MODEL, SMALL_DATA_PASSES, choose_model_size, expected_passes, model_for_data,
+    RNN_MODEL, SMALL_DATA_MODEL, SMALL_DATA_PASSES, choose_model_size, expected_passes, model_for_data,
 )
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "recipes"))
@@ -111,7 +111,11 @@ def test_translate_sizes_the_model_from_the_training_targets():
     config, report = size(["--num-layers", "3"], small)
     assert (config["d_model"], config["ff_dim"], config["dropout"]) == (192, 768, 0.3)
     config, report = size(["--arch", "rnn"], small)
-    assert config["dropout"] == 0.0 and "Transformer" in report["model_size_reason"]
+    assert config["dropout"] == 0.0 and config["num_layers"] == 1 and report["model_size"] == RNN_MODEL
+    assert "RNN" in report["model_size_reason"]
+    config, report = size(["--arch", "rnn", "--num-layers", "2"], small)
+    assert config["num_layers"] == 2 and report["model_size_options_given"] == ["num_layers"]
+    assert size(["--arch", "rnn", "--preset", "gpu"], small)[0]["num_layers"] == 4  # measured on quick alone
     assert size([], small, "exact_match")[0]["d_model"] == 192
     # About the Bible's 1.19M training target tokens: 7.5 passes in 12 minutes, the preset.
     config, report = size([], ["w " * 39] * 29_870)
