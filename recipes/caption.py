@@ -8,7 +8,7 @@ keeping its epoch of best validation loss:
 
 - "plain": no attention; the image is one vector (a learned projection of
   the whole feature grid, `--plain-pooling`) that sets the LSTM's initial
-  state ("Show and Tell");
+  state and joins every step's input ("Show and Tell", peeky);
 - "attention": the LSTM attends over the encoder's 8x8 grid at every word
   (`--attention`, Luong "general" by default; "Show, Attend and Tell").
 
@@ -24,7 +24,7 @@ the attention model one heat map per generated word over the image
 (Images, "attention"). Each model is exported to `<export-dir>/<model>/
 <version>/`: PNG or JPEG bytes in, caption out, beam search in the graph.
 
-About 12 minutes on 2 CPU cores: 5 minutes of training per model, the rest
+About 11 minutes on 2 CPU cores: 5 minutes of training per model, the rest
 data, tests and export.
 
     python recipes/caption.py
