@@ -20,7 +20,7 @@ class Seq2SeqOptions(RecipeOptions):
                     "embed_dim", "units", "bidirectional", "peeky", "reverse_source")
 
     arch: str = option("transformer", "model", choices=("transformer", "rnn"))
-    attention: str = option("general", "the RNN's attention", choices=ATTENTIONS)
+    attention: str = option("concat", "the RNN's attention (concat: the best measured, README)", choices=ATTENTIONS)
     cell: str = option("lstm", "the RNN's cell", choices=("rnn", "lstm", "gru"))
     input_feeding: bool = option(False, "Luong input feeding (RNN with dot, general or concat attention)")
     num_layers: int = option(2, "layers of the encoder and of the decoder", minimum=1)
