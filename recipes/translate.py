@@ -77,7 +77,7 @@ class Options(Seq2SeqOptions, DecodingOptions, StoppingOptions, CadenceOptions, 
     learning_rate: float | None = option(None, "a constant rate instead of the schedule")
     lr_scale: float | Auto = option(AUTO, "times the schedule; auto: half for exact-match data")
     label_smoothing: float = option(0.1, "label smoothing of the loss")
-    clipnorm: float = option(1.0, "gradient clipping by global norm")
+    clipnorm: float = option(1.0, "clips each weight's gradient to this norm (keras' clipnorm, per variable)")
     attention_plots: int = option(3, "attention maps logged at each evaluation", minimum=0)
     max_test_sentences: int | None = option(None, "test only the first N pairs")
     export_xla: bool = option(False, "compile the exported search with XLA")
@@ -262,7 +262,7 @@ def chief_callbacks(options, model, tokenizer, valid, decode_xla):
     monitor = GenerationMonitor(sources, references, greedy, all_scores, logdir=options.logdir)
     callbacks = [monitor, StepTensorBoard(options.logdir, profile_batch=options.profile_batch), keras.callbacks.ModelCheckpoint(
         os.path.join(options.logdir, "checkpoints", "last.weights.h5"), save_weights_only=True)]
-    if options.has_attention:
+    if options.has_attention and options.attention_plots:
         plotted = tokenizer.tokenize(sources[: options.attention_plots])[:, : options.max_length].to_tensor()
         callbacks.append(AttentionMaps(plotted, lambda ids: model.generate(ids, max_length=options.max_length),
                                        tokenizer.id_to_piece, options.logdir))

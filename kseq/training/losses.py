@@ -5,7 +5,7 @@ import tensorflow as tf
 from keras import ops
 
 from kseq.special_ids import PAD_ID
-from kseq._validation import check_rate
+from kseq._validation import check_rate, ids_in_range
 
 
 def token_log_probs(y_true, logits):
@@ -43,12 +43,8 @@ def smoothed_cross_entropy(labels, logits, smoothing=0.0):
     labels = ops.cast(labels, "int32")
     logits = ops.cast(logits, "float32")
     vocab_size = tf.shape(logits)[-1]
-    # A small check on (B, T) ids: out of range, the gather would fail deep
-    # inside TensorFlow on a CPU and read zeros on a GPU.
-    in_range = tf.reduce_all((labels >= 0) & (labels < vocab_size))
-    with tf.control_dependencies([tf.debugging.Assert(in_range, [
-            "`y_true` holds ids outside [0, V), V = the logits' last dimension:", vocab_size])]):
-        flat_labels = tf.reshape(labels, (-1,))
+    flat_labels = ids_in_range(tf.reshape(labels, (-1,)), vocab_size, [
+        "`y_true` holds ids outside [0, V), V = the logits' last dimension:", vocab_size])
     uniform = smoothing / tf.cast(vocab_size, tf.float32)
 
     @tf.custom_gradient

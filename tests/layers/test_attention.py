@@ -160,3 +160,22 @@ def test_fused_projections_fall_back_when_kernels_differ():
     expected = layer(x, x)
     assert not layer._can_fuse()
     assert_close(layer.attend_sequence(x), expected)
+
+
+def test_fused_attention_equals_keras_dot_product_attention_which_tensorflow_cannot_fuse(inputs):
+    # Issue 31 asked for keras.ops.dot_product_attention where it applies, for
+    # cuDNN's flash attention on a GPU. On the TensorFlow backend that op is
+    # the same explicit computation (XLA also dropped its cuDNN attention
+    # rewrite), so kseq keeps its head-major path, which equals it.
+    query, values, mask = inputs
+    mha = CachedMultiHeadAttention(num_heads=2, key_dim=3)
+    mha(query, values)
+    masks = np.broadcast_to(mask[:, None, :], (2, 3, 5))
+    fused = mha.attend_sequence(query, values, attention_mask=masks)
+    (q,), (k, v) = mha._project_heads_first(query, "query"), mha._project_heads_first(values, "key", "value")
+    to_btnh = lambda x: keras.ops.transpose(x, (0, 2, 1, 3))  # noqa: E731
+    keras_output = keras.ops.dot_product_attention(to_btnh(q), to_btnh(k), to_btnh(v), mask=masks[:, None])
+    assert_close(fused, mha._merge_heads(to_btnh(keras_output)))
+    if keras.backend.backend() == "tensorflow":
+        with pytest.raises(ValueError, match="not supported in tensorflow"):
+            keras.ops.dot_product_attention(to_btnh(q), to_btnh(k), to_btnh(v), flash_attention=True)

@@ -1,3 +1,5 @@
+import re
+
 import keras
 import numpy as np
 import pytest
@@ -51,3 +53,29 @@ def test_fused_adam_round_trips():
     clone = keras.optimizers.deserialize(keras.optimizers.serialize(optimizer))
     assert isinstance(clone, FusedAdam)
     assert clone.get_config() == optimizer.get_config()
+
+
+def update_ops(optimizer_class, jit_compile):
+    """The ops of one `apply` over four variables: TensorFlow graph ops, or
+    under XLA the kernels of the optimized HLO (fusions, copies)."""
+    variables = [keras.Variable(tf.random.normal(shape)) for shape in [(64, 32), (32,), (32, 16), (16,)]]
+    optimizer = optimizer_class(1e-3)
+    optimizer.build(variables)
+    gradients = [tf.ones_like(variable.value) for variable in variables]
+    apply = tf.function(lambda grads: optimizer.apply(grads, variables), jit_compile=jit_compile)
+    if not jit_compile:
+        graph = apply.get_concrete_function(gradients).graph
+        return [op.type for op in graph.get_operations() if op.type not in ("Placeholder", "Const")]
+    hlo = apply.experimental_get_compiler_ir(gradients)(stage="optimized_hlo")
+    entry = hlo[hlo.index("ENTRY"):]
+    kinds = re.findall(r"= \S+ ([\w-]+)\(", entry)
+    return [kind for kind in kinds if kind not in ("parameter", "constant", "tuple", "get-tuple-element")]
+
+
+def test_fused_adam_runs_one_op_a_variable_and_no_more_xla_kernels_than_keras_adam():
+    # Issue 31: the update must not cost a GPU more kernel launches than keras' own.
+    fused, keras_adam = update_ops(FusedAdam, False), update_ops(keras.optimizers.Adam, False)
+    assert fused.count("ResourceApplyAdam") == 4
+    assert len(fused) < len(keras_adam) / 2
+    fused_xla, keras_xla = update_ops(FusedAdam, True), update_ops(keras.optimizers.Adam, True)
+    assert 0 < len(fused_xla) <= len(keras_xla)
