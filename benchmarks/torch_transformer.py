@@ -7,7 +7,7 @@ TensorFlow), so it runs with a GPU machine's own PyTorch python. The model
 is built like kseq's `TransformerSeq2Seq` as train_step.py builds it, as far
 as it matters for cost: one token embedding shared by source, target and the
 tied output projection (plus an output bias), scaled by sqrt(D), sinusoidal
-positions, dropout 0.1 on embeddings and sublayers, post-norm blocks without
+positions, dropout (the size's: 0.1, none at the quick size) on embeddings and sublayers, post-norm blocks without
 a final stack norm (`nn.Transformer` with `nn.TransformerEncoder/Decoder`,
 batch_first, norm=None), a causal target mask and source/target padding
 masks; label-smoothed (0.1) cross-entropy ignoring PAD (id 0) on float32
@@ -49,15 +49,14 @@ import time
 
 # The same shapes as benchmarks/train_step.py's SIZES (kept in step by hand:
 # this script must not import it, as that would import TensorFlow).
-SIZES = {  # layers, d_model, heads, ff, vocab, batch, source length, target length
-    "base": dict(layers=6, d=512, heads=8, ff=2048, vocab=16000, batch=384, source=56, target=64),
-    "quick": dict(layers=2, d=192, heads=4, ff=768, vocab=4000, batch=64, source=40, target=40),
-    "tiny": dict(layers=1, d=32, heads=2, ff=64, vocab=500, batch=8, source=12, target=12),
+SIZES = {  # layers, d_model, heads, ff, vocab, batch, source length, target length, dropout
+    "base": dict(layers=6, d=512, heads=8, ff=2048, vocab=16000, batch=384, source=56, target=64, dropout=0.1),
+    "quick": dict(layers=2, d=192, heads=4, ff=768, vocab=4000, batch=64, source=40, target=40, dropout=0.0),
+    "tiny": dict(layers=1, d=32, heads=2, ff=64, vocab=500, batch=8, source=12, target=12, dropout=0.1),
 }
 CONFIGS = ("torch-float32", "torch-bfloat16", "torch-bfloat16-compile", "torch-float32-compile")
 PAD_ID = 0
 FIRST_WORD_ID = 4  # ids 0-3 are kseq's special ids; the random batch uses none
-DROPOUT = 0.1
 LABEL_SMOOTHING = 0.1
 WARMUP_STEPS = 4000  # the Transformer schedule's, as in train_step.py
 CLIPNORM = 1.0
@@ -135,14 +134,14 @@ def build_model(torch, size):
             nn.init.normal_(self.embedding.weight, std=d**-0.5)  # unit variance after the sqrt(D) scale
             self.register_buffer("positions", sinusoids(max(size["source"], size["target"]) + 1, d),
                                  persistent=False)
-            self.dropout = nn.Dropout(DROPOUT)
-            layer = dict(d_model=d, nhead=heads, dim_feedforward=ff, dropout=DROPOUT, activation="relu",
+            self.dropout = nn.Dropout(size["dropout"])
+            layer = dict(d_model=d, nhead=heads, dim_feedforward=ff, dropout=size["dropout"], activation="relu",
                          layer_norm_eps=1e-5, batch_first=True, norm_first=False)
             encoder = nn.TransformerEncoder(nn.TransformerEncoderLayer(**layer), layers, norm=None,
                                             enable_nested_tensor=False)
             decoder = nn.TransformerDecoder(nn.TransformerDecoderLayer(**layer), layers, norm=None)
             self.transformer = nn.Transformer(d, heads, custom_encoder=encoder, custom_decoder=decoder,
-                                              dropout=DROPOUT, batch_first=True)
+                                              dropout=size["dropout"], batch_first=True)
             self.output_bias = nn.Parameter(torch.zeros(size["vocab"]))
 
         def embed(self, ids):
