@@ -11,7 +11,8 @@ What is counted, on both sides: real target tokens (SentencePiece pieces
 plus EOS, no PAD), over the seconds spent in train steps.
 - kseq: `train_step_seconds` of the recipe's training record (each batch
   from its begin to its end, waiting for the input; evaluations and saves
-  excluded; the first steps of each shape, with their tracing, included).
+  excluded; the first step, with its tracing, included: keras traces the
+  step once, for batches of any shape).
   The tokens are counted exactly: the recipe's pipeline (whose batch order
   is a fixed function of the seed and the epoch) is rebuilt and the labels
   other than PAD of its first `steps` batches are summed.
@@ -28,19 +29,27 @@ gradient clipping at 1.0, label smoothing 0.1, loss averaged over
 target tokens, NoamDecay scale 1.0 and kseq's warm-up. Differences: kseq
 trains under mixed_bfloat16 where its recipe picks it (a CPU with bfloat16
 units), OpenNMT-tf in float32 (it offers mixed precision on GPUs only);
-kseq's length buckets grow by about 1.3x and pad to the bucket's edge,
+kseq's length buckets are about 5% and at least 2 pieces wide and pad to
+the bucket's edge (97.0% of the padded target positions are pieces),
 OpenNMT-tf's are 2 tokens wide (its default) and pad to the batch's longest
-pair, so its batches held 5-10% more real tokens (2026-11-25); OpenNMT-tf's LayerNorm
+pair; OpenNMT-tf's LayerNorm
 epsilon is 1e-6 (kseq 1e-5); kseq's recipe clips each weight's gradient
 (keras' clipnorm), OpenNMT-tf the global norm; kseq runs under a one-replica
 MirroredStrategy, OpenNMT-tf without a strategy. Both get kseq's CPU
 runtime settings (BFC allocator, one inter- and intra-op thread per core,
 as `kseq.training.runtime.tune_cpu_runtime`) unless `--opennmt-tf-defaults`.
 
+The machine's ceiling, measured before and after the rounds (`ceiling`):
+the best float32 and bfloat16 square-matmul rates over the model's matmul
+FLOPs per real target token with no padding at all (3x the forward pass,
+as benchmarks/training.py counts them): real target tokens/s that neither
+toolkit can reach. Each run's share of it is reported.
+
     .venv/bin/python benchmarks/opennmt_tf.py setup      # the venv, once (about 600 MB)
     .venv/bin/python benchmarks/opennmt_tf.py prepare    # data and vocabulary, once
     .venv/bin/python benchmarks/opennmt_tf.py compare --rounds 3 --minutes 12   # about 90 minutes
     .venv/bin/python benchmarks/opennmt_tf.py run-opennmt --minutes 1 --report-steps 20   # smoke test
+    .venv/bin/python benchmarks/opennmt_tf.py ceiling    # the ceiling alone (25 s)
 """
 
 import argparse
@@ -399,6 +408,45 @@ def count_kseq_tokens_here(data_dir, steps):
     print(json.dumps({"steps": steps, "tokens": tokens}))
 
 
+# --- the machine's ceiling ----------------------------------------------------------------------
+
+def ceiling(data_dir):
+    """What this CPU allows at most, measured in a fresh process (this one
+    stays without TensorFlow): see `ceiling_here`."""
+    output = subprocess.run([sys.executable, __file__, "ceiling", "--data", str(data_dir)],
+                            check=True, capture_output=True, text=True, cwd=ROOT).stdout
+    return json.loads(output.strip().splitlines()[-1])
+
+
+def ceiling_here(data_dir):
+    """Prints the best square-matmul TFLOP/s per dtype (kseq's CPU runtime
+    settings, 1024 and 2048 wide) and the model's matmul FLOPs per real target
+    token with no padding at all (the prepared pairs, each at its own
+    lengths; 3x the forward pass), and so the real target tokens/s that
+    neither toolkit can pass: peak / FLOPs per token."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    from kseq.training.runtime import tune_cpu_runtime
+
+    tune_cpu_runtime()
+    from train_step import matmul_peaks
+    from training import transformer_flops
+
+    recipe = load_settings(data_dir)["recipe"]
+    with open(data_dir / "train.en") as en, open(data_dir / "train.fr") as fr:
+        lengths = [(len(source.split()), len(target.split()) + 1) for source, target in zip(en, fr)]
+    sources, targets = zip(*lengths)
+    flops = 3 * transformer_flops(sources, targets, d=recipe["d_model"], ff=recipe["ff_dim"],
+                                  layers=recipe["num_layers"], vocab=load_settings(data_dir)["vocab_size"])
+    per_token = flops / sum(targets)
+    peaks = {}
+    for n in (1024, 2048):
+        for dtype, tflops in matmul_peaks(n, seconds=3.0).items():
+            peaks[dtype] = max(peaks.get(dtype, 0.0), tflops)
+    print(json.dumps({"peak_tflops": peaks, "flops_per_real_target_token": round(per_token),
+                      "ceiling_tokens_per_s": {dtype: round(peak * 1e12 / per_token)
+                                               for dtype, peak in peaks.items()}}))
+
+
 # --- compare -----------------------------------------------------------------------------------
 
 def work_dir(path):
@@ -433,6 +481,7 @@ def compare(args):
     result = {"machine": machine_info(args.venv), "minutes": args.minutes, "settings": settings,
               "kseq_args": args.kseq_args, "runs": []}
     print(f"{json.dumps(result['machine'])}\nlogs under {work}", flush=True)
+    result["ceiling_before"] = ceiling(args.data)
     for round_ in range(1, args.rounds + 1):
         for side in ("kseq", "opennmt-tf"):
             where = work / f"round{round_}-{side}"
@@ -448,10 +497,20 @@ def compare(args):
     runs = result["runs"]
     ratios = [kseq["tokens_per_s"] / opennmt["tokens_per_s"] for kseq, opennmt in zip(runs[::2], runs[1::2])]
     result.update(ratios=[round(ratio, 3) for ratio in ratios], median_ratio=round(statistics.median(ratios), 3))
-    output.write_text(json.dumps(result, indent=2) + "\n")
-    print("\n| round | side | steps | real target tok/s |\n|---|---|---|---|")
+    result["ceiling_after"] = after = ceiling(args.data)
+    # Each run's share of what the machine allows: the better of the two peak readings, in the
+    # precision it trained in (kseq's "auto" picks mixed_bfloat16 on a CPU with bfloat16 units).
     for run in runs:
-        print(f"| {run['round']} | {run['side']} | {run['steps']} | {run['tokens_per_s']:,.0f} |")
+        dtype = "bfloat16" if run.get("decisions", {}).get("precision") == "mixed_bfloat16" else "float32"
+        limit = max(result["ceiling_before"]["ceiling_tokens_per_s"][dtype], after["ceiling_tokens_per_s"][dtype])
+        run["share_of_ceiling"] = round(run["tokens_per_s"] / limit, 3)
+    output.write_text(json.dumps(result, indent=2) + "\n")
+    print("\n| round | side | steps | real target tok/s | share of the ceiling |\n|---|---|---|---|---|")
+    for run in runs:
+        print(f"| {run['round']} | {run['side']} | {run['steps']} | {run['tokens_per_s']:,.0f} | "
+              f"{run['share_of_ceiling']:.0%} |")
+    print(f"\nceiling (no padding, the best matmul rate, before / after): "
+          f"{result['ceiling_before']['ceiling_tokens_per_s']} / {after['ceiling_tokens_per_s']} real target tokens/s")
     print(f"\nkseq / OpenNMT-tf, per round: {', '.join(f'{r:.2f}' for r in ratios)}; "
           f"median {result['median_ratio']:.2f}x\nwrote {output}")
 
@@ -460,7 +519,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0], epilog=__doc__.split("\n", 2)[2],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("command", choices=["setup", "prepare", "run-opennmt", "run-kseq", "compare",
-                                            "count-kseq-tokens"])
+                                            "count-kseq-tokens", "ceiling"])
     cache = cache_root()
     parser.add_argument("--venv", type=pathlib.Path, default=cache / "opennmt-tf-2.32",
                         help="OpenNMT-tf's virtual environment (default: %(default)s)")
@@ -492,6 +551,8 @@ def main():
         print(json.dumps(run_kseq(args.data, work_dir(args.work), args.minutes, shlex.split(args.kseq_args)), indent=2))
     elif args.command == "count-kseq-tokens":
         count_kseq_tokens_here(args.data, args.steps)
+    elif args.command == "ceiling":
+        ceiling_here(args.data)
     else:
         compare(args)
 

@@ -80,7 +80,7 @@ def matmul_peaks(n, seconds=2.0):
             if calls % 8 == 0:
                 out.numpy()
         out.numpy()
-        peaks[name] = round(2 * n**3 * calls / (time.perf_counter() - start) / 1e12, 2)
+        peaks[name] = round(2 * n**3 * calls / (time.perf_counter() - start) / 1e12, 3)
     return peaks
 
 

@@ -91,6 +91,17 @@ def test_buckets_fill_the_token_budget_with_little_padding(tokenizer):
     assert bucketed < 0.2 and bucketed < naive / 2, (bucketed, naive)
 
 
+def test_default_buckets_are_narrow_and_cover_every_length():
+    """Edges about 5% and at least 2 apart: a bucket pads each sequence by
+    less than 2 pieces or 5% of its length; the last edge takes max_length."""
+    for max_length in (2, 14, 96, 512):
+        edges = default_boundaries(max_length)
+        assert edges[-1] == max_length + 1 and edges == sorted(set(edges))
+        for low, high in zip(edges, edges[1:-1]):
+            assert high - low == 2 or high <= low * 1.05 + 1, (low, high)
+    assert len(default_boundaries(96)) == 41
+
+
 def test_drop_remainder_gives_one_shape_per_bucket(tokenizer):
     """What `--jit-compile on` trains on: every batch full, so XLA compiles
     once per bucket; a budget no bucket can fill is a named error."""
