@@ -431,12 +431,13 @@ def ceiling_here(data_dir):
     from train_step import matmul_peaks
     from training import transformer_flops
 
-    recipe = load_settings(data_dir)["recipe"]
+    settings = load_settings(data_dir)
+    recipe = settings["recipe"]
     with open(data_dir / "train.en") as en, open(data_dir / "train.fr") as fr:
         lengths = [(len(source.split()), len(target.split()) + 1) for source, target in zip(en, fr)]
     sources, targets = zip(*lengths)
     flops = 3 * transformer_flops(sources, targets, d=recipe["d_model"], ff=recipe["ff_dim"],
-                                  layers=recipe["num_layers"], vocab=load_settings(data_dir)["vocab_size"])
+                                  layers=recipe["num_layers"], vocab=settings["vocab_size"])
     per_token = flops / sum(targets)
     peaks = {}
     for n in (1024, 2048):
