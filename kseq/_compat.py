@@ -76,6 +76,11 @@ def end_epoch_early(model):
         model.stop_training = _EndOfEpoch()
 
 
+def ends_epoch_only(model):
+    """Whether `model.stop_training` is `end_epoch_early`'s marker (not a real stop)."""
+    return isinstance(model.stop_training, _EndOfEpoch)
+
+
 def continue_after_epoch(model):
     """Clears `end_epoch_early`'s marker (a real stop stays)."""
     if isinstance(model.stop_training, _EndOfEpoch):

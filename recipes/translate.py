@@ -1,13 +1,15 @@
 """Train a translator with model.fit, choose its decoding, test it and export it for TF Serving.
 
-Default data: English -> French Bible verses (kseq.data.bible); or your pairs: --train-tsv PATH
-(lines `source<TAB>target`), --valid-tsv, --test-tsv. Every "auto" is decided from the data or
+Default data: English -> French Bible verses (kseq.data.bible); or your pairs: --train-tsv FILES
+(lines `source<TAB>target`: a file, a glob or several joined by commas, plain or gzip), streamed
+from disk whatever their size, --valid-tsv, --test-tsv. Every "auto" is decided from the data or
 the device, printed with its reason and written to metrics.json and HParams (README, "Translation").
 The same command continues a killed run from its last save.
 
     python recipes/translate.py                        # quick: 2 CPU cores, 12 minutes of training
     python recipes/translate.py --arch rnn --attention bahdanau --cell gru
     python recipes/translate.py --train-tsv my_pairs.tsv --epochs 5
+    python recipes/translate.py --train-tsv 'corpus/*.tsv.gz' --valid-tsv dev.tsv --max-minutes 600
     tensorboard --logdir runs/
 """
 
@@ -22,6 +24,8 @@ import keras  # noqa: E402
 
 import kseq  # noqa: E402
 from kseq.data.bucketing import bucketed_pair_dataset, xla_boundaries  # noqa: E402
+from kseq.data.corpus import HoldOut, corpus_files, scan_corpus  # noqa: E402
+from kseq.data.streaming import estimate_epoch, streamed_pair_dataset  # noqa: E402
 from kseq.decoding import GreedySearch  # noqa: E402
 from kseq.export import export_translator  # noqa: E402
 from kseq.training import options as opts, recipe  # noqa: E402
@@ -30,7 +34,9 @@ from kseq.training.averaging import keep_better_average  # noqa: E402
 from kseq.training.cadenced_fit import CadencedFit, CadenceOptions, Trained  # noqa: E402
 from kseq.training.callbacks import AttentionMaps, GenerationMonitor, StepTensorBoard  # noqa: E402
 from kseq.training.decisions import Decision, as_hparams, as_metrics  # noqa: E402
-from kseq.training.distribution import distribute_batches, weights_fingerprint  # noqa: E402
+from kseq.training.distribution import (  # noqa: E402
+    distribute_batches, distribute_worker_batches, weights_fingerprint, workers,
+)
 from kseq.training.evaluation import model_translator, write_test_report  # noqa: E402
 from kseq.training.options import AUTO, Auto, option  # noqa: E402
 from kseq.training.precision import device_class  # noqa: E402
@@ -48,6 +54,9 @@ from kseq.training.tensorboard import write_hparams, write_model_graph  # noqa: 
 from kseq.training.warm_start import TRAINED_WEIGHTS  # noqa: E402
 from kseq.training.xla import check_replicas, decide_for_recipe  # noqa: E402
 
+# Validation pairs held out of --train-tsv when no --valid-tsv is given: each is evaluated every period.
+HOLD_OUT_LIMIT = 3000
+
 PRESETS = {
     # The defaults below, for 2 CPU cores and 12 minutes: small batches (more updates) and no
     # dropout (no overfitting in a few epochs) learn fastest; the clock and patience end training.
@@ -64,12 +73,19 @@ PRESETS = {
 
 @dataclasses.dataclass(frozen=True)
 class Options(Seq2SeqOptions, DecodingOptions, StoppingOptions, CadenceOptions, opts.TextRecipeOptions):
-    train_tsv: str | None = option(None, "training pairs, source<TAB>target (default: the Bible)", file=True)
-    valid_tsv: str | None = option(None, "validation pairs (default: every 50th training pair)", file=True)
+    train_tsv: str | None = option(None, "training pairs, source<TAB>target: a file, a glob or several joined by "
+                                   "commas, plain or gzip (default: the Bible)", files=True)
+    valid_tsv: str | None = option(None, "validation pairs (default: every 50th training line, at most "
+                                   f"{HOLD_OUT_LIMIT:,})", file=True)
     test_tsv: str | None = option(None, "test pairs (default: the validation pairs)", file=True)
     vocab_size: int | Auto = option(AUTO, "joint SentencePiece pieces; auto: from the data", minimum=1)
     max_vocab_size: int = option(4000, "the most pieces auto may choose", minimum=1)
-    token_budget: int = option(2560, "target tokens per batch", minimum=1)
+    token_budget: int = option(2560, "target tokens per batch (shared by the workers of --strategy multiworker)",
+                               minimum=1)
+    shuffle_buffer: int = option(250_000, "training pairs shuffled together (per worker); data no larger is "
+                                 "shuffled whole every epoch", minimum=1)
+    vocab_sample: int = option(100_000, "training pairs drawn uniformly for the vocabulary and the data's statistics",
+                               minimum=1)
     max_length: int = option(96, "tokens per sentence; longer pairs are left out of training", minimum=1)
     epochs: int = option(1000, "passes over the training pairs at most", minimum=1)
     max_minutes: float | None = option(12.0, "training budget in minutes")
@@ -106,10 +122,12 @@ def main(argv=None):
     phases = Phases(run.workdir)
     resuming = ResumableBackup.saved_state(os.path.join(run.workdir, "backup"))
     data = load_data(options)
-    tokenizer = recipe.resumable_tokenizer(options, data["train"][0] + data["train"][1], run.workdir,
-                                           resuming or phases.get("trained"))
+    corpus = data["train"]
+    tokenizer = recipe.resumable_tokenizer(options, corpus.sample[0] + corpus.sample[1], run.workdir,
+                                           resuming or phases.get("trained"), cache=corpus.folder)
     metric = Decision("metric", *choose_metric(data["valid"][1], options.metric))
-    sizes, model_size = choose_model_size(options, lengths(tokenizer, data["train"][1]), metric.value)
+    sizes, model_size = choose_model_size(options, lengths(tokenizer, corpus.sample[1]), metric.value,
+                                          pairs=corpus.pairs)
     options = dataclasses.replace(options, **sizes)
     print(f"{metric}\n{model_size}")
     if phases.get("trained"):
@@ -142,16 +160,34 @@ def main(argv=None):
 
 
 def load_data(options):
-    """{split: (sources, targets)} from the TSV files or the default corpus."""
+    """{"train": the training corpus, scanned once (`kseq.data.corpus.CorpusScan`: its
+    files, their bad lines, a sample), "valid" and "test": (sources, targets)}, from
+    the TSV files or the default corpus."""
+    hold_out = None
     if options.train_tsv:
-        data = recipe.read_splits(options, "tsv", recipe.read_tsv_reporting, every=50)
+        files = corpus_files(options.train_tsv, "--train-tsv")
+        hold_out = None if options.valid_tsv else HoldOut(every=50, limit=HOLD_OUT_LIMIT)
     else:
-        from kseq.data.bible import load_bible_pairs
+        from kseq.data.bible import bible_split_file, load_bible_pairs
 
-        data = {split: load_bible_pairs(split) for split in ("train", "valid", "test")}
-    for split, (sources, _) in data.items():
-        print(f"{split}: {len(sources)} pairs")
-    return data
+        files = [bible_split_file("train")]
+    start = time.time()
+    corpus = scan_corpus(files, options.vocab_sample, options.seed, hold_out)
+    print(f"train: {corpus.pairs:,} pairs in {len(files)} file(s), {corpus.lines:,} lines; a sample of "
+          f"{len(corpus.sample[0]):,} for the vocabulary ({time.time() - start:.0f} s)")
+    if corpus.bad:
+        print(f"train: {corpus.describe_problems()}")
+    if not options.train_tsv:
+        valid, test = load_bible_pairs("valid"), load_bible_pairs("test")
+    else:
+        valid = recipe.read_tsv_reporting(options.valid_tsv, "valid") if options.valid_tsv else corpus.valid
+        if not valid[0]:
+            raise SystemExit(f"--train-tsv {options.train_tsv}: no good line to hold out for validation; "
+                             "pass --valid-tsv")
+        test = recipe.read_tsv_reporting(options.test_tsv, "test") if options.test_tsv else valid
+    held = f" (every 50th training line, {corpus.held_out:,} held out)" if hold_out else ""
+    print(f"valid: {len(valid[0]):,} pairs{held}\ntest: {len(test[0]):,} pairs")
+    return {"train": corpus, "valid": valid, "test": test}
 
 
 def lengths(tokenizer, texts):
@@ -177,16 +213,32 @@ def compile_model(options, run, vocab_size, xla, metric):
     return model, schedule, decisions
 
 
-def pipelines(options, data, tokenizer, xla):
-    """(train, valid, position, train report): one pass over all epochs;
-    under XLA a few fixed shapes, remainders padded."""
+def pipelines(options, data, tokenizer, xla, strategy):
+    """(train, valid, position, train report): the training pairs streamed
+    from their files for all epochs, each worker its own share of the lines
+    and of --token-budget; under XLA a few fixed shapes, remainders padded."""
     position = TrainingPosition()
-    shapes = dict(token_budget=options.token_budget, max_length=options.max_length)
+    shapes = dict(max_length=options.max_length)
     if xla:
         shapes.update(boundaries=xla_boundaries(options.max_length), pad_remainder=True)
-    train, report = bucketed_pair_dataset(*data["train"], tokenizer, tokenizer, seed=options.seed,
-                                          position=position, epochs=options.epochs, **shapes)
-    valid, valid_report = bucketed_pair_dataset(*data["valid"], tokenizer, tokenizer, shuffle=False, **shapes)
+    count = workers(strategy)
+    if options.token_budget // count < options.max_length:
+        raise SystemExit(f"--token-budget {options.token_budget} shared by {count} workers leaves each less than "
+                         f"--max-length {options.max_length}: raise it to {count * options.max_length} or more")
+
+    def train_shard(shard):
+        return streamed_pair_dataset(
+            data["train"], tokenizer, tokenizer, position, token_budget=options.token_budget // count,
+            shuffle_buffer=options.shuffle_buffer, seed=options.seed, epochs=options.epochs, shard=shard, **shapes)
+
+    valid, valid_report = bucketed_pair_dataset(*data["valid"], tokenizer, tokenizer, shuffle=False,
+                                                token_budget=options.token_budget, **shapes)
+    if options.strategy == "multiworker":
+        train, valid = distribute_worker_batches(strategy, train_shard), distribute_batches(strategy, valid)
+    else:
+        train = train_shard((1, 0))
+    report = estimate_epoch(data["train"], tokenizer, tokenizer, token_budget=options.token_budget,
+                            shuffle_buffer=options.shuffle_buffer, **shapes)
     print(f"train pipeline: {report}\nvalid pipeline: {valid_report}")
     return train, valid, position, report
 
@@ -200,13 +252,11 @@ def train(options, run, data, tokenizer, xla, resuming, decided, phases):
     model, schedule, decisions = compile_model(options, run, tokenizer.vocab_size, xla, metric.value)
     decisions = decided + decisions
     decode_xla = xla.use or device_class() == "gpu"
-    train_data, valid, position, report = pipelines(options, data, tokenizer, decisions[-1].value)
-    if options.strategy == "multiworker":
-        train_data, valid = distribute_batches(run.strategy, train_data), distribute_batches(run.strategy, valid)
-    steps = options.epochs * report.batches_per_epoch
-    fit = CadencedFit(run.workdir, position, options.cadence, steps, report.batches_per_epoch, options.save_every,
+    train_data, valid, position, report = pipelines(options, data, tokenizer, decisions[-1].value, run.strategy)
+    fit = CadencedFit(run.workdir, position, options.cadence, None, None, options.save_every,
                       options.max_minutes, resuming, "lower --learning-rate, or clip gradients with --clipnorm")
-    print(f"evaluation and checkpoints {options.cadence}; at most {steps} steps")
+    print(f"evaluation and checkpoints {options.cadence}; at most {options.epochs} epochs "
+          f"of {report.describe_batches()}")
     monitor, logging = chief_callbacks(options, model, tokenizer, data["valid"], decode_xla) if run.chief else (None, [])
     if run.chief and not resuming:  # a resumed run's curves continue the first run's
         write_hparams(options.logdir, options.as_hparams() | as_hparams(decisions))
@@ -217,6 +267,7 @@ def train(options, run, data, tokenizer, xla, resuming, decided, phases):
     averaging = keep_better_average(model, recent, valid_score(monitor, valid, keep_best.monitor), keep_best.mode)
     metrics = {**fit.report(model), "weights_sha256": weights_fingerprint(model), "batch_shapes": report.batch_shapes}
     print(f"averaging: {averaging}\ntrained {metrics['steps']} steps; weights sha256 {metrics['weights_sha256']}")
+    print(f"this worker read {position.pairs_read():,} training pairs from the files")
     if not run.chief:
         fit.release()
         return Trained(model, decisions, metrics)

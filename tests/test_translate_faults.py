@@ -254,6 +254,9 @@ def test_two_workers_train_in_lockstep_and_only_the_chief_writes(two_workers):
         "the other worker keeps only its tokenizer (its backup goes at the end)"
     tokenizers = [(tmp_path / "runs" / path).read_bytes() for path in ("spm.model", "workers/worker-1/spm.model")]
     assert tokenizers[0] == tokenizers[1], "both workers trained the same SentencePiece model"
+    read = [int(re.search(r"this worker read ([\d,]+) training pairs", out).group(1).replace(",", ""))
+            for out in outputs]
+    assert read == [500, 500], "each worker reads every other line of the 500, in each of 2 epochs"
 
 
 @pytest.mark.slow  # about 3 minutes

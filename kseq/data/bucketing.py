@@ -126,15 +126,9 @@ def bucketed_pair_dataset(
         raise ValueError("`drop_remainder` and `pad_remainder` exclude each other; pass one.")
     source_ids, target_ids, lengths, report = _kept_pairs(
         sources, targets, source_tokenizer, target_tokenizer, max_length, over_long)
-    boundaries = list(boundaries or default_boundaries(max_length))
-    if boundaries[-1] <= max_length:
-        raise ValueError(
-            f"The last bucket boundary ({boundaries[-1]}) must be > `max_length` ({max_length})."
-        )
-    # Bucket i holds lengths in [edge[i-1], edge[i]) and is padded to
-    # edge[i] - 1; tf.data adds a bucket past the last edge, empty here.
-    batch_sizes = [max(1, token_budget // max(edge - 1, 1)) for edge in boundaries]
-    report.batches_per_epoch, report.batch_shapes = _count_batches(
+    boundaries = check_boundaries(list(boundaries or default_boundaries(max_length)), max_length)
+    batch_sizes = bucket_batch_sizes(boundaries, token_budget)
+    report.batches_per_epoch, report.batch_shapes = epoch_batches(
         lengths, boundaries, batch_sizes, drop_remainder, pad_remainder)
     if not report.batches_per_epoch:
         raise ValueError(
@@ -144,7 +138,7 @@ def bucketed_pair_dataset(
         )
 
     def batched(pairs):
-        return _bucket(pairs, boundaries, batch_sizes, drop_remainder, pad_remainder)
+        return bucket_pairs(pairs, boundaries, batch_sizes, drop_remainder, pad_remainder)
 
     pairs = (source_ids, target_ids)
     if position is None:
@@ -160,7 +154,7 @@ def bucketed_pair_dataset(
     return dataset.prefetch(tf.data.AUTOTUNE), report
 
 
-def _count_batches(lengths, boundaries, batch_sizes, drop_remainder, pad_remainder):
+def epoch_batches(lengths, boundaries, batch_sizes, drop_remainder=False, pad_remainder=False):
     """(batches per epoch, distinct batch shapes) for pairs of these lengths."""
     counts = np.bincount(np.searchsorted(boundaries, lengths, side="right"), minlength=len(boundaries))
     sizes = np.asarray(batch_sizes)
@@ -201,26 +195,63 @@ def _positioned_epochs(pairs, batched, shuffle, seed, epochs, position):
 def _kept_pairs(sources, targets, source_tokenizer, target_tokenizer, max_length, over_long):
     """Tokenized pairs that fit: (source ids, target ids, padded lengths, report)."""
     source_ids, target_ids = tokenize_pairs(sources, targets, source_tokenizer, target_tokenizer)
-    source_lengths = source_ids.row_lengths().numpy()
-    target_lengths = target_ids.row_lengths().numpy() + 1  # with BOS or EOS
-    empty = (source_lengths == 0) | (target_lengths == 1)
-    too_long = ~empty & ((source_lengths > max_length) | (target_lengths > max_length))
-    keep = ~empty & (~too_long if over_long == "drop" else True)
+    empty, too_long = unfit_pairs(source_ids, target_ids, max_length)
+    empty, too_long = empty.numpy(), too_long.numpy()
     report = PipelineReport(
-        len(sources), int(keep.sum()), int(empty.sum()), int(too_long.sum()),
-        "dropped" if over_long == "drop" else "truncated", max_length,
+        len(sources), int((~empty & ~too_long).sum() if over_long == "drop" else (~empty).sum()),
+        int(empty.sum()), int(too_long.sum()), "dropped" if over_long == "drop" else "truncated", max_length,
     )
-    if not keep.any():
+    if not report.kept:
         raise ValueError(f"No pair is left to train on: {report}.")
-    indices = np.flatnonzero(keep)
-    lengths = np.maximum(np.minimum(source_lengths[indices], max_length),
-                         np.minimum(target_lengths[indices], max_length))
-    return (tf.gather(source_ids, indices)[:, :max_length],
-            tf.gather(target_ids, indices)[:, : max_length - 1], lengths, report)
+    source_ids, target_ids, lengths = kept_pairs(source_ids, target_ids, max_length, over_long)
+    return source_ids, target_ids, lengths.numpy(), report
 
 
-def _bucket(pairs, boundaries, batch_sizes, drop_remainder, pad_remainder):
-    """(source, target) pairs -> bucketed, padded model batches."""
+def unfit_pairs(source_ids, target_ids, max_length):
+    """(empty, too long): pairs with a side of no tokens, and the others
+    with a side over `max_length` (the target with its BOS or EOS)."""
+    source_lengths = source_ids.row_lengths()
+    target_lengths = target_ids.row_lengths() + 1
+    empty = tf.equal(source_lengths, 0) | tf.equal(target_lengths, 1)
+    too_long = ~empty & ((source_lengths > max_length) | (target_lengths > max_length))
+    return empty, too_long
+
+
+def kept_pairs(source_ids, target_ids, max_length, over_long="drop"):
+    """The pairs of two (N, None) ragged id tensors that train, in order:
+    without an empty side, and without a side over `max_length` ("drop") or
+    cut to it ("truncate"; the target leaves room for its BOS or EOS).
+    -> (source ids, target ids, lengths): a pair's length is its longer
+    side's, the target counted with BOS, as `bucket_pairs` buckets it.
+    Runs eagerly and in tf.data's graphs."""
+    empty, too_long = unfit_pairs(source_ids, target_ids, max_length)
+    keep = ~empty & (~too_long if over_long == "drop" else True)
+    source_ids = tf.ragged.boolean_mask(source_ids, keep)[:, :max_length]
+    target_ids = tf.ragged.boolean_mask(target_ids, keep)[:, : max_length - 1]
+    lengths = tf.maximum(source_ids.row_lengths(), target_ids.row_lengths() + 1)
+    return source_ids, target_ids, lengths
+
+
+def bucket_batch_sizes(boundaries, token_budget):
+    """Rows of each bucket's batches: bucket i holds lengths in
+    [edge[i-1], edge[i]) and is padded to edge[i] - 1, so it takes
+    token_budget // (edge[i] - 1) rows."""
+    return [max(1, token_budget // max(edge - 1, 1)) for edge in boundaries]
+
+
+def check_boundaries(boundaries, max_length):
+    """`boundaries`, checked to leave no kept length outside the last bucket."""
+    if boundaries[-1] <= max_length:
+        raise ValueError(
+            f"The last bucket boundary ({boundaries[-1]}) must be > `max_length` ({max_length})."
+        )
+    return boundaries
+
+
+def bucket_pairs(pairs, boundaries, batch_sizes, drop_remainder=False, pad_remainder=False):
+    """A dataset of (source ids, target ids) pairs -> bucketed, padded model
+    batches ({"source_ids", "target_ids"}, labels); tf.data adds a bucket
+    past the last edge, which kept pairs never reach."""
 
     def with_specials(source, target):
         decoder_input, labels = add_specials(tf.RaggedTensor.from_tensor(target[None]))

@@ -6,13 +6,18 @@ import os
 import shutil
 
 from kseq.training.callbacks import NonFiniteLoss, StopOnNonFiniteLoss, TimeLimit
+from kseq.training.distribution import WorkersAgree, workers
 from kseq.training.options import AUTO, RecipeOptions, option
 from kseq.training.periods import (
-    EvaluationPeriods, ProgressLine, StepTimer, batches_trained, global_step, parse_cadence,
+    DataEpochsCurve, EvaluationPeriods, FirstStepLine, ProgressLine, StepTimer, data_epochs, global_step, parse_cadence,
 )
 from kseq.training.preemption import SaveOnPreemption
 from kseq.training.resume import ResumableBackup
 from kseq.training.xla import StableFunctionNames
+
+
+# fit's epochs and steps for data of unknown length.
+UNBOUNDED = 2**31 - 1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,8 +65,9 @@ class CadencedFit:
         workdir: the run's folder; the backup goes to `<workdir>/backup`.
         position: the `TrainingPosition` the train pipeline reads.
         cadence: a `kseq.training.periods.Cadence`.
-        total_steps: the batches of all epochs.
-        steps_per_epoch: batches per data epoch.
+        total_steps: the batches of all epochs, or None for streamed data
+            (`kseq.data.streaming`), which ends when `position` says so.
+        steps_per_epoch: batches per data epoch, or None for streamed data.
         save_every: steps between saves.
         max_minutes: the training budget, or None.
         resuming: the backup's saved state (`ResumableBackup.saved_state`), or None.
@@ -74,12 +80,15 @@ class CadencedFit:
         self.backup = ResumableBackup(self.backup_dir, position, save_freq=save_every, steps_position=True,
                                       delete_at_end=False)
         self.timer = StepTimer()
-        self.periods = EvaluationPeriods(cadence, total_steps, steps_per_epoch=steps_per_epoch)
-        self.total_steps, self.steps_per_epoch = total_steps, steps_per_epoch
+        streamed = position if total_steps is None else None
+        self.periods = EvaluationPeriods(cadence, total_steps, steps_per_epoch=steps_per_epoch, position=streamed)
+        self.total_steps, self.steps_per_epoch, self.position = total_steps, steps_per_epoch, position
         self.resuming = resuming
         spent = resuming["train_seconds"] if resuming else 0.0
         self.limits = [TimeLimit(max_minutes, spent_seconds=spent), StopOnNonFiniteLoss(non_finite_hint),
-                       ProgressLine(budget_minutes=max_minutes, spent_seconds=spent)]
+                       ProgressLine(budget_minutes=max_minutes, spent_seconds=spent, position=streamed,
+                                    steps_per_epoch=steps_per_epoch)]
+        self.curve = DataEpochsCurve(streamed, steps_per_epoch)
 
     def fit(self, model, train, valid, logging=(), stopping=()):
         """`model.fit` with the chief's `logging` callbacks (scores, curves,
@@ -87,18 +96,25 @@ class CadencedFit:
         is saved and restored with the backup's); returns the history.
         Stopping runs after logging (a period's line shows its scores) and
         before the periods end and the backup saves (a period counts as
-        saved once its logs are written); nothing traces after that before
-        the steps compile (`StableFunctionNames`)."""
-        callbacks = [self.timer, *self.limits, *logging, *stopping, self.periods, self.backup,
-                     SaveOnPreemption(self.backup, self.workdir), StableFunctionNames()]
+        saved once its logs are written); with several workers their
+        decisions are made one after every other decision of a step
+        (`WorkersAgree`); nothing traces after that before the steps
+        compile (`StableFunctionNames`)."""
+        several = workers(model.distribute_strategy) > 1
+        agreement = [WorkersAgree(self.position, self.limits[0])] if several else []
+        callbacks = [self.timer, *self.limits, FirstStepLine(), self.curve, *logging, *stopping, self.periods, *agreement,
+                     self.backup, SaveOnPreemption(self.backup, self.workdir), StableFunctionNames()]
         self.backup.participants = [callback for callback in stopping if hasattr(callback, "save_state")]
         self.backup.restore(model.distribute_strategy)
         self.resuming = self.backup.restored  # the workers may have agreed on an older save
         self.limits[0].spent_seconds = self.limits[-1].spent_seconds = (
             self.resuming["train_seconds"] if self.resuming else 0.0)
+        # keras epochs are evaluation periods, each ended by `EvaluationPeriods`,
+        # which also ends fit; streamed data has no known length, hence the bound.
+        bound = self.total_steps or UNBOUNDED
         try:
-            return model.fit(train, validation_data=valid, epochs=self.total_steps,
-                             steps_per_epoch=self.total_steps, callbacks=callbacks, verbose=0, shuffle=False)
+            return model.fit(train, validation_data=valid, epochs=bound, steps_per_epoch=bound,
+                             callbacks=callbacks, verbose=0, shuffle=False)
         except NonFiniteLoss as error:
             raise SystemExit(f"{error}\nThe last save is kept in {self.backup_dir}; delete it to start over.")
 
@@ -113,7 +129,7 @@ class CadencedFit:
         return {
             "train_seconds": round(self.backup.train_seconds, 1),
             "steps": global_step(model),
-            "epochs_run": round(batches_trained(model) / self.steps_per_epoch, 3),
+            "epochs_run": round(data_epochs(model, self.position, self.steps_per_epoch), 3),
             "evaluations": self.periods.periods,
             "resumed_from_step": self.resuming["step"] if self.resuming else None,
             "train_step_seconds": round(self.timer.train_step_seconds, 1),

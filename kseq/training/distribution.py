@@ -3,15 +3,18 @@ several machines (MultiWorkerMirroredStrategy configured by TF_CONFIG)."""
 
 import hashlib
 
+import keras
 import numpy as np
 import tensorflow as tf
 
-from kseq._compat import clip_after_all_reduce, fix_keras_multi_worker_logs
+from kseq._compat import (
+    batches_applied, clip_after_all_reduce, end_epoch_early, ends_epoch_only, fix_keras_multi_worker_logs,
+)
 from kseq._validation import check_choice
 
 __all__ = [
-    "STRATEGIES", "clip_after_all_reduce", "distribute_batches", "fix_keras_multi_worker_logs",
-    "is_chief", "make_strategy", "task", "weights_fingerprint",
+    "STRATEGIES", "WorkersAgree", "clip_after_all_reduce", "distribute_batches", "distribute_worker_batches",
+    "fix_keras_multi_worker_logs", "is_chief", "make_strategy", "task", "weights_fingerprint", "workers",
 ]
 
 STRATEGIES = ("default", "mirrored", "multiworker")
@@ -62,29 +65,110 @@ def distribute_batches(strategy, dataset):
     def worker_dataset(context):
         replicas = context.num_replicas_in_sync
         local = replicas // context.num_input_pipelines
-        first = context.input_pipeline_id * local
-
-        def slices(features, labels):
-            rows = tf.shape(labels, out_type=tf.int64)[0]
-
-            def piece(replica):
-                start, end = (rows * replica) // replicas, (rows * (replica + 1)) // replicas
-                return tf.nest.map_structure(lambda x: x[start:end], (features, labels))
-
-            return tf.data.Dataset.range(first, first + local).map(piece)
-
-        options = tf.data.Options()
-        options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
-        sliced = dataset.flat_map(slices)
+        sliced = _split_rows(dataset, context.input_pipeline_id * local, local, replicas)
         batches = int(dataset.cardinality())
         # keras reads the per-worker count as steps per epoch: exact only
         # with one replica per worker (unknown otherwise, then keras counts
         # the first epoch, and a resumed epoch restarts from its start).
         if batches >= 0 and local == 1:
             sliced = sliced.apply(tf.data.experimental.assert_cardinality(batches))
-        return sliced.with_options(options)
+        return sliced.with_options(_unsharded())
 
     return strategy.distribute_datasets_from_function(worker_dataset)
+
+
+def distribute_worker_batches(strategy, make):
+    """A distributed dataset in which every worker reads its own data:
+    `make((workers, index))` builds this worker's dataset (e.g.
+    `kseq.data.streaming.streamed_pair_dataset(..., shard=...)`), whose
+    batches its local replicas split by rows.
+
+    Workers' shares make different numbers of batches, and collectives
+    need every worker to step together: after its share a worker yields
+    empty batches, which add nothing to kseq's losses (they divide by the
+    global count of real tokens), until `WorkersAgree` ends training once
+    every share is done.
+    """
+    def worker_dataset(context):
+        dataset = make((context.num_input_pipelines, context.input_pipeline_id))
+        empty = tf.nest.map_structure(lambda spec: tf.zeros([0] + [1] * (spec.shape.rank - 1), spec.dtype),
+                                      dataset.element_spec)
+        dataset = dataset.concatenate(tf.data.Dataset.from_tensors(empty).repeat())
+        local = context.num_replicas_in_sync // context.num_input_pipelines
+        if local > 1:
+            dataset = _split_rows(dataset, 0, local, local)
+        return dataset.with_options(_unsharded())
+
+    return strategy.distribute_datasets_from_function(worker_dataset)
+
+
+def _split_rows(dataset, first, local, replicas):
+    """Each (features, labels) batch cut by rows into `replicas` slices,
+    this worker's `local` ones from slice `first`, one element each."""
+
+    def slices(features, labels):
+        rows = tf.shape(labels, out_type=tf.int64)[0]
+
+        def piece(replica):
+            start, end = (rows * replica) // replicas, (rows * (replica + 1)) // replicas
+            return tf.nest.map_structure(lambda x: x[start:end], (features, labels))
+
+        return tf.data.Dataset.range(first, first + local).map(piece)
+
+    return dataset.flat_map(slices)
+
+
+def _unsharded():
+    options = tf.data.Options()
+    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
+    return options
+
+
+def workers(strategy):
+    """The worker processes of `strategy`'s cluster (chief included), 1 outside one."""
+    resolver = getattr(strategy, "cluster_resolver", None)
+    if resolver is None:
+        return 1
+    jobs = resolver.cluster_spec().as_dict()
+    return max(1, sum(len(jobs.get(name, ())) for name in ("chief", "worker")))
+
+
+class WorkersAgree(keras.callbacks.Callback):
+    """Makes the decisions of every step the same on every worker of a
+    MultiWorkerMirroredStrategy, as collectives need: the chief's clock ends
+    periods of minutes (`EvaluationPeriods`) and the time budget
+    (`time_limit`, a `TimeLimit`), and streamed data ends training once
+    every worker's share is done (`position.exhausted`; a worker whose
+    share ended first trains on empty batches meanwhile). One all-reduce
+    of three numbers a step; put it after every callback that decides at
+    a batch's end."""
+
+    def __init__(self, position, time_limit=None):
+        super().__init__()
+        self.position, self.time_limit = position, time_limit
+
+    def on_train_begin(self, logs=None):
+        strategy = self.model.distribute_strategy
+        self.chief, self.replicas = is_chief(strategy), strategy.num_replicas_in_sync
+
+        @tf.function
+        def summed(values):
+            return strategy.run(lambda v: tf.distribute.get_replica_context().all_reduce("sum", v), args=(values,))
+
+        self._summed = lambda values: strategy.experimental_local_results(summed(values))[0].numpy()
+
+    def on_train_batch_end(self, batch, logs=None):
+        exhausted = self.position is not None and self.position.exhausted(batches_applied(self.model.optimizer))
+        period_end = ends_epoch_only(self.model)
+        timed_out = self.time_limit is not None and self.time_limit.stopped_at_step is not None
+        stop = bool(self.model.stop_training) and not period_end and (timed_out or not exhausted)
+        mine = [float(self.chief and stop), float(self.chief and period_end), float(exhausted)]
+        stop, period_end, exhausted = self._summed(tf.constant(mine))
+        self.model.stop_training = False
+        if stop or exhausted >= self.replicas:
+            self.model.stop_training = True
+        elif period_end:
+            end_epoch_early(self.model)
 
 
 def weights_fingerprint(model):

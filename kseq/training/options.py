@@ -31,7 +31,7 @@ AUTO = "auto"
 Auto = typing.Literal["auto"]
 
 
-def option(default, help="", *, choices=None, minimum=None, file=False):
+def option(default, help="", *, choices=None, minimum=None, file=False, files=False):
     """A field of a recipe's options: its default and `--help` text.
 
     Args:
@@ -40,8 +40,11 @@ def option(default, help="", *, choices=None, minimum=None, file=False):
         choices: the values allowed (argparse checks them).
         minimum: the smallest value allowed ("auto" and None are let through).
         file: the value is an input file that must exist and be readable.
+        files: the value names input files: a path, a glob, or several
+            joined by commas (`kseq.data.corpus.corpus_files`), each of
+            which must name a readable file.
     """
-    metadata = dict(help=help, choices=choices, minimum=minimum, file=file)
+    metadata = dict(help=help, choices=choices, minimum=minimum, file=file, files=files)
     return dataclasses.field(default=default, metadata=metadata)
 
 
@@ -241,6 +244,13 @@ def _field_problems(options, fields):
             problems.append(f"{name} must be {'auto or ' if can_be_auto else ''}>= {minimum}")
         if field.metadata.get("file") and value:
             problems += _file_problems(name, value)
+        if field.metadata.get("files") and value:
+            from kseq.data.corpus import corpus_files
+
+            try:
+                corpus_files(value, name)
+            except ValueError as error:
+                problems.append(str(error))
     for name in ("logdir", "export_dir"):
         problems += _folder_problems(flag(name), getattr(options, name), export=name == "export_dir")
     return problems

@@ -74,12 +74,17 @@ class EvaluationPeriods(keras.callbacks.Callback):
         show: print a line per period (step, data epoch, logs).
         steps_per_epoch: batches per data epoch, for the printed line.
         clock: seconds, e.g. `time.monotonic` (the default).
+        position: the `TrainingPosition` of streamed data, or None: training
+            ends when its pipeline has no batch left, and the printed line
+            says how far into the data the run is.
     """
 
-    def __init__(self, cadence, total_steps=None, show=True, steps_per_epoch=None, clock=time.monotonic):
+    def __init__(self, cadence, total_steps=None, show=True, steps_per_epoch=None, clock=time.monotonic,
+                 position=None):
         super().__init__()
         self.cadence, self.total_steps = cadence, total_steps
         self.show, self.steps_per_epoch, self.clock = show, steps_per_epoch, clock
+        self.position = position
         self.periods = 0
 
     def on_train_begin(self, logs=None):
@@ -93,8 +98,9 @@ class EvaluationPeriods(keras.callbacks.Callback):
             self._start_period()
 
     def on_train_batch_end(self, batch, logs=None):
-        step = global_step(self.model)
-        if self.total_steps is not None and batches_trained(self.model) >= self.total_steps:
+        step, batches = global_step(self.model), batches_trained(self.model)
+        if (self.total_steps is not None and batches >= self.total_steps) or \
+                (self.position is not None and self.position.exhausted(batches)):
             self.model.stop_training = True
         elif self.cadence.steps and step // self.cadence.steps > self._period_step // self.cadence.steps:
             end_epoch_early(self.model)
@@ -106,11 +112,36 @@ class EvaluationPeriods(keras.callbacks.Callback):
         self.periods += 1
         if self.show:
             step = global_step(self.model)
-            epochs = batches_trained(self.model) / self.steps_per_epoch if self.steps_per_epoch else None
+            epochs = data_epochs(self.model, self.position, self.steps_per_epoch)
             where = f" (data epoch {epochs:.2f})" if epochs is not None else ""
             shown = ", ".join(f"{k} {v:.4g}" for k, v in (logs or {}).items() if np.ndim(v) == 0)
             print(f"step {step}{where}: {shown}", flush=True)
         self._start_period()
+
+
+def data_epochs(model, position=None, steps_per_epoch=None):
+    """How far `model`'s training is into its data, in epochs: from the
+    `position` of streamed data, else from fixed `steps_per_epoch`; None
+    when neither tells."""
+    batches = batches_trained(model)
+    if position is not None:
+        return position.data_epochs(batches)
+    return batches / steps_per_epoch if steps_per_epoch else None
+
+
+class DataEpochsCurve(keras.callbacks.Callback):
+    """Adds "data_epochs" (how far into the data, `data_epochs`) to each
+    period's logs; put it before the TensorBoard callback, which then draws
+    it beside the loss."""
+
+    def __init__(self, position=None, steps_per_epoch=None):
+        super().__init__()
+        self.position, self.steps_per_epoch = position, steps_per_epoch
+
+    def on_epoch_end(self, epoch, logs=None):
+        epochs = data_epochs(self.model, self.position, self.steps_per_epoch)
+        if logs is not None and epochs is not None:
+            logs["data_epochs"] = epochs
 
 
 class StepTimer(keras.callbacks.Callback):
@@ -154,15 +185,20 @@ class ProgressLine(keras.callbacks.Callback):
     `fit(verbose=0)` and evaluation periods of minutes, the user sees the
     run move between evaluations.
 
+    With a `position` (or `steps_per_epoch`) each line says how far into
+    the data the run is.
+
     Example:
     >>> line = ProgressLine(every_seconds=30, budget_minutes=12, spent_seconds=60)
-    >>> line.describe(step=250, loss=4.25, steps_per_second=3.2, elapsed=540.0)
-    'step 250: loss 4.25, 3.2 steps/s, 3.0 min of 12 left'
+    >>> line.describe(step=250, loss=4.25, steps_per_second=3.2, elapsed=540.0, epochs=1.375)
+    'step 250: loss 4.25, 3.2 steps/s, data epoch 1.38, 3.0 min of 12 left'
     """
 
-    def __init__(self, every_seconds=30.0, budget_minutes=None, spent_seconds=0.0):
+    def __init__(self, every_seconds=30.0, budget_minutes=None, spent_seconds=0.0, position=None,
+                 steps_per_epoch=None):
         super().__init__()
         self.every_seconds, self.budget_minutes, self.spent_seconds = every_seconds, budget_minutes, spent_seconds
+        self.position, self.steps_per_epoch = position, steps_per_epoch
 
     def on_train_begin(self, logs=None):
         self._started = self._last = time.monotonic()
@@ -174,15 +210,33 @@ class ProgressLine(keras.callbacks.Callback):
             return
         step = global_step(self.model)
         rate = (step - self._last_step) / (now - self._last)
-        print(self.describe(step, float(logs["loss"]), rate, self.spent_seconds + now - self._started), flush=True)
+        epochs = data_epochs(self.model, self.position, self.steps_per_epoch)
+        print(self.describe(step, float(logs["loss"]), rate, self.spent_seconds + now - self._started, epochs),
+              flush=True)
         self._last, self._last_step = now, step
 
-    def describe(self, step, loss, steps_per_second, elapsed):
-        """The line for `step`, `elapsed` seconds of training in all."""
+    def describe(self, step, loss, steps_per_second, elapsed, epochs=None):
+        """The line for `step`, `elapsed` seconds of training in all, `epochs` into the data."""
         left = ""
         if self.budget_minutes:
             left = f", {max(self.budget_minutes - elapsed / 60, 0.0):.1f} min of {self.budget_minutes:g} left"
-        return f"step {step}: loss {loss:.4g}, {steps_per_second:.1f} steps/s{left}"
+        where = f", data epoch {epochs:.2f}" if epochs is not None else ""
+        return f"step {step}: loss {loss:.4g}, {steps_per_second:.1f} steps/s{where}{left}"
+
+
+class FirstStepLine(keras.callbacks.Callback):
+    """Prints when the first train step of a run ends, with the seconds
+    since `fit` began (the data's first batches, tracing the step): how
+    long a user waits before training moves."""
+
+    def on_train_begin(self, logs=None):
+        self._started, self._done = time.monotonic(), False
+
+    def on_train_batch_end(self, batch, logs=None):
+        if not self._done:
+            self._done = True
+            print(f"the first train step of this run (step {global_step(self.model)}) ended "
+                  f"{time.monotonic() - self._started:.1f} s after fit began", flush=True)
 
 
 class StepTensorBoard(keras.callbacks.TensorBoard):

@@ -148,24 +148,36 @@ def tokenizer_for(options, texts, vocab_size, folder=None):
     return tokenizer
 
 
-def resumable_tokenizer(options, texts, workdir, resuming):
+def resumable_tokenizer(options, texts, workdir, resuming, cache=None):
     """The run's tokenizer: the one a resumed run saved in `workdir`, else
     `tokenizer_for` with `options.vocab_size` ("auto": sized to `texts` by
     `kseq.data.subword_tokenizer.vocab_size_for`, at most
-    `options.max_vocab_size`)."""
-    from kseq.data.subword_tokenizer import vocab_size_for
+    `options.max_vocab_size`). `cache`: a folder of the data's own (the
+    corpus scan's) where a SentencePiece vocabulary trained on `texts` is
+    kept, and found by the next run on the same data."""
+    from kseq.data.subword_tokenizer import SubwordTokenizer, vocab_size_for
     from kseq.data.tokenizers import load_tokenizer
 
     start = time.time()
     saved = [path for path in (os.path.join(workdir, name) for name in ("spm.model", "tokenizer.json"))
              if os.path.exists(path)]
+    own = not options.tokenizer and not options.init_from
     if resuming and saved:
         tokenizer = load_tokenizer(saved[0])
     else:
         size = options.vocab_size
-        if size == "auto" and not options.tokenizer and not options.init_from:
+        if size == "auto" and own:
             size = vocab_size_for(texts, options.max_vocab_size)
-        tokenizer = tokenizer_for(options, texts, size, folder=workdir)
+        kept = os.path.join(cache, f"spm-{size}.model") if cache and own else None
+        if kept and os.path.isfile(kept):
+            tokenizer = SubwordTokenizer.load(kept)
+            print(f"SentencePiece vocabulary: {tokenizer.vocab_size} pieces, trained on this data before ({kept})")
+            for name, content in tokenizer_files(tokenizer).items():
+                write_bytes_atomic(os.path.join(workdir, name), content)
+        else:
+            tokenizer = tokenizer_for(options, texts, size, folder=workdir)
+            if kept:
+                tokenizer.save(kept)
     most = f", at most {options.max_vocab_size}" if hasattr(options, "max_vocab_size") else ""
     print(f"vocabulary: {tokenizer.vocab_size} ids ({time.time() - start:.0f} s; --vocab-size {options.vocab_size}{most})")
     return tokenizer

@@ -18,16 +18,21 @@ from kseq.training.periods import batches_trained
 
 
 class TrainingPosition:
-    """The data epoch in progress and the batches of it already trained on.
+    """Where training is in its data: the data epoch in progress, the window
+    of it (streamed data, `kseq.data.streaming`) and the batches of it
+    already trained on.
 
-    A data pipeline built with a position (e.g. `bucketed_pair_dataset(...,
-    position=p)`) reads it each time an iterator over it starts: the epoch
-    fixes the shuffle, so every run sees the same batches in the same order,
-    and `skip` drops the ones a resumed run has already trained on. The
-    pipeline sets `steps_per_epoch`, its batches per data epoch, so that a
-    position can also follow a global step. `ResumableBackup` keeps it up to
-    date. Create it outside `strategy.scope()`: the pipeline needs plain
-    variables.
+    A data pipeline built with a position (`bucketed_pair_dataset(...,
+    position=p)`, `streamed_pair_dataset(..., p)`) reads it each time an
+    iterator over it starts: the epoch (and window) fix the shuffle, so
+    every run sees the same batches in the same order, and `skip` drops the
+    ones a resumed run has already trained on. A pipeline of lists sets
+    `steps_per_epoch`, its batches per epoch; a streamed one sets
+    `windows_per_epoch` and `epochs` and records each window's batches as
+    it prepares it (`record_window`). Either way `where(batches)` turns
+    the batches trained since the start into a place to resume from.
+    `ResumableBackup` keeps it up to date. Create it outside
+    `strategy.scope()`: the pipeline needs plain variables.
     """
 
     def __init__(self):
@@ -35,11 +40,18 @@ class TrainingPosition:
             raise ValueError("Create a TrainingPosition outside `strategy.scope()`.")
         with tf.device("/cpu:0"):
             self.epoch = tf.Variable(0, dtype=tf.int64, trainable=False, name="position_epoch")
+            self.window = tf.Variable(0, dtype=tf.int64, trainable=False, name="position_window")
             self.skip = tf.Variable(0, dtype=tf.int64, trainable=False, name="position_skip")
         self.steps_per_epoch = None
+        self.windows_per_epoch = None
+        self.epochs = None
+        self._windows = {}  # (epoch, window) -> its batches, as the pipeline prepared them
+        self._pairs = {}  # (epoch, window) -> the pairs it holds
+        self._origin = (0, 0, 0, 0)  # (epoch, window, skip) where the pipeline started, at this many batches
 
-    def set(self, epoch, skip=0):
+    def set(self, epoch, skip=0, window=0):
         self.epoch.assign(epoch)
+        self.window.assign(window)
         self.skip.assign(skip)
 
     def set_step(self, step):
@@ -49,6 +61,61 @@ class TrainingPosition:
                 "`steps_per_epoch` is unknown: build the data pipeline with this position first."
             )
         self.set(*divmod(int(step), self.steps_per_epoch))
+
+    def start_at(self, batches, epoch, window, skip):
+        """The pipeline starts at (epoch, window, skip), `batches` batches
+        after the start of training (a resumed run's last save)."""
+        self.set(epoch, skip, window)
+        self._origin = (int(epoch), int(window), int(skip), int(batches))
+
+    def record_window(self, epoch, window, batches, pairs):
+        """Called by a streamed pipeline as it prepares a window of `pairs`
+        pairs in `batches` batches; returns `batches`."""
+        self._windows[int(epoch), int(window)] = int(batches)
+        self._pairs[int(epoch), int(window)] = int(pairs)
+        return batches
+
+    def pairs_read(self):
+        """The pairs of every window the pipeline has prepared in this process."""
+        return sum(self._pairs.values())
+
+    def where(self, batches):
+        """(epoch, window, skip) after `batches` batches from the start of
+        training; (epochs, 0, 0) once a streamed pipeline has none left."""
+        batches = int(batches)
+        if self.windows_per_epoch is None:
+            if not self.steps_per_epoch:
+                raise ValueError("the data pipeline has not set this position's epoch length")
+            epoch, skip = divmod(batches, self.steps_per_epoch)
+            return epoch, 0, skip
+        epoch, window, left, origin = self._origin
+        left += batches - origin
+        start = (epoch, window)
+        while epoch < self.epochs:
+            count = self._windows.get((epoch, window))
+            if count is None:  # not prepared yet: only the start (a resumed run before its first batch)
+                if left and (epoch, window) != start:
+                    raise RuntimeError(f"{batches} batches trained, more than the pipeline has prepared")
+                return epoch, window, left
+            if left < count:
+                return epoch, window, left
+            left -= count
+            epoch, window = (epoch, window + 1) if window + 1 < self.windows_per_epoch else (epoch + 1, 0)
+        return self.epochs, 0, 0
+
+    def exhausted(self, batches):
+        """Whether a streamed pipeline has no batch left after `batches`."""
+        return self.epochs is not None and self.windows_per_epoch is not None and \
+            self.where(batches)[0] >= self.epochs
+
+    def data_epochs(self, batches):
+        """How far into the data `batches` batches go, in epochs (1.5: half
+        way through the second); None before a pipeline sets the epoch length."""
+        if self.windows_per_epoch is None:
+            return batches / self.steps_per_epoch if self.steps_per_epoch else None
+        epoch, window, skip = self.where(batches)
+        count = self._windows.get((epoch, window))
+        return epoch + (window + (skip / count if count else 0.0)) / self.windows_per_epoch
 
 
 class ResumableBackup(keras.callbacks.BackupAndRestore):
@@ -165,12 +232,17 @@ class ResumableBackup(keras.callbacks.BackupAndRestore):
         epoch, batch, step = self.restored["epoch"], self.restored["batch"], self.restored["step"]
         if self.steps_position:
             batches = self.restored.get("batches", step)  # more than the steps with gradient accumulation
-            self.position.set_step(batches)
+            place = self.restored.get("data")  # a save from before data places was a step of fixed epochs
+            if place:
+                self.position.start_at(batches, place["epoch"], place["window"], place["skip"])
+            else:
+                self.position.set_step(batches)
             self._resume_at = (epoch, 0)  # the period in progress starts again, shorter
             self.initial_epoch = epoch
             resume_fit_at_epoch(self.model, epoch)
-            data_epoch, skip = divmod(batches, self.position.steps_per_epoch)
-            print(f"resuming from {folder}: step {step}, data epoch {data_epoch + 1}, batch {skip}")
+            data_epoch, window, skip = self.position.where(batches)
+            within = f", window {window + 1}" if self.position.windows_per_epoch else ""
+            print(f"resuming from {folder}: step {step}, data epoch {data_epoch + 1}{within}, batch {skip}")
             return
         steps = (self.params or {}).get("steps")
         if batch and (self.position is None or not steps):
@@ -223,8 +295,11 @@ class ResumableBackup(keras.callbacks.BackupAndRestore):
         # The save before stays too: a worker killed mid-save resumes with
         # the others from the last save all of them finished.
         previous = {key: value for key, value in (self._published or {}).items() if key != "previous"}
-        state = dict(epoch=epoch, batch=batch, step=step, batches=batches_trained(self.model),
+        batches = batches_trained(self.model)
+        state = dict(epoch=epoch, batch=batch, step=step, batches=batches,
                      train_seconds=self.train_seconds, folder=folder, previous=previous or None)
+        if self.steps_position:
+            state["data"] = dict(zip(("epoch", "window", "skip"), self.position.where(batches)))
         try:
             os.makedirs(path, exist_ok=True)
             self.model.save_weights(os.path.join(path, "model.weights.h5"), overwrite=True)

@@ -54,7 +54,9 @@ def expected_passes(train_tokens, epochs, minutes=None, tokens_per_minute=None):
         return float(epochs)
     if not (minutes > 0 and tokens_per_minute > 0):
         raise ValueError(f"`minutes` and `tokens_per_minute` must be > 0; got {minutes!r}, {tokens_per_minute!r}.")
-    return round(min(float(epochs), minutes * tokens_per_minute / train_tokens), 2)
+    # Three significant digits: a corpus larger than the budget covers has
+    # a fraction of a pass, never zero.
+    return float(f"{min(float(epochs), minutes * tokens_per_minute / train_tokens):.3g}")
 
 
 def model_for_data(passes, metric, preset):
@@ -87,17 +89,20 @@ def model_for_data(passes, metric, preset):
     return settings, f"small data: {passes:g} expected passes over the data (> {SMALL_DATA_PASSES:g})"
 
 
-def choose_model_size(options, target_lengths, metric):
+def choose_model_size(options, target_lengths, metric, pairs=None):
     """(settings, Decision "model_size"): `model_for_data` for a translation
     recipe's `options` (its preset, arch, widths, dropout, max_length,
     epochs, max_minutes and options_given), from the token counts of the
     training targets (`target_lengths`; over-long ones are left out, as the
-    pipeline drops them, and each gets its EOS). Options given keep their
+    pipeline drops them, and each gets its EOS), or of a uniform sample of
+    them from a corpus of `pairs` pairs. Options given keep their
     values, a width given keeps every width. The RNN gets `RNN_MODEL` on the
     quick preset instead (the rule was measured on the Transformer).
     `settings` holds the values to change."""
     lengths = np.asarray(target_lengths)
     tokens = int((lengths[lengths <= options.max_length] + 1).sum())
+    if pairs is not None and len(lengths):
+        tokens = round(tokens * pairs / len(lengths))
     passes = expected_passes(max(tokens, 1), options.epochs, options.max_minutes,
                              TOKENS_PER_MINUTE.get(options.preset))
     given = set(options.options_given)

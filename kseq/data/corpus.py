@@ -1,0 +1,288 @@
+"""Parallel corpora of any size on disk: `source<TAB>target` lines in one
+file, several, or a glob, plain or gzip.
+
+Nothing here holds a corpus. `scan_corpus` reads it once as a stream and
+keeps only what is bounded: the line count of each file, the bad lines
+(counted, the first few by number), a uniform sample of pairs (reservoir
+sampling, for the vocabulary and the data's statistics) and, when asked,
+a validation set held out by line number. The scan is cached under the
+kseq cache folder, keyed by the files' paths, sizes and modification
+times, so a second run on the same files skips the pass.
+`kseq.data.streaming` then reads the lines with tf.data while training.
+"""
+
+import dataclasses
+import glob
+import gzip
+import hashlib
+import json
+import os
+import random
+
+from kseq._atomic import write_bytes_atomic, write_json_atomic
+from kseq._validation import check_positive_int
+from kseq.data.pypi_data import cache_root
+from kseq.data.text import normalize_text
+from kseq.data.tsv import EMPTY_LINE, EMPTY_SOURCE, EMPTY_TARGET, MANY_TABS, NO_TAB, NOT_UTF8
+
+GZIP_MAGIC = b"\x1f\x8b"
+BOM = "\ufeff"
+# Bad lines spelled out in a report; the rest are counted.
+PROBLEMS_KEPT = 20
+# Bump when what a scan computes changes, so that old cache entries are ignored.
+SCAN_VERSION = 1
+
+
+def corpus_files(spec, argument="files"):
+    """The files `spec` names: a path, a glob ("data/*.tsv.gz"), several of
+    either joined by commas, or a list of them. Globs are sorted; a file
+    named twice is read once.
+
+    Raises:
+        ValueError: a part names no file (the message names `argument`).
+
+    Example:
+        corpus_files("train.tsv.gz")          # ['train.tsv.gz']
+        corpus_files("shards/*.tsv,extra.tsv")
+    """
+    parts = list(spec) if isinstance(spec, (list, tuple)) else str(spec).split(",")
+    files = []
+    for part in (os.path.expanduser(str(p).strip()) for p in parts):
+        if not part:
+            continue
+        if glob.has_magic(part):
+            matches = sorted(path for path in glob.glob(part) if os.path.isfile(path))
+            if not matches:
+                raise ValueError(f"{argument} {part}: the pattern matches no file")
+        elif os.path.isdir(part):
+            raise ValueError(f"{argument} {part}: is a directory, not a file (a glob such as {part}/*.tsv reads "
+                             "the files in it)")
+        elif not os.path.isfile(part):
+            raise ValueError(f"{argument} {part}: no such file")
+        else:
+            matches = [part]
+        for path in matches:
+            if not os.access(path, os.R_OK):
+                raise ValueError(f"{argument} {path}: not readable (permission denied)")
+        files += [path for path in matches if path not in files]
+    if not files:
+        raise ValueError(f"{argument}: names no file; got {spec!r}")
+    return files
+
+
+def compression_of(path):
+    """"GZIP" for a gzip file (by its magic bytes, whatever its name), else ""."""
+    with open(path, "rb") as f:
+        return "GZIP" if f.read(2) == GZIP_MAGIC else ""
+
+
+def raw_lines(path):
+    """The lines of `path` as bytes without their "\\n", read as a stream
+    (gzip by its magic bytes); a final newline ends the last line, it does
+    not start an empty one, as tf.data's TextLineDataset reads it."""
+    opener = gzip.open if compression_of(path) else open
+    with opener(path, "rb") as f:
+        for line in f:
+            yield line[:-1] if line.endswith(b"\n") else line
+
+
+def line_problem(raw):
+    """(source, target) strings, not yet normalized, or the reason the line
+    is not one pair (the reasons of `kseq.data.tsv.read_tsv`, which the
+    streaming pipeline drops in the graph with the same rules)."""
+    try:
+        line = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return None, NOT_UTF8
+    line = line.removeprefix(BOM).removesuffix("\r")
+    if not line.strip():
+        return None, EMPTY_LINE
+    fields = line.split("\t")
+    if len(fields) != 2:
+        return None, NO_TAB if len(fields) == 1 else MANY_TABS
+    # normalize_text(x) is "" exactly when x is whitespace: no need to normalize every line.
+    if not fields[0].strip():
+        return None, EMPTY_SOURCE
+    if not fields[1].strip():
+        return None, EMPTY_TARGET
+    return (fields[0], fields[1]), None
+
+
+@dataclasses.dataclass(frozen=True)
+class HoldOut:
+    """Validation pairs taken from the training files by line number: every
+    `every`-th line (the first, then every `every`-th after it, counting the
+    lines of all files in the order given), at most `limit` of them."""
+
+    every: int
+    limit: int
+
+    @property
+    def below(self):
+        """Line numbers (0-based, over all files) from which nothing is held out."""
+        return self.every * self.limit
+
+    def holds(self, line):
+        return line % self.every == 0 and line < self.below
+
+
+@dataclasses.dataclass
+class CorpusScan:
+    """What one streaming pass over a corpus found (see `scan_corpus`).
+
+    files, compressions, line_counts: each file, "GZIP" or "", its lines.
+    bad: bad lines among the training lines; reasons: their count by reason;
+    problems: the first few, as (file, line number from 1, reason).
+    held_out: lines held out for validation (good or bad).
+    sample: (sources, targets) of up to `sample_size` training pairs drawn
+        uniformly, normalized, in file order when the corpus is no larger.
+    valid: (sources, targets) held out, normalized; empty without a hold-out.
+    hold_out: the `HoldOut` rule, or None.
+    """
+
+    files: list
+    compressions: list
+    line_counts: list
+    bad: int
+    reasons: dict
+    problems: list
+    held_out: int
+    sample: tuple
+    valid: tuple
+    hold_out: HoldOut | None = None
+    folder: str | None = None  # its cache entry, where derived files (a vocabulary) may be kept too
+
+    @property
+    def lines(self):
+        return sum(self.line_counts)
+
+    @property
+    def pairs(self):
+        """Good training pairs: lines neither bad nor held out."""
+        return self.lines - self.held_out - self.bad
+
+    @property
+    def offsets(self):
+        """The number of each file's first line among all files' lines."""
+        starts, total = [], 0
+        for count in self.line_counts:
+            starts.append(total)
+            total += count
+        return starts
+
+    def describe_problems(self, limit=5):
+        """"skipped 3 of 1,200 lines: a.tsv line 4 (no tab), ...", or ""."""
+        if not self.bad:
+            return ""
+        several = len(self.files) > 1
+        shown = ", ".join(f"{os.path.basename(path) + ' ' if several else ''}line {number} ({reason})"
+                          for path, number, reason in self.problems[:limit])
+        name = "" if several else f" in {os.path.basename(self.files[0])}"
+        rest = self.bad - min(limit, len(self.problems))
+        more = f" and {rest:,} more" if rest > 0 else ""
+        counts = ", ".join(f"{count:,} {reason}" for reason, count in sorted(self.reasons.items()))
+        return f"skipped {self.bad:,} of {self.lines - self.held_out:,} lines{name}: {shown}{more} ({counts})"
+
+
+def scan_corpus(files, sample_size=100_000, seed=0, hold_out=None, cache_dir=None, use_cache=True):
+    """One streaming pass over `files` -> `CorpusScan`; memory bounded by
+    `sample_size` (and the hold-out's limit), whatever the corpus size.
+
+    Every line is checked (`line_problem`); good training lines go through
+    reservoir sampling (algorithm R, seeded by `seed`), so the sample is a
+    uniform draw of `sample_size` pairs, or every pair, in file order, when
+    there are no more. The result is cached in `<cache>/corpora/<key>/`
+    (key: the files' absolute paths, sizes and modification times, and the
+    arguments); `use_cache=False` scans again.
+
+    Raises:
+        ValueError: the files hold no good training pair (names the first problems).
+    """
+    check_positive_int("sample_size", sample_size)
+    files = [os.fspath(path) for path in files]
+    folder = os.path.join(cache_root(cache_dir), "corpora", _scan_key(files, sample_size, seed, hold_out))
+    if use_cache:
+        cached = _load_scan(folder, files, hold_out)
+        if cached is not None:
+            return cached
+    scan = _scan(files, sample_size, seed, hold_out)
+    scan.folder = folder
+    if not scan.sample[0]:
+        raise ValueError(f"{', '.join(files)}: no valid source<TAB>target line to train on"
+                         + (f"; {scan.describe_problems()}" if scan.bad else " (the files are empty)"))
+    _save_scan(folder, scan)
+    return scan
+
+
+def _scan(files, sample_size, seed, hold_out):
+    draw = random.Random(seed)
+    sample, valid, problems, reasons = [], [], [], {}
+    line_counts, compressions = [], []
+    bad = held = seen = number = 0
+    for path in files:
+        compressions.append(compression_of(path))
+        count = 0
+        for count, raw in enumerate(raw_lines(path), start=1):
+            pair, reason = line_problem(raw)
+            if hold_out is not None and hold_out.holds(number):
+                held += 1
+                if pair:
+                    valid.append(pair)
+            elif reason:
+                bad += 1
+                reasons[reason] = reasons.get(reason, 0) + 1
+                if len(problems) < PROBLEMS_KEPT:
+                    problems.append((path, count, reason))
+            else:
+                if seen < sample_size:
+                    sample.append(pair)
+                else:
+                    slot = draw.randrange(seen + 1)
+                    if slot < sample_size:
+                        sample[slot] = pair
+                seen += 1
+            number += 1
+        line_counts.append(count)
+    return CorpusScan(files, compressions, line_counts, bad, reasons, problems, held,
+                      _normalized(sample), _normalized(valid), hold_out)
+
+
+def _normalized(pairs):
+    return [normalize_text(s) for s, _ in pairs], [normalize_text(t) for _, t in pairs]
+
+
+def _scan_key(files, sample_size, seed, hold_out):
+    stats = [(os.path.abspath(path), os.stat(path).st_size, os.stat(path).st_mtime_ns) for path in files]
+    rule = dataclasses.asdict(hold_out) if hold_out else None
+    text = json.dumps([SCAN_VERSION, stats, sample_size, seed, rule])
+    return hashlib.sha256(text.encode()).hexdigest()[:24]
+
+
+SUMMARY, SAMPLE, VALID = "scan.json", "sample.tsv.gz", "valid.tsv.gz"
+
+
+def _save_scan(folder, scan):
+    os.makedirs(folder, exist_ok=True)
+    for name, (sources, targets) in ((SAMPLE, scan.sample), (VALID, scan.valid)):
+        text = "".join(f"{s}\t{t}\n" for s, t in zip(sources, targets))
+        write_bytes_atomic(os.path.join(folder, name), gzip.compress(text.encode("utf-8"), mtime=0))
+    summary = {name: getattr(scan, name) for name in
+               ("files", "compressions", "line_counts", "bad", "reasons", "problems", "held_out")}
+    write_json_atomic(os.path.join(folder, SUMMARY), summary)  # last: it marks the entry complete
+
+
+def _load_scan(folder, files, hold_out):
+    try:
+        with open(os.path.join(folder, SUMMARY), encoding="utf-8") as f:
+            summary = json.load(f)
+        pairs = {}
+        for name in (SAMPLE, VALID):
+            with gzip.open(os.path.join(folder, name), "rt", encoding="utf-8") as f:
+                rows = [line.rstrip("\n").split("\t") for line in f]
+            pairs[name] = ([s for s, _ in rows], [t for _, t in rows])
+    except (OSError, ValueError, EOFError):
+        return None
+    if summary.get("files") != files:
+        return None
+    summary["problems"] = [tuple(problem) for problem in summary["problems"]]
+    return CorpusScan(**summary, sample=pairs[SAMPLE], valid=pairs[VALID], hold_out=hold_out, folder=folder)

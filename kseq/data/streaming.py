@@ -1,0 +1,224 @@
+"""Training batches streamed from corpus files: memory and start-up flat in
+the corpus size, an exact place to resume, one shard per worker.
+
+The lines of an epoch (its files in an order drawn from (seed, epoch)) are
+read by tf.data in chunks, normalized in the graph with the function the
+exports use, tokenized, and gathered into windows of about
+`shuffle_buffer` pairs. Each window is shuffled as a whole (by seed,
+epoch and window), bucketed by length under a token budget and emitted as
+batches; the next window is tokenized while these train. A window holding
+the whole corpus is a full shuffle of every epoch; a larger corpus is
+shuffled within windows, as a bounded shuffle buffer would.
+
+Windows cut the stream where nothing is buffered, so a place in it is
+(epoch, window, batches of the window already trained): a resumed run skips
+whole windows as lines, never tokenizing them, and re-tokenizes only the
+window it stopped in. The pipeline records each window's batch count in the
+`TrainingPosition` as it tokenizes it, which turns a number of batches
+trained into such a place (`TrainingPosition.where`).
+"""
+
+import dataclasses
+import math
+
+import numpy as np
+import tensorflow as tf
+
+from kseq._validation import check_choice, check_positive_int
+from kseq.data.bucketing import (
+    bucket_batch_sizes, bucket_pairs, check_boundaries, default_boundaries, epoch_batches, kept_pairs, tokenize_pairs,
+    unfit_pairs,
+)
+from kseq.data.text import normalize_text_op
+
+# Lines tf.data reads and tokenizes as one element: large enough that the
+# per-element cost of tf.data vanishes, small enough to tokenize in parallel.
+CHUNK_LINES = 1024
+# Keeps window w's shuffle seed apart from every epoch's: (seed, epoch + w * WINDOW_SEED_STRIDE).
+WINDOW_SEED_STRIDE = 1 << 32
+
+
+def windows_per_epoch(line_counts, shuffle_buffer, shards=1):
+    """Windows in one epoch of files with these line counts, each worker of
+    `shards` taking every `shards`-th line into windows of about
+    `shuffle_buffer` pairs (the same count for every worker)."""
+    chunks = sum(math.ceil(count / CHUNK_LINES) for count in line_counts)
+    return max(1, math.ceil(chunks / chunks_per_window(shuffle_buffer, shards)))
+
+
+def chunks_per_window(shuffle_buffer, shards=1):
+    return max(1, math.ceil(shuffle_buffer * shards / CHUNK_LINES))
+
+
+def parse_lines(lines):
+    """(N,) raw lines -> (sources, targets, good): both sides normalized
+    (`normalize_text_op`); `good` is False for the lines `kseq.data.corpus`
+    counts as bad (not UTF-8, not exactly one tab, a blank side)."""
+    lines = tf.strings.regex_replace(lines, "^\ufeff", "")
+    valid = tf.equal(tf.strings.unicode_transcode(lines, "UTF-8", "UTF-8", errors="replace"), lines)
+    fields = tf.strings.split(lines, "\t")
+    two = tf.equal(fields.row_lengths(), 2)
+    padded = fields.to_tensor(default_value="", shape=[None, 2])
+    sources, targets = normalize_text_op(padded[:, 0]), normalize_text_op(padded[:, 1])
+    good = valid & two & tf.not_equal(sources, "") & tf.not_equal(targets, "")
+    return sources, targets, good
+
+
+def streamed_pair_dataset(
+    scan, source_tokenizer, target_tokenizer, position, token_budget=4096, max_length=128, boundaries=None,
+    shuffle_buffer=250_000, shuffle=True, seed=0, epochs=1, shard=(1, 0), over_long="drop", pad_remainder=False,
+):
+    """Batches of ({"source_ids", "target_ids"}, labels) from the files of a
+    `kseq.data.corpus.CorpusScan`, as `kseq.data.bucketing.bucketed_pair_dataset`
+    makes them from lists, for `epochs` epochs from `position`.
+
+    Args:
+        scan: the corpus (`scan_corpus`): its files, their line counts and
+            the hold-out rule (held-out lines never train).
+        source_tokenizer, target_tokenizer: kseq tokenizers.
+        position: a `kseq.training.resume.TrainingPosition`. An iterator
+            starts at its (epoch, window, skip); the pipeline records each
+            window's batches in it and sets its `windows_per_epoch` and `epochs`.
+        token_budget, max_length, boundaries, over_long, pad_remainder: as
+            in `bucketed_pair_dataset`.
+        shuffle_buffer: pairs a window holds (per worker).
+        shuffle: shuffle each window and each epoch's file order.
+        seed: the shuffle seed.
+        epochs: epochs in all (a resumed run starts at `position.epoch`).
+        shard: (workers, this worker's index): each takes every workers-th
+            line, so no worker tokenizes another's data.
+
+    Returns:
+        A tf.data.Dataset of batches (its length unknown).
+    """
+    check_positive_int("token_budget", token_budget)
+    check_positive_int("max_length", max_length)
+    check_positive_int("shuffle_buffer", shuffle_buffer)
+    check_positive_int("epochs", epochs)
+    check_choice("over_long", over_long, ("drop", "truncate"))
+    shards, worker = shard
+    if not (isinstance(shards, int) and shards >= 1 and 0 <= worker < shards):
+        raise ValueError(f"`shard` must be (workers, index) with 0 <= index < workers; got {shard!r}.")
+    if token_budget < max_length:
+        raise ValueError(f"`token_budget` ({token_budget}) must be >= `max_length` ({max_length}) so that the "
+                         "longest pair fits in a batch.")
+    boundaries = check_boundaries(list(boundaries or default_boundaries(max_length)), max_length)
+    batch_sizes = bucket_batch_sizes(boundaries, token_budget)
+    per_window = chunks_per_window(shuffle_buffer, shards)
+    position.windows_per_epoch = windows_per_epoch(scan.line_counts, shuffle_buffer, shards)
+    position.epochs = epochs
+    files = tf.constant(scan.files)
+    compressions = tf.constant(scan.compressions)
+    offsets = tf.constant(scan.offsets, tf.int64)
+    hold_out = scan.hold_out
+
+    def file_chunks(file):  # (line numbers over all files, lines) of one file, CHUNK_LINES at a time
+        lines = tf.data.TextLineDataset(files[file], compression_type=compressions[file]).batch(CHUNK_LINES)
+        return lines.enumerate().map(
+            lambda k, chunk: (offsets[file] + k * CHUNK_LINES + tf.range(tf.size(chunk, tf.int64)), chunk))
+
+    def tokenized(numbers, lines):  # this worker's training pairs of a chunk, tokenized
+        mine = tf.equal(numbers % shards, worker)
+        if hold_out is not None:
+            mine &= ~(tf.equal(numbers % hold_out.every, 0) & (numbers < hold_out.below))
+        sources, targets, good = parse_lines(tf.boolean_mask(lines, mine))
+        return (source_tokenizer.tokenize(tf.boolean_mask(sources, good)),
+                target_tokenizer.tokenize(tf.boolean_mask(targets, good)))
+
+    def epoch_windows(index_in_run):  # (epoch, window, source ids, target ids) of one epoch
+        epoch = position.epoch + index_in_run
+        order = tf.range(len(scan.files), dtype=tf.int64)
+        if shuffle:
+            order = tf.random.experimental.stateless_shuffle(order, seed=tf.stack([tf.constant(seed, tf.int64) + 1,
+                                                                                   epoch]))
+        first = tf.where(index_in_run == 0, position.window, 0)
+        chunks = tf.data.Dataset.from_tensor_slices(order).flat_map(file_chunks).skip(first * per_window)
+        pairs = chunks.map(tokenized, num_parallel_calls=tf.data.AUTOTUNE)
+        windows = pairs.ragged_batch(per_window).map(lambda s, t: (s.merge_dims(0, 1), t.merge_dims(0, 1)))
+        return windows.enumerate().map(lambda k, st: (epoch, first + k, st[0], st[1]))
+
+    def prepared(epoch, window, source_ids, target_ids):  # kept, shuffled, its batches recorded
+        source_ids, target_ids, lengths = kept_pairs(source_ids, target_ids, max_length, over_long)
+        if shuffle:
+            order = tf.random.experimental.stateless_shuffle(
+                tf.range(tf.shape(lengths, out_type=tf.int64)[0]),
+                seed=tf.stack([tf.constant(seed, tf.int64), epoch + window * WINDOW_SEED_STRIDE]))
+            source_ids, target_ids = tf.gather(source_ids, order), tf.gather(target_ids, order)
+        batches = count_batches(lengths, boundaries, batch_sizes)
+        pairs = tf.shape(lengths, out_type=tf.int64)[0]
+        recorded = tf.py_function(position.record_window, [epoch, window, batches, pairs], tf.int64)
+        return epoch, window, source_ids, target_ids, recorded
+
+    def window_batches(epoch, window, source_ids, target_ids, batches):
+        first = tf.equal(epoch, position.epoch) & tf.equal(window, position.window)
+        pairs = tf.data.Dataset.from_tensor_slices((source_ids, target_ids))
+        return bucket_pairs(pairs, boundaries, batch_sizes, pad_remainder=pad_remainder).skip(
+            tf.where(first, position.skip, 0))
+
+    epochs_left = tf.data.Dataset.range(epochs).take_while(lambda i: position.epoch + i < epochs)
+    windows = epochs_left.flat_map(epoch_windows).map(prepared).prefetch(1)
+    return windows.flat_map(window_batches).prefetch(tf.data.AUTOTUNE)
+
+
+def count_batches(lengths, boundaries, batch_sizes):
+    """The batches `bucket_pairs` makes of pairs of these (padded) lengths:
+    each bucket's full batches and its remainder."""
+    buckets = tf.searchsorted(tf.constant(boundaries, tf.int64), tf.cast(lengths, tf.int64), side="right")
+    counts = tf.math.bincount(tf.cast(buckets, tf.int32), minlength=len(boundaries), dtype=tf.int64)
+    return tf.reduce_sum(-(-counts // tf.constant(batch_sizes, tf.int64)))
+
+
+@dataclasses.dataclass
+class StreamReport:
+    """What an epoch of a streamed corpus holds, from its scan: exact where
+    the sample holds every pair and one window the whole epoch, else
+    estimated from the sample."""
+
+    pairs: int
+    kept: int
+    empty: int
+    over_long: int
+    over_long_action: str
+    max_length: int
+    batches_per_epoch: int
+    batch_shapes: int
+    windows_per_epoch: int
+    shuffle_buffer: int
+    exact: bool
+
+    def describe_batches(self):
+        return f"{'' if self.exact else 'about '}{self.batches_per_epoch:,} steps"
+
+    def __str__(self):
+        about = "" if self.exact else "about "
+        windows = ("one window: shuffled whole" if self.windows_per_epoch == 1 else
+                   f"{self.windows_per_epoch:,} windows of {self.shuffle_buffer:,} pairs, each shuffled whole")
+        return (f"{about}{self.kept:,} of {self.pairs:,} pairs kept; {self.empty:,} with an empty side dropped; "
+                f"{self.over_long:,} over {self.max_length} tokens {self.over_long_action}; "
+                f"{about}{self.batches_per_epoch:,} batches of {self.batch_shapes} shapes per epoch, in {windows}")
+
+
+def estimate_epoch(scan, source_tokenizer, target_tokenizer, token_budget=4096, max_length=128, boundaries=None,
+                   shuffle_buffer=250_000, over_long="drop", pad_remainder=False):
+    """A `StreamReport` of one epoch of `streamed_pair_dataset` on `scan`
+    with these settings, counted on the scan's sample (tokenized here)."""
+    boundaries = check_boundaries(list(boundaries or default_boundaries(max_length)), max_length)
+    batch_sizes = bucket_batch_sizes(boundaries, token_budget)
+    source_ids, target_ids = tokenize_pairs(*scan.sample, source_tokenizer, target_tokenizer)
+    empty, too_long = (mask.numpy() for mask in unfit_pairs(source_ids, target_ids, max_length))
+    lengths = kept_pairs(source_ids, target_ids, max_length, over_long)[2].numpy()
+    windows = windows_per_epoch(scan.line_counts, shuffle_buffer)
+    sampled = len(scan.sample[0])
+    exact = sampled == scan.pairs and windows == 1
+    scale = scan.pairs / sampled
+    if exact:
+        batches, shapes = epoch_batches(lengths, boundaries, batch_sizes, pad_remainder=pad_remainder)
+    else:  # each window's buckets filled in the sample's proportions, every remainder a batch
+        counts = np.bincount(np.searchsorted(boundaries, lengths, side="right"), minlength=len(boundaries))
+        per_window = counts * scale / windows
+        batches = int(windows * np.ceil(per_window / np.asarray(batch_sizes)).sum())
+        shapes = int((counts > 0).sum() * (1 if pad_remainder else 2))
+    kept = int((~empty & ~too_long).sum()) if over_long == "drop" else int((~empty).sum())
+    return StreamReport(round(scan.pairs), round(kept * scale), round(int(empty.sum()) * scale),
+                        round(int(too_long.sum()) * scale), "dropped" if over_long == "drop" else "truncated",
+                        max_length, batches, shapes, windows, shuffle_buffer, exact)
