@@ -152,8 +152,9 @@ class WorkersAgree(keras.callbacks.Callback):
         self.chief, self.replicas = is_chief(strategy), strategy.num_replicas_in_sync
 
         @tf.function
-        def summed(values):
-            return strategy.run(lambda v: tf.distribute.get_replica_context().all_reduce("sum", v), args=(values,))
+        def summed(values):  # identity: the all-reduce needs the value on the replica's device
+            return strategy.run(lambda v: tf.distribute.get_replica_context().all_reduce("sum", tf.identity(v)),
+                                args=(values,))
 
         self._summed = lambda values: strategy.experimental_local_results(summed(values))[0].numpy()
 

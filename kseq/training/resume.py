@@ -241,8 +241,9 @@ class ResumableBackup(keras.callbacks.BackupAndRestore):
             self.initial_epoch = epoch
             resume_fit_at_epoch(self.model, epoch)
             data_epoch, window, skip = self.position.where(batches)
-            within = f", window {window + 1}" if self.position.windows_per_epoch else ""
-            print(f"resuming from {folder}: step {step}, data epoch {data_epoch + 1}{within}, batch {skip}")
+            windows = self.position.windows_per_epoch or 1
+            within = f" of window {window + 1} of {windows}" if windows > 1 else ""
+            print(f"resuming from {folder}: step {step}, data epoch {data_epoch + 1}, batch {skip}{within}")
             return
         steps = (self.params or {}).get("steps")
         if batch and (self.position is None or not steps):
