@@ -137,8 +137,8 @@ def bucketed_pair_dataset(
             "the remainders."
         )
 
-    def batched(pairs):
-        return bucket_pairs(pairs, boundaries, batch_sizes, drop_remainder, pad_remainder)
+    def batched(source_ids, target_ids, order):
+        return window_batches(source_ids, target_ids, boundaries, batch_sizes, drop_remainder, pad_remainder, order)
 
     pairs = (source_ids, target_ids)
     if position is None:
@@ -168,11 +168,18 @@ def epoch_batches(lengths, boundaries, batch_sizes, drop_remainder=False, pad_re
 
 
 def _shuffled_epochs(pairs, batched, shuffle, seed, epochs):
-    """`epochs` passes, each reshuffled by tf.data."""
-    dataset = tf.data.Dataset.from_tensor_slices(pairs)
-    if shuffle:
-        dataset = dataset.shuffle(int(pairs[0].nrows()), seed=seed, reshuffle_each_iteration=True)
-    return batched(dataset).repeat(epochs)
+    """`epochs` passes, each in a new order: every iteration over the
+    dataset draws new orders (as tf.data's reshuffle_each_iteration)."""
+    count = int(pairs[0].nrows())
+    seeds = tf.data.Dataset.random(seed=seed, rerandomize_each_iteration=True).take(epochs)
+
+    def epoch_batches(draw):
+        order = tf.range(count, dtype=tf.int64)
+        if shuffle:
+            order = tf.random.experimental.stateless_shuffle(order, seed=tf.stack([draw, 0]))
+        return batched(*pairs, order)
+
+    return seeds.flat_map(epoch_batches)
 
 
 def _positioned_epochs(pairs, batched, shuffle, seed, epochs, position):
@@ -186,8 +193,7 @@ def _positioned_epochs(pairs, batched, shuffle, seed, epochs, position):
         if shuffle:
             order = tf.random.experimental.stateless_shuffle(
                 order, seed=tf.stack([tf.constant(seed or 0, tf.int64), epoch]))
-        ordered = tf.data.Dataset.from_tensor_slices(tuple(tf.gather(part, order) for part in pairs))
-        return batched(ordered).skip(tf.where(index == 0, position.skip, 0))
+        return batched(*pairs, order).skip(tf.where(index == 0, position.skip, 0))
 
     return tf.data.Dataset.range(epochs).flat_map(epoch_batches)
 
@@ -248,37 +254,54 @@ def check_boundaries(boundaries, max_length):
     return boundaries
 
 
-def bucket_pairs(pairs, boundaries, batch_sizes, drop_remainder=False, pad_remainder=False):
-    """A dataset of (source ids, target ids) pairs -> bucketed, padded model
-    batches ({"source_ids", "target_ids"}, labels); tf.data adds a bucket
-    past the last edge, which kept pairs never reach."""
+def window_batches(source_ids, target_ids, boundaries, batch_sizes, drop_remainder=False, pad_remainder=False,
+                   order=None):
+    """The model batches ({"source_ids", "target_ids"}, labels) of a window
+    of pairs (two (N, None) ragged id tensors that fit the last bucket),
+    coming in the order `order` (indices; default: as they are), made with
+    whole-window tensor ops and no copy of the window.
 
-    def with_specials(source, target):
-        decoder_input, labels = add_specials(tf.RaggedTensor.from_tensor(target[None]))
-        return source, decoder_input[0], labels[0]
+    A pair's length is its longer side's, the target with BOS. Bucket i
+    holds lengths in [edge[i-1], edge[i]) and its batches take
+    `batch_sizes[i]` pairs in the order they come, padded with PAD to
+    edge[i] - 1; a batch is emitted as its last pair comes, and the
+    buckets' remainders after every full batch, by bucket: what tf.data's
+    `bucket_by_sequence_length(..., pad_to_bucket_boundary=True)` makes of
+    the pairs one at a time, without a tensor per pair. Targets get BOS
+    (decoder input) and EOS (labels). `drop_remainder` leaves the
+    remainders out; `pad_remainder` pads them with all-PAD rows to their
+    bucket's batch size (one shape per bucket, for XLA).
+    """
+    edges = tf.constant(boundaries, tf.int64)
+    sizes = tf.constant(batch_sizes, tf.int64)
+    lengths = tf.maximum(source_ids.row_lengths(), target_ids.row_lengths() + 1)
+    count = tf.shape(lengths, out_type=tf.int64)[0]
+    order = tf.range(count) if order is None else tf.cast(order, tf.int64)
+    buckets = tf.searchsorted(edges, tf.gather(lengths, order), side="right", out_type=tf.int64)
+    by_bucket = tf.cast(tf.argsort(buckets, stable=True), tf.int64)  # each bucket's pairs in the order they come
+    counts = tf.math.bincount(buckets, minlength=len(boundaries), dtype=tf.int64)
+    firsts = tf.cumsum(counts, exclusive=True)
+    per_bucket = counts // sizes if drop_remainder else -(-counts // sizes)
+    bucket = tf.repeat(tf.range(len(boundaries), dtype=tf.int64), per_bucket)
+    index = tf.ragged.range(per_bucket).flat_values  # the batch's place in its bucket
+    size = tf.gather(sizes, bucket)
+    start = tf.gather(firsts, bucket) + index * size
+    rows = tf.minimum(size, tf.gather(counts, bucket) - index * size)
+    # When each batch is emitted: a full one at its last pair, remainders after all, by bucket.
+    emitted = tf.where(tf.equal(rows, size), tf.gather(by_bucket, start + rows - 1), count + bucket)
+    plan = tf.gather(tf.stack([start, rows, tf.gather(edges, bucket) - 1, size], axis=1),
+                     tf.argsort(emitted, stable=True))
 
-    batches = pairs.map(with_specials, num_parallel_calls=tf.data.AUTOTUNE).bucket_by_sequence_length(
-        element_length_func=lambda s, d, l: tf.maximum(tf.shape(s)[0], tf.shape(d)[0]),
-        bucket_boundaries=boundaries,
-        bucket_batch_sizes=batch_sizes + [1],
-        padded_shapes=([None], [None], [None]),
-        padding_values=(PAD_ID, PAD_ID, PAD_ID),
-        pad_to_bucket_boundary=True,
-        drop_remainder=drop_remainder,
-    )
-    if pad_remainder:
-        widths = tf.constant([edge - 1 for edge in boundaries], tf.int32)
-        rows = tf.constant(batch_sizes, tf.int32)
+    def batch(row):
+        start, rows, width, size = tf.unstack(row)
+        chosen = tf.gather(order, by_bucket[start : start + rows])
+        decoder_input, labels = add_specials(tf.gather(target_ids, chosen))
+        shape = tf.stack([size if pad_remainder else rows, width])
+        source = tf.gather(source_ids, chosen).to_tensor(PAD_ID, shape=shape)
+        return ({"source_ids": source, "target_ids": decoder_input.to_tensor(PAD_ID, shape=shape)},
+                labels.to_tensor(PAD_ID, shape=shape))
 
-        def full_rows(*parts):  # every part is (rows, width) at the bucket's width
-            wanted = tf.gather(rows, tf.searchsorted(widths, tf.shape(parts[0])[1:2]))[0]
-            return tuple(tf.pad(part, [[0, wanted - tf.shape(part)[0]], [0, 0]]) for part in parts)
-
-        batches = batches.map(full_rows, num_parallel_calls=tf.data.AUTOTUNE)
-    return batches.map(
-        lambda source, decoder_input, labels: ({"source_ids": source, "target_ids": decoder_input}, labels),
-        num_parallel_calls=tf.data.AUTOTUNE,
-    )
+    return tf.data.Dataset.from_tensor_slices(plan).map(batch)
 
 
 def padding_fraction(dataset):

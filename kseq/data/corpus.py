@@ -30,7 +30,7 @@ BOM = "\ufeff"
 # Bad lines spelled out in a report; the rest are counted.
 PROBLEMS_KEPT = 20
 # Bump when what a scan computes changes, so that old cache entries are ignored.
-SCAN_VERSION = 1
+SCAN_VERSION = 2
 
 
 def corpus_files(spec, argument="files"):
@@ -131,9 +131,9 @@ class CorpusScan:
     """What one streaming pass over a corpus found (see `scan_corpus`).
 
     files, compressions, line_counts: each file, "GZIP" or "", its lines.
-    bad: bad lines among the training lines; reasons: their count by reason;
-    problems: the first few, as (file, line number from 1, reason).
-    held_out: lines held out for validation (good or bad).
+    bad: bad lines; reasons: their count by reason; problems: the first
+    few, as (file, line number from 1, reason).
+    held_out: good lines held out for validation.
     sample: (sources, targets) of up to `sample_size` training pairs drawn
         uniformly, normalized, in file order when the corpus is no larger.
     valid: (sources, targets) held out, normalized; empty without a hold-out.
@@ -181,7 +181,7 @@ class CorpusScan:
         rest = self.bad - min(limit, len(self.problems))
         more = f" and {rest:,} more" if rest > 0 else ""
         counts = ", ".join(f"{count:,} {reason}" for reason, count in sorted(self.reasons.items()))
-        return f"skipped {self.bad:,} of {self.lines - self.held_out:,} lines{name}: {shown}{more} ({counts})"
+        return f"skipped {self.bad:,} of {self.lines:,} lines{name}: {shown}{more} ({counts})"
 
 
 def scan_corpus(files, sample_size=100_000, seed=0, hold_out=None, cache_dir=None, use_cache=True):
@@ -208,8 +208,13 @@ def scan_corpus(files, sample_size=100_000, seed=0, hold_out=None, cache_dir=Non
     scan = _scan(files, sample_size, seed, hold_out)
     scan.folder = folder
     if not scan.sample[0]:
-        raise ValueError(f"{', '.join(files)}: no valid source<TAB>target line to train on"
-                         + (f"; {scan.describe_problems()}" if scan.bad else " (the files are empty)"))
+        named = ", ".join(repr(path) for path in files)
+        several = len(files) > 1
+        shown = ", ".join(f"{os.path.basename(path) + ' ' if several else ''}line {number} ({reason})"
+                          for path, number, reason in scan.problems[:5])
+        detail = (f": {shown}" if scan.bad else " (every line is held out for validation)" if scan.held_out
+                  else f" (the file{'s are' if several else ' is'} empty)")
+        raise ValueError(f"{named} has no valid source<TAB>target line{detail}.")
     _save_scan(folder, scan)
     return scan
 
@@ -224,15 +229,14 @@ def _scan(files, sample_size, seed, hold_out):
         count = 0
         for count, raw in enumerate(raw_lines(path), start=1):
             pair, reason = line_problem(raw)
-            if hold_out is not None and hold_out.holds(number):
-                held += 1
-                if pair:
-                    valid.append(pair)
-            elif reason:
+            if reason:
                 bad += 1
                 reasons[reason] = reasons.get(reason, 0) + 1
                 if len(problems) < PROBLEMS_KEPT:
                     problems.append((path, count, reason))
+            elif hold_out is not None and hold_out.holds(number):
+                held += 1
+                valid.append(pair)
             else:
                 if seen < sample_size:
                     sample.append(pair)

@@ -26,8 +26,8 @@ import tensorflow as tf
 
 from kseq._validation import check_choice, check_positive_int
 from kseq.data.bucketing import (
-    bucket_batch_sizes, bucket_pairs, check_boundaries, default_boundaries, epoch_batches, kept_pairs, tokenize_pairs,
-    unfit_pairs,
+    bucket_batch_sizes, check_boundaries, default_boundaries, epoch_batches, kept_pairs, tokenize_pairs, unfit_pairs,
+    window_batches,
 )
 from kseq.data.text import normalize_text_op
 
@@ -122,8 +122,9 @@ def streamed_pair_dataset(
         if hold_out is not None:
             mine &= ~(tf.equal(numbers % hold_out.every, 0) & (numbers < hold_out.below))
         sources, targets, good = parse_lines(tf.boolean_mask(lines, mine))
-        return (source_tokenizer.tokenize(tf.boolean_mask(sources, good)),
-                target_tokenizer.tokenize(tf.boolean_mask(targets, good)))
+        source_ids = source_tokenizer.tokenize(tf.boolean_mask(sources, good))
+        target_ids = target_tokenizer.tokenize(tf.boolean_mask(targets, good))
+        return kept_pairs(source_ids, target_ids, max_length, over_long)[:2]
 
     def epoch_windows(index_in_run):  # (epoch, window, source ids, target ids) of one epoch
         epoch = position.epoch + index_in_run
@@ -137,27 +138,26 @@ def streamed_pair_dataset(
         windows = pairs.ragged_batch(per_window).map(lambda s, t: (s.merge_dims(0, 1), t.merge_dims(0, 1)))
         return windows.enumerate().map(lambda k, st: (epoch, first + k, st[0], st[1]))
 
-    def prepared(epoch, window, source_ids, target_ids):  # kept, shuffled, its batches recorded
-        source_ids, target_ids, lengths = kept_pairs(source_ids, target_ids, max_length, over_long)
+    def prepared(epoch, window, source_ids, target_ids):  # its order drawn, its batches recorded
+        lengths = tf.maximum(source_ids.row_lengths(), target_ids.row_lengths() + 1)
+        pairs = tf.shape(lengths, out_type=tf.int64)[0]
+        order = tf.range(pairs)
         if shuffle:
             order = tf.random.experimental.stateless_shuffle(
-                tf.range(tf.shape(lengths, out_type=tf.int64)[0]),
-                seed=tf.stack([tf.constant(seed, tf.int64), epoch + window * WINDOW_SEED_STRIDE]))
-            source_ids, target_ids = tf.gather(source_ids, order), tf.gather(target_ids, order)
+                order, seed=tf.stack([tf.constant(seed, tf.int64), epoch + window * WINDOW_SEED_STRIDE]))
         batches = count_batches(lengths, boundaries, batch_sizes)
-        pairs = tf.shape(lengths, out_type=tf.int64)[0]
         recorded = tf.py_function(position.record_window, [epoch, window, batches, pairs], tf.int64)
-        return epoch, window, source_ids, target_ids, recorded
+        return epoch, window, source_ids, target_ids, order, recorded
 
-    def window_batches(epoch, window, source_ids, target_ids, batches):
+    def batches_of(epoch, window, source_ids, target_ids, order, batches):
         first = tf.equal(epoch, position.epoch) & tf.equal(window, position.window)
-        pairs = tf.data.Dataset.from_tensor_slices((source_ids, target_ids))
-        return bucket_pairs(pairs, boundaries, batch_sizes, pad_remainder=pad_remainder).skip(
-            tf.where(first, position.skip, 0))
+        return window_batches(source_ids, target_ids, boundaries, batch_sizes, pad_remainder=pad_remainder,
+                              order=order).skip(tf.where(first, position.skip, 0))
 
     epochs_left = tf.data.Dataset.range(epochs).take_while(lambda i: position.epoch + i < epochs)
+    # The next window is read and tokenized while this one trains.
     windows = epochs_left.flat_map(epoch_windows).map(prepared).prefetch(1)
-    return windows.flat_map(window_batches).prefetch(tf.data.AUTOTUNE)
+    return windows.flat_map(batches_of).prefetch(tf.data.AUTOTUNE)
 
 
 def count_batches(lengths, boundaries, batch_sizes):

@@ -87,7 +87,7 @@ def test_a_scan_counts_bad_lines_by_number_holds_out_by_line_and_samples_uniform
     assert everything.sample[0] == [line.split("\t")[0] for line in good], "all of it, in file order"
 
     held = scan_corpus([str(path)], hold_out=HoldOut(every=50, limit=4), cache_dir=tmp_path / "cache")
-    assert held.held_out == 4 and held.pairs == 396, "lines 0, 50, 100, 150; the rest trains"
+    assert held.held_out == 4 and held.pairs == 396 and held.bad == 6, "lines 0, 50, 100, 150; the rest trains"
     assert held.valid[0] == [lines[n].split("\t")[0] for n in (0, 50, 100, 150)]
 
 
