@@ -64,3 +64,30 @@ def test_hold_out_keeps_pairs_aligned_and_takes_every_nth_from_the_first():
     kept, held = hold_out(list("abcdefg"), list(range(7)), every=3)
     assert held == (["a", "d", "g"], [0, 3, 6])
     assert kept == (["b", "c", "e", "f"], [1, 2, 4, 5])
+
+
+def test_a_vocabulary_trained_on_a_corpus_is_kept_with_its_scan_and_found_by_the_next_run(tmp_path, monkeypatch,
+                                                                                         capsys):
+    from kseq.data.subword_tokenizer import SubwordTokenizer
+    from kseq.training import recipe
+    from kseq.training.options import AUTO
+
+    class Options:
+        tokenizer = init_from = None
+        vocab_size, max_vocab_size = AUTO, 400
+
+    texts = [f"the {word} sat on the mat" for word in ("cat", "dog", "bird", "fox")] * 40
+    cache, run1, run2 = tmp_path / "scan", tmp_path / "run1", tmp_path / "run2"
+    for folder in (cache, run1, run2):
+        folder.mkdir()
+    first = recipe.resumable_tokenizer(Options, texts, str(run1), resuming=None, cache=str(cache))
+    kept = list(cache.iterdir())
+    assert len(kept) == 1 and kept[0].name.startswith("spm-") and kept[0].read_bytes() == first.proto
+
+    def refused(*args, **kwargs):
+        raise AssertionError("trained again")
+
+    monkeypatch.setattr(SubwordTokenizer, "train", refused)
+    again = recipe.resumable_tokenizer(Options, texts, str(run2), resuming=None, cache=str(cache))
+    assert again.proto == first.proto and "trained on this data before" in capsys.readouterr().out
+    assert (run2 / "spm.model").read_bytes() == first.proto, "the run's own copy, for its export"

@@ -112,11 +112,22 @@ class CadencedFit:
         # keras epochs are evaluation periods, each ended by `EvaluationPeriods`,
         # which also ends fit; streamed data has no known length, hence the bound.
         bound = self.total_steps or UNBOUNDED
+        # A save made after the last batch: fit restores it and runs no epoch (an
+        # epoch over data with nothing left would still count a step).
+        epochs = self.resuming["epoch"] if self._saved_at_the_end() else bound
         try:
-            return model.fit(train, validation_data=valid, epochs=bound, steps_per_epoch=bound,
+            return model.fit(train, validation_data=valid, epochs=epochs, steps_per_epoch=bound,
                              callbacks=callbacks, verbose=0, shuffle=False)
         except NonFiniteLoss as error:
             raise SystemExit(f"{error}\nThe last save is kept in {self.backup_dir}; delete it to start over.")
+
+    def _saved_at_the_end(self):
+        if not self.resuming:
+            return False
+        if self.total_steps is not None:
+            return self.resuming.get("batches", self.resuming["step"]) >= self.total_steps
+        place = self.resuming.get("data")
+        return bool(place) and self.position.epochs is not None and place["epoch"] >= self.position.epochs
 
     def release(self):
         """Deletes the backup: call it once what training produced is safely

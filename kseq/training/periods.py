@@ -90,6 +90,10 @@ class EvaluationPeriods(keras.callbacks.Callback):
     def on_train_begin(self, logs=None):
         self._period_step = None  # read at the first batch: a backup restores the step after this runs
 
+    def _finished(self, batches):
+        return (self.total_steps is not None and batches >= self.total_steps) or \
+            (self.position is not None and self.position.exhausted(batches))
+
     def _start_period(self):
         self._period_step, self._period_time = global_step(self.model), self.clock()
 
@@ -98,9 +102,8 @@ class EvaluationPeriods(keras.callbacks.Callback):
             self._start_period()
 
     def on_train_batch_end(self, batch, logs=None):
-        step, batches = global_step(self.model), batches_trained(self.model)
-        if (self.total_steps is not None and batches >= self.total_steps) or \
-                (self.position is not None and self.position.exhausted(batches)):
+        step = global_step(self.model)
+        if self._finished(batches_trained(self.model)):
             self.model.stop_training = True
         elif self.cadence.steps and step // self.cadence.steps > self._period_step // self.cadence.steps:
             end_epoch_early(self.model)

@@ -82,3 +82,50 @@ def test_progress_lines_show_the_step_loss_speed_and_time_left(capsys):
     assert float(lines[0].split("loss ")[1].split(",")[0]) > 0
     model.fit(x, y, batch_size=2, epochs=1, verbose=0, callbacks=[ProgressLine(every_seconds=3600)])
     assert capsys.readouterr().out == "", "no line before its time"
+
+
+def test_a_streamed_run_ends_with_its_data_and_resumed_after_its_last_batch_trains_nothing(tmp_path):
+    """CadencedFit on streamed files (total unknown): training stops at the
+    end of the last epoch; a run resumed from the save made there ends at
+    once, with the same weights."""
+    from kseq.data import CharacterTokenizer
+    from kseq.data.corpus import scan_corpus
+    from kseq.data.streaming import streamed_pair_dataset
+    from kseq.data.bucketing import bucketed_pair_dataset
+    from kseq.models import RNNSeq2Seq
+    from kseq.training import recipe
+    from kseq.training.cadenced_fit import CadencedFit
+    from kseq.training.distribution import weights_fingerprint
+    from kseq.training.losses import MaskedSparseCategoricalCrossentropy
+    from kseq.training.optimizers import FusedAdam
+    from kseq.training.resume import ResumableBackup, TrainingPosition
+
+    letters = "abcdefgh"
+    rng = np.random.default_rng(0)
+    words = ["".join(rng.choice(list(letters), rng.integers(2, 9))) for _ in range(150)]
+    (tmp_path / "pairs.tsv").write_text("".join(f"{w}\t{w[::-1]}\n" for w in words))
+    scan = scan_corpus([str(tmp_path / "pairs.tsv")], cache_dir=tmp_path)
+    tokenizer = CharacterTokenizer(letters)
+
+    def run():
+        position = TrainingPosition()
+        train = streamed_pair_dataset(scan, tokenizer, tokenizer, position, token_budget=60, max_length=12,
+                                      epochs=2, seed=1)
+        valid, _ = bucketed_pair_dataset(words[:10], [w[::-1] for w in words[:10]], tokenizer, tokenizer,
+                                         token_budget=60, max_length=12, shuffle=False)
+        keras.utils.set_random_seed(3)
+        model = RNNSeq2Seq(tokenizer.vocab_size, tokenizer.vocab_size, embed_dim=8, units=8)
+        model.build()
+        recipe.compile_model(model, FusedAdam(1e-2), MaskedSparseCategoricalCrossentropy())
+        fit = CadencedFit(str(tmp_path / "run"), position, Cadence(steps=7), None, None, save_every=5,
+                          max_minutes=None, resuming=ResumableBackup.saved_state(str(tmp_path / "run" / "backup")),
+                          non_finite_hint="")
+        fit.fit(model, train, valid)
+        return model, fit.report(model), position
+
+    model, report, position = run()
+    per_epoch = sum(count for (epoch, _), count in position._windows.items() if epoch == 0)
+    assert report["steps"] == 2 * per_epoch and report["epochs_run"] == 2.0
+    again, resumed, _ = run()  # the backup stays until `release`: this run resumes after the last batch
+    assert resumed["resumed_from_step"] == report["steps"] == resumed["steps"]
+    assert weights_fingerprint(again) == weights_fingerprint(model)
