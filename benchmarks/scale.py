@@ -22,7 +22,6 @@ import json
 import os
 import platform
 import re
-import resource
 import signal
 import subprocess
 import sys

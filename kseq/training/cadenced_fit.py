@@ -102,8 +102,8 @@ class CadencedFit:
         compile (`StableFunctionNames`)."""
         several = workers(model.distribute_strategy) > 1
         agreement = [WorkersAgree(self.position, self.limits[0])] if several else []
-        callbacks = [self.timer, *self.limits, FirstStepLine(), self.curve, *logging, *stopping, self.periods, *agreement,
-                     self.backup, SaveOnPreemption(self.backup, self.workdir), StableFunctionNames()]
+        callbacks = [self.timer, *self.limits, FirstStepLine(), self.curve, *logging, *stopping, self.periods,
+                     *agreement, self.backup, SaveOnPreemption(self.backup, self.workdir), StableFunctionNames()]
         self.backup.participants = [callback for callback in stopping if hasattr(callback, "save_state")]
         self.backup.restore(model.distribute_strategy)
         self.resuming = self.backup.restored  # the workers may have agreed on an older save
