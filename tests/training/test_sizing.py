@@ -25,6 +25,14 @@ def test_passes_are_the_epochs_or_what_the_minutes_allow():
     assert expected_passes(1000, epochs=3, minutes=12, tokens_per_minute=750_000) == 3.0
 
 
+def test_a_corpus_larger_than_the_budget_covers_gets_a_fraction_of_a_pass_never_zero():
+    """4M Bible pairs (about 180M target tokens) in a minute: 0.00417 passes, the preset's model."""
+    passes = expected_passes(180_000_000, epochs=1000, minutes=1, tokens_per_minute=750_000)
+    assert passes == 0.00417
+    assert model_for_data(passes, "chrf", QUICK) == (QUICK, "the preset's: 0.00417 expected passes over the data "
+                                                             "(<= 30)")
+
+
 @pytest.mark.parametrize("args, message", [
     (dict(train_tokens=0, epochs=1), "train_tokens"),
     (dict(train_tokens=10, epochs=0), "epochs"),
