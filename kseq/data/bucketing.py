@@ -87,7 +87,9 @@ def bucketed_pair_dataset(
     bucket's edge, which bounds the number of distinct shapes (one XLA
     compilation each, where XLA is on) and keeps padding small (both sides
     of a batch share its width).
-    Targets get BOS (decoder input) and EOS (labels).
+    Targets get BOS (decoder input) and EOS (labels). For pairs in files,
+    of any size, `kseq.data.streaming.streamed_pair_dataset` makes the same
+    batches without holding them.
 
     Args:
         sources, targets: parallel lists of strings.
@@ -228,7 +230,7 @@ def kept_pairs(source_ids, target_ids, max_length, over_long="drop"):
     without an empty side, and without a side over `max_length` ("drop") or
     cut to it ("truncate"; the target leaves room for its BOS or EOS).
     -> (source ids, target ids, lengths): a pair's length is its longer
-    side's, the target counted with BOS, as `bucket_pairs` buckets it.
+    side's, the target counted with BOS, as `window_batches` buckets it.
     Runs eagerly and in tf.data's graphs."""
     empty, too_long = unfit_pairs(source_ids, target_ids, max_length)
     keep = ~empty & (~too_long if over_long == "drop" else True)

@@ -161,7 +161,7 @@ def streamed_pair_dataset(
 
 
 def count_batches(lengths, boundaries, batch_sizes):
-    """The batches `bucket_pairs` makes of pairs of these (padded) lengths:
+    """The batches `window_batches` makes of pairs of these (padded) lengths:
     each bucket's full batches and its remainder."""
     buckets = tf.searchsorted(tf.constant(boundaries, tf.int64), tf.cast(lengths, tf.int64), side="right")
     counts = tf.math.bincount(tf.cast(buckets, tf.int32), minlength=len(boundaries), dtype=tf.int64)
