@@ -175,13 +175,13 @@ def _shuffled_epochs(pairs, batched, shuffle, seed, epochs):
     count = int(pairs[0].nrows())
     seeds = tf.data.Dataset.random(seed=seed, rerandomize_each_iteration=True).take(epochs)
 
-    def epoch_batches(draw):
+    def one_epoch(draw):
         order = tf.range(count, dtype=tf.int64)
         if shuffle:
             order = tf.random.experimental.stateless_shuffle(order, seed=tf.stack([draw, 0]))
         return batched(*pairs, order)
 
-    return seeds.flat_map(epoch_batches)
+    return seeds.flat_map(one_epoch)
 
 
 def _positioned_epochs(pairs, batched, shuffle, seed, epochs, position):
@@ -189,7 +189,7 @@ def _positioned_epochs(pairs, batched, shuffle, seed, epochs, position):
     first pass without its first `position.skip` batches."""
     count = int(pairs[0].nrows())
 
-    def epoch_batches(index):  # traced once, run as each epoch starts
+    def one_epoch(index):  # traced once, run as each epoch starts
         epoch = position.epoch + index
         order = tf.range(count, dtype=tf.int64)
         if shuffle:
@@ -197,7 +197,7 @@ def _positioned_epochs(pairs, batched, shuffle, seed, epochs, position):
                 order, seed=tf.stack([tf.constant(seed or 0, tf.int64), epoch]))
         return batched(*pairs, order).skip(tf.where(index == 0, position.skip, 0))
 
-    return tf.data.Dataset.range(epochs).flat_map(epoch_batches)
+    return tf.data.Dataset.range(epochs).flat_map(one_epoch)
 
 
 def _kept_pairs(sources, targets, source_tokenizer, target_tokenizer, max_length, over_long):
