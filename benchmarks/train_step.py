@@ -22,7 +22,7 @@ float32 (or TF32) and bfloat16/float16 square matmuls measured first.
     .venv/bin/python benchmarks/train_step.py                     # on a GPU, base size
     .venv/bin/python benchmarks/train_step.py --size quick --configs kseq-float32,kseq-bfloat16
     .venv/bin/python benchmarks/train_step.py --size tiny --steps 3 --warmup 1   # smoke test
-    .venv/bin/python benchmarks/train_step.py --configs kseq-bfloat16-xla --profile /tmp/trace
+    .venv/bin/python benchmarks/train_step.py --configs kseq-bfloat16 --profile /tmp/trace
 
 --profile DIR also traces 5 timed steps of the first configuration with the
 TensorFlow profiler (open DIR in TensorBoard's Profile tab) and prints the
@@ -71,15 +71,17 @@ def matmul_peaks(n, seconds=2.0):
     for name, dtype in (("float32", tf.float32), ("bfloat16", tf.bfloat16), ("float16", tf.float16)):
         a, b = (tf.cast(tf.random.normal((n, n)), dtype) for _ in range(2))
         matmul = tf.function(lambda a, b: tf.matmul(a, b))
+        # Waiting on one element, not `.numpy()` of the product: copying the whole
+        # n x n result to the host every few calls measured a fifth of the GPU's peak.
         for _ in range(3):
-            matmul(a, b).numpy()
+            matmul(a, b)[0, 0].numpy()
         calls, start = 0, time.perf_counter()
         while time.perf_counter() - start < seconds:
             out = matmul(a, b)
             calls += 1
             if calls % 8 == 0:
-                out.numpy()
-        out.numpy()
+                out[0, 0].numpy()
+        out[0, 0].numpy()
         peaks[name] = round(2 * n**3 * calls / (time.perf_counter() - start) / 1e12, 3)
     return peaks
 
@@ -111,7 +113,7 @@ def build(model_name, size, policy):
     return keras.Model({"source_ids": source, "target_ids": target}, logits)
 
 
-def child(config, size, steps, warmup, profile):
+def child(config, size, steps, warmup, profile, clip="variable"):
     import numpy as np
     import tensorflow as tf
 
@@ -130,7 +132,8 @@ def child(config, size, steps, warmup, profile):
     model = build(model_name, size, POLICIES[precision])
     # kseq's models train with its FusedAdam, as the recipe does; KerasHub's with keras' Adam.
     adam = kseq.optimizers.FusedAdam if model_name == "kseq" else keras.optimizers.Adam
-    optimizer = adam(kseq.schedules.TransformerSchedule(size["d"], 4000), beta_2=0.98, epsilon=1e-9, clipnorm=1.0)
+    clipping = {"variable": dict(clipnorm=1.0), "global": dict(global_clipnorm=1.0), "none": {}}[clip]
+    optimizer = adam(kseq.schedules.TransformerSchedule(size["d"], 4000), beta_2=0.98, epsilon=1e-9, **clipping)
     model.compile(clip_after_all_reduce(optimizer),
                   kseq.losses.MaskedSparseCategoricalCrossentropy(label_smoothing=0.1),
                   jit_compile="xla" in rest)
@@ -195,9 +198,13 @@ def main():
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--peak-size", type=int, help="matmul size for the peaks (8192 on a GPU)")
+    parser.add_argument("--clip", choices=("variable", "global", "none"), default="variable",
+                        help="clip each gradient to norm 1 (keras' clipnorm), all of them together (global_clipnorm), or none")
     parser.add_argument("--no-tf32", action="store_true", help="float32 matmuls without TF32")
     parser.add_argument("--profile", help="trace the first configuration's steps into this folder")
-    parser.add_argument("--output", help="JSON results")
+    parser.add_argument("--config-timeout", type=float,
+                        help="stop a configuration after this many seconds and go on with the next")
+    parser.add_argument("--output", help="JSON results, rewritten after each configuration")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     import tensorflow as tf
@@ -206,23 +213,44 @@ def main():
         tf.config.experimental.enable_tensor_float_32_execution(False)
     size = SIZES[args.size]
     if args.child:
-        print("RESULT " + json.dumps(child(args.child, size, args.steps, args.warmup, args.profile)))
+        print("RESULT " + json.dumps(child(args.child, size, args.steps, args.warmup, args.profile, args.clip)))
         return
     gpus = tf.config.list_physical_devices("GPU")
     device = tf.config.experimental.get_device_details(gpus[0]).get("device_name", "GPU") if gpus else platform.processor() or "CPU"
     peaks = matmul_peaks(args.peak_size or (8192 if gpus else 1024))
     print(f"device: {device}; TF32 {'on' if tf.config.experimental.tensor_float_32_execution_enabled() else 'off'}; "
           f"matmul peaks (TFLOP/s): {peaks}; model FLOPs per step: {transformer_flops(size) / 1e12:.2f} T")
-    rows = []
+    rows, failed = [], []
+
+    def write_output():  # after every configuration: a run stopped midway keeps what it measured
+        if not args.output:
+            return
+        with open(args.output + ".tmp", "w") as f:
+            json.dump(dict(device=device, size=args.size, shapes=size, peaks_tflops=peaks,
+                           date=time.strftime("%Y-%m-%d"), tensorflow=tf.__version__, clip=args.clip, rows=rows, failed=failed),
+                      f, indent=2)
+        os.replace(args.output + ".tmp", args.output)
+
     for index, config in enumerate(args.configs.split(",")):
         command = [sys.executable, __file__, "--child", config, "--size", args.size, "--steps", str(args.steps),
-                   "--warmup", str(args.warmup)] + (["--no-tf32"] if args.no_tf32 else [])
+                   "--warmup", str(args.warmup), "--clip", args.clip] + (["--no-tf32"] if args.no_tf32 else [])
         if args.profile and index == 0:
             command += ["--profile", args.profile]
-        done = subprocess.run(command, capture_output=True, text=True)
+        try:
+            done = subprocess.run(command, capture_output=True, text=True, timeout=args.config_timeout)
+        except subprocess.TimeoutExpired as stopped:
+            # A stopped configuration must not cost the ones after it their turn.
+            error = stopped.stderr.decode(errors="replace") if isinstance(stopped.stderr, bytes) else stopped.stderr
+            print(f"{config}: stopped after {args.config_timeout} s (start, warm-up and compilation included)\n"
+                  f"{(error or '')[-1500:]}", flush=True)
+            failed.append(dict(config=config, stopped_after_s=args.config_timeout))
+            write_output()
+            continue
         lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
         if done.returncode or not lines:
-            print(f"{config}: failed\n{done.stderr[-3000:]}")
+            print(f"{config}: failed\n{done.stderr[-3000:]}", flush=True)
+            failed.append(dict(config=config, returncode=done.returncode, error=done.stderr[-3000:]))
+            write_output()
             continue
         row = json.loads(lines[-1][7:])
         compute = config.split("-")[1]
@@ -233,10 +261,8 @@ def main():
               f"XLA ran: {row['jit_compile']}  warm-up {row['warmup_s']} s", flush=True)
         for name, ms in row.get("top_ops", []):
             print(f"    {name:50s} {ms:10.1f} ms over 5 steps")
-    if args.output:
-        with open(args.output, "w") as f:
-            json.dump(dict(device=device, size=args.size, shapes=size, peaks_tflops=peaks,
-                           date=time.strftime("%Y-%m-%d"), tensorflow=tf.__version__, rows=rows), f, indent=2)
+        write_output()
+    write_output()
 
 
 if __name__ == "__main__":
