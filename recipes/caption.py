@@ -46,7 +46,7 @@ import tensorflow as tf  # noqa: E402
 
 import kseq  # noqa: E402
 from kseq.data import scenes as scene_data  # noqa: E402
-from kseq.data.epoch_order import epoch_ordered_slices  # noqa: E402
+from kseq.data.epoch_order import epoch_ordered_batches  # noqa: E402
 from kseq.data.text_pairs import add_specials  # noqa: E402
 from kseq.decoding import BeamSearch  # noqa: E402
 from kseq.export.captioner import export_captioner  # noqa: E402
@@ -55,7 +55,7 @@ from kseq.models.image_captioner import POOLINGS  # noqa: E402
 from kseq.training import options as opts, recipe  # noqa: E402
 from kseq.training.attention_overlay import attention_overlay  # noqa: E402
 from kseq.training.cadenced_fit import Trained  # noqa: E402
-from kseq.training.common_options import RNNOptions  # noqa: E402
+from kseq.training.common_options import EpochCadenceOptions, RNNOptions  # noqa: E402
 from kseq.training.decisions import as_hparams, as_metrics  # noqa: E402
 from kseq.training.epoch_fit import EpochFit, train_once  # noqa: E402
 from kseq.training.phases import Phases  # noqa: E402
@@ -74,7 +74,7 @@ PRESETS = {
 
 
 @opts.recipe_options(units=256, embed_dim=64)
-class Options(RNNOptions):
+class Options(RNNOptions, EpochCadenceOptions):
     models: str = option("both", "which captioners to train", choices=("both", "attention", "plain"))
     attention: str = option("general", "the attention model's attention",
                             choices=tuple(a for a in ATTENTION_TYPES if a))
@@ -171,17 +171,18 @@ def make_dataset(scenes, tokenizer, options, position=None):
     which = np.repeat(np.arange(len(scenes), dtype=np.int32), references)  # each caption's image
     images = tf.constant(scenes.images)
     slices = (tf.constant(which), target_in, target_out)
-    if position is None:
-        dataset = tf.data.Dataset.from_tensor_slices(slices)
-    else:
-        dataset = epoch_ordered_slices(slices, position, seed=options.seed)
-    # Rows of a ragged tensor come out ragged; padded batches need them dense.
-    dataset = dataset.map(lambda i, inputs, labels: ((i, tf.identity(inputs)), tf.identity(labels)))
-    dataset = dataset.bucket_by_sequence_length(lambda inputs, labels: tf.shape(labels)[0], BUCKETS,
-                                                [options.batch_size] * (len(BUCKETS) + 1))
-    # Images join after batching: one gather per batch, not a copy per caption.
-    dataset = dataset.map(lambda inputs, labels: ((tf.gather(images, inputs[0]), inputs[1]), labels))
-    return dataset.prefetch(tf.data.AUTOTUNE)
+
+    def batch(examples):
+        # Rows of a ragged tensor come out ragged; padded batches need them dense.
+        dense = examples.map(lambda i, inputs, labels: ((i, tf.identity(inputs)), tf.identity(labels)))
+        batches = dense.bucket_by_sequence_length(lambda inputs, labels: tf.shape(labels)[0], BUCKETS,
+                                                  [options.batch_size] * (len(BUCKETS) + 1))
+        # Images join after batching: one gather per batch, not a copy per caption.
+        return batches.map(lambda inputs, labels: ((tf.gather(images, inputs[0]), inputs[1]), labels))
+
+    if position is not None:
+        return epoch_ordered_batches(slices, position, batch, seed=options.seed, epochs=options.epochs)
+    return batch(tf.data.Dataset.from_tensor_slices(slices)).prefetch(tf.data.AUTOTUNE)
 
 
 def png_bytes(image):
@@ -230,7 +231,7 @@ def train_resumably(options, run, name, data, tokenizer, xla, phases):
     """One captioner trained once (`kseq.training.epoch_fit`): a kill resumes
     from its last epoch, a restart after its training loads its weights.
     -> (model, metrics.json's training figures)."""
-    fit = EpochFit(os.path.join(run.workdir, name), max_minutes=options.max_minutes)
+    fit = EpochFit(os.path.join(run.workdir, name), max_minutes=options.max_minutes, **options.fit_cadence)
     datasets = make_datasets(options, data, tokenizer, fit.position)
 
     def build():

@@ -33,12 +33,12 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 import kseq  # noqa: E402
-from kseq.data.epoch_order import epoch_ordered_slices  # noqa: E402
+from kseq.data.epoch_order import epoch_ordered_batches  # noqa: E402
 from kseq.export import export_classifier  # noqa: E402
 from kseq.special_ids import PAD_ID  # noqa: E402
 from kseq.training import options as opts, recipe  # noqa: E402
 from kseq.training.cadenced_fit import Trained  # noqa: E402
-from kseq.training.common_options import RNNOptions, TrainingOptions  # noqa: E402
+from kseq.training.common_options import EpochCadenceOptions, RNNOptions, TrainingOptions  # noqa: E402
 from kseq.training.decisions import as_hparams  # noqa: E402
 from kseq.training.epoch_fit import EpochFit, train_once  # noqa: E402
 from kseq.training.phases import Phases  # noqa: E402
@@ -50,7 +50,7 @@ from kseq.training.xla import decide_jit_compile  # noqa: E402
 
 
 @opts.recipe_options(dropout=0.5)
-class Options(RNNOptions, TrainingOptions, opts.TextRecipeOptions):
+class Options(RNNOptions, TrainingOptions, EpochCadenceOptions, opts.TextRecipeOptions):
     ARCHITECTURE = ("encoder", "pooling", "bidirectional", "num_heads", "ff_dim")
 
     train_tsv: str | None = option(None, "training texts, text<TAB>label (default: Rotten Tomatoes)", file=True)
@@ -82,7 +82,7 @@ def main(argv=None):
     xla = decide_jit_compile(options.jit_compile, num_shapes=1)
     run = recipe.start(options, xla=xla.use)
     phases = Phases(run.workdir)
-    fit = EpochFit(run.workdir, "val_accuracy", "max", options.patience)
+    fit = EpochFit(run.workdir, "val_accuracy", "max", options.patience, **options.fit_cadence)
     data, names = load_data(options)
     tokenizer = recipe.resumable_tokenizer(options, data["train"][0], run.workdir,
                                            fit.resuming or phases.get("trained"))
@@ -137,18 +137,17 @@ def load_data(options):
 
 
 def make_dataset(texts, labels, tokenizer, options, position=None):
-    """Padded batches; with the training `position`, shuffled by data epoch."""
+    """Padded batches; with the training `position`, every epoch's, each shuffled by its index."""
     ids = tokenizer.tokenize(list(texts))[:, : options.max_length]
     slices = (ids, tf.constant(np.asarray(labels, np.int32)))
-    if position is None:
-        dataset = tf.data.Dataset.from_tensor_slices(slices)
-    else:
-        dataset = epoch_ordered_slices(slices, position, seed=options.seed)
-    dataset = dataset.ragged_batch(options.batch_size).map(
-        lambda ids, labels: (ids.to_tensor(default_value=PAD_ID), labels),
-        num_parallel_calls=tf.data.AUTOTUNE,
-    )
-    return dataset.prefetch(tf.data.AUTOTUNE)
+
+    def batch(examples):
+        return examples.ragged_batch(options.batch_size).map(
+            lambda ids, labels: (ids.to_tensor(default_value=PAD_ID), labels), num_parallel_calls=tf.data.AUTOTUNE)
+
+    if position is not None:
+        return epoch_ordered_batches(slices, position, batch, seed=options.seed, epochs=options.epochs)
+    return batch(tf.data.Dataset.from_tensor_slices(slices)).prefetch(tf.data.AUTOTUNE)
 
 
 def build_model(options, vocab_size, num_classes, precision="float32", jit_compile=False):

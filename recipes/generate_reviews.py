@@ -49,14 +49,14 @@ import tensorflow as tf  # noqa: E402
 
 import classify  # noqa: E402
 import kseq  # noqa: E402
-from kseq.data.epoch_order import epoch_ordered_slices  # noqa: E402
+from kseq.data.epoch_order import epoch_ordered_batches  # noqa: E402
 from kseq.data.text_pairs import add_specials  # noqa: E402
 from kseq.decoding import Sampler  # noqa: E402
 from kseq.decoding.output import decoded_text  # noqa: E402
 from kseq.export import export_conditioned_generator, latest_version  # noqa: E402
 from kseq.training import options as opts, recipe  # noqa: E402
 from kseq.training.cadenced_fit import Trained  # noqa: E402
-from kseq.training.common_options import RNNOptions, SamplingOptions, TrainingOptions  # noqa: E402
+from kseq.training.common_options import EpochCadenceOptions, RNNOptions, SamplingOptions, TrainingOptions  # noqa: E402
 from kseq.training.callbacks import GenerationMonitor  # noqa: E402
 from kseq.training.decisions import as_hparams  # noqa: E402
 from kseq.training.epoch_fit import EpochFit, train_once  # noqa: E402
@@ -72,7 +72,7 @@ BUCKETS = [16, 24, 32, 40, 48, 64]  # target lengths (BOS included) where batche
 
 @opts.recipe_options(units=256, dropout=0.3, vocab_size=2000, batch_size=64, epochs=30, learning_rate=3e-3,
                      temperature=0.6)
-class Options(RNNOptions, TrainingOptions, SamplingOptions, opts.TextRecipeOptions):
+class Options(RNNOptions, TrainingOptions, SamplingOptions, EpochCadenceOptions, opts.TextRecipeOptions):
     ARCHITECTURE = ("peeky",)
 
     train_tsv: str | None = option(None, "training snippets, text<TAB>label (default: Rotten Tomatoes)", file=True)
@@ -101,7 +101,7 @@ def main(argv=None):
     data, names = classify.load_data(options)
     real_per_class, real_overall = classifier_ceiling(classifier, data, names)
     phases = Phases(run.workdir)
-    fit = EpochFit(run.workdir, max_minutes=options.max_minutes)
+    fit = EpochFit(run.workdir, max_minutes=options.max_minutes, **options.fit_cadence)
     tokenizer = recipe.resumable_tokenizer(options, data["train"][0], run.workdir,
                                            fit.resuming or phases.get("trained"))
     datasets = make_datasets(options, data, tokenizer, fit.position)
@@ -234,18 +234,16 @@ def make_dataset(texts, class_ids, tokenizer, options, position=None):
     keep = (pieces.row_lengths() < options.max_length).numpy()
     target_in, target_out = add_specials(tf.ragged.boolean_mask(pieces, keep))
     slices = ((tf.constant(np.asarray(class_ids, np.int32)[keep]), target_in), target_out)
-    if position is None:
-        dataset = tf.data.Dataset.from_tensor_slices(slices)
-    else:
-        dataset = epoch_ordered_slices(slices, position, seed=options.seed)
-    # Rows of a ragged tensor come out ragged; padded_batch needs them dense.
-    dataset = dataset.map(lambda inputs, labels: (
-        (inputs[0], tf.identity(inputs[1])), tf.identity(labels)))
-    dataset = dataset.bucket_by_sequence_length(
-        lambda inputs, labels: tf.shape(labels)[0], BUCKETS,
-        [options.batch_size] * (len(BUCKETS) + 1),
-    )
-    return dataset.prefetch(tf.data.AUTOTUNE), int(keep.sum())
+
+    def batch(examples):
+        # Rows of a ragged tensor come out ragged; padded_batch needs them dense.
+        dense = examples.map(lambda inputs, labels: ((inputs[0], tf.identity(inputs[1])), tf.identity(labels)))
+        return dense.bucket_by_sequence_length(
+            lambda inputs, labels: tf.shape(labels)[0], BUCKETS, [options.batch_size] * (len(BUCKETS) + 1))
+
+    if position is not None:
+        return epoch_ordered_batches(slices, position, batch, seed=options.seed, epochs=options.epochs), int(keep.sum())
+    return batch(tf.data.Dataset.from_tensor_slices(slices)).prefetch(tf.data.AUTOTUNE), int(keep.sum())
 
 
 def build_model(options, vocab_size, num_classes, precision="float32", jit_compile=False):

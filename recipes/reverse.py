@@ -33,6 +33,7 @@ from kseq.training.decisions import as_hparams  # noqa: E402
 from kseq.training.epoch_fit import EpochFit, train_once  # noqa: E402
 from kseq.training.phases import Phases  # noqa: E402
 from kseq.training.evaluation import exact_match  # noqa: E402
+from kseq.training.common_options import EpochCadenceOptions  # noqa: E402
 from kseq.training.options import option  # noqa: E402
 from kseq.training.seq2seq_options import ATTENTIONS  # noqa: E402
 from kseq.training.tensorboard import write_hparams  # noqa: E402
@@ -40,7 +41,7 @@ from kseq.training.xla import decide_jit_compile  # noqa: E402
 
 
 @dataclasses.dataclass(frozen=True)
-class Options(opts.RecipeOptions):
+class Options(EpochCadenceOptions):
     ARCHITECTURE = ("arch", "attention", "cell")
 
     arch: str = option("transformer", "model", choices=("transformer", "rnn"))
@@ -66,11 +67,11 @@ def main(argv=None):
     xla = decide_jit_compile(options.jit_compile, num_shapes=options.max_length)
     run = recipe.start(options, xla=xla.use)
     phases = Phases(run.workdir)
-    fit = EpochFit(run.workdir)
+    fit = EpochFit(run.workdir, **options.fit_cadence)
     tokenizer = CharacterTokenizer(string.ascii_lowercase)
     train_pairs, valid_pairs = words(options, options.train_examples, 1), words(options, options.valid_examples, 2)
     data = {"train": text_pair_dataset(*train_pairs, tokenizer, tokenizer, options.batch_size, shuffle=True,
-                                       seed=options.seed, position=fit.position),
+                                       seed=options.seed, position=fit.position, epochs=options.epochs),
             "valid": text_pair_dataset(*valid_pairs, tokenizer, tokenizer, options.batch_size)}
     inputs, labels = next(iter(data["train"]))
     print({name: tuple(value.shape) for name, value in inputs.items()}, "labels", tuple(labels.shape))

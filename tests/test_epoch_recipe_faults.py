@@ -159,6 +159,25 @@ def test_a_recipe_killed_mid_training_resumes_from_its_last_epoch(name, uninterr
     assert all(listed == ["1"] for listed in versions(tmp_path / "export")) and not backup.exists()
 
 
+@pytest.mark.slow  # tests/training/test_epoch_fit.py kills and resumes mid-epoch in the default suite
+def test_a_recipe_evaluating_inside_epochs_resumes_mid_epoch(tmp_path):
+    """reverse evaluating every 7 steps and saving every 4 (20 batches an
+    epoch), killed in its first epoch once step 8 is saved: the restart
+    resumes at that step, not at an epoch's start, and ends as the
+    uninterrupted run with the same options did."""
+    cadence = ["--eval-every", "7", "--save-every", "4"]
+    whole = tmp_path / "whole"
+    run_to_end(command("reverse", whole) + cadence)
+    expected = stable(read_json(whole / "runs" / "metrics.json"))
+    assert expected["evaluations"] == 12 and expected["best_epoch"] is None
+    argv = command("reverse", tmp_path / "killed") + cadence
+    backup = tmp_path / "killed" / "runs" / "backup" / "latest.json"
+    kill_when(argv, lambda: 8 <= (read_json(backup) or {}).get("step", 0) < 16)
+    output = run_to_end(argv)
+    assert "resuming from" in output and "data epoch 1, batch" in output and ", batch 0" not in output
+    assert stable(read_json(tmp_path / "killed" / "runs" / "metrics.json")) == expected
+
+
 @pytest.mark.slow  # train_once's unit test and translate's subprocess test cover it in the default suite
 @pytest.mark.parametrize("name", RUNS)
 def test_a_recipe_killed_after_training_trains_nothing_again(name, uninterrupted, tmp_path):
@@ -170,7 +189,7 @@ def test_a_recipe_killed_after_training_trains_nothing_again(name, uninterrupted
     output = run_to_end(argv)
     assert f"{phase}: trained before this run" in output and "resuming from" not in output
     if name not in TWO_MODELS:
-        assert "Epoch 1/" not in output, "no epoch trained again"
+        assert "the first train step of this run" not in output, "no step trained again"
     assert stable(read_json(tmp_path / "runs" / "metrics.json")) == uninterrupted(name)
     assert all(listed == ["1"] for listed in versions(tmp_path / "export"))
 

@@ -2,7 +2,7 @@
 
 import tensorflow as tf
 
-from kseq.data.epoch_order import epoch_ordered_slices
+from kseq.data.epoch_order import epoch_ordered_batches
 from kseq.special_ids import BOS_ID, EOS_ID, PAD_ID
 
 
@@ -15,24 +15,19 @@ def add_specials(target_ids):
 
 
 def text_pair_dataset(
-    sources, targets, source_tokenizer, target_tokenizer, batch_size, shuffle=False, seed=None, position=None
+    sources, targets, source_tokenizer, target_tokenizer, batch_size, shuffle=False, seed=None, position=None,
+    epochs=1,
 ):
     """Batches of ({"source_ids", "target_ids"}, labels) from parallel strings.
 
     Tokenizes in the graph, adds BOS to the decoder inputs and EOS to the
     labels, pads each batch to its own longest row with PAD. With
-    `position` (a `kseq.training.resume.TrainingPosition`), each pass is
-    shuffled by (seed, its data epoch), so a resumed run sees the order an
-    uninterrupted one would (`kseq.data.epoch_order`).
+    `position` (a `kseq.training.resume.TrainingPosition`), the batches of
+    `epochs` data epochs from the position on, each epoch shuffled by
+    (seed, its index), so a resumed run sees the order an uninterrupted one
+    would (`kseq.data.epoch_order.epoch_ordered_batches`).
     """
     pairs = (tf.constant(list(sources), tf.string), tf.constant(list(targets), tf.string))
-    if position is not None:
-        dataset = epoch_ordered_slices(pairs, position, seed=seed or 0, shuffle=shuffle)
-    else:
-        dataset = tf.data.Dataset.from_tensor_slices(pairs)
-        if shuffle:
-            dataset = dataset.shuffle(len(sources), seed=seed, reshuffle_each_iteration=True)
-    dataset = dataset.batch(batch_size)
 
     def to_model_inputs(source, target):
         source_ids = source_tokenizer.tokenize(source)
@@ -40,6 +35,12 @@ def text_pair_dataset(
         pad = lambda ragged: tf.cast(ragged.to_tensor(default_value=PAD_ID), tf.int32)  # noqa: E731
         return {"source_ids": pad(source_ids), "target_ids": pad(target_ids)}, pad(labels)
 
-    return dataset.map(to_model_inputs, num_parallel_calls=tf.data.AUTOTUNE).prefetch(
-        tf.data.AUTOTUNE
-    )
+    def batch(examples):
+        return examples.batch(batch_size).map(to_model_inputs, num_parallel_calls=tf.data.AUTOTUNE)
+
+    if position is not None:
+        return epoch_ordered_batches(pairs, position, batch, seed=seed or 0, shuffle=shuffle, epochs=epochs)
+    dataset = tf.data.Dataset.from_tensor_slices(pairs)
+    if shuffle:
+        dataset = dataset.shuffle(len(sources), seed=seed, reshuffle_each_iteration=True)
+    return batch(dataset).prefetch(tf.data.AUTOTUNE)

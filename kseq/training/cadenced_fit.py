@@ -72,23 +72,24 @@ class CadencedFit:
         max_minutes: the training budget, or None.
         resuming: the backup's saved state (`ResumableBackup.saved_state`), or None.
         non_finite_hint: what to try when the loss is not finite.
+        show: print a line per evaluation period.
     """
 
     def __init__(self, workdir, position, cadence, total_steps, steps_per_epoch, save_every, max_minutes,
-                 resuming, non_finite_hint):
+                 resuming, non_finite_hint, show=True):
         self.workdir, self.backup_dir = workdir, os.path.join(workdir, "backup")
         self.backup = ResumableBackup(self.backup_dir, position, save_freq=save_every, steps_position=True,
                                       delete_at_end=False)
         self.timer = StepTimer()
-        streamed = position if total_steps is None else None
-        self.periods = EvaluationPeriods(cadence, total_steps, steps_per_epoch=steps_per_epoch, position=streamed)
+        self.periods = EvaluationPeriods(cadence, total_steps, show=show, steps_per_epoch=steps_per_epoch,
+                                         position=position)
         self.total_steps, self.steps_per_epoch, self.position = total_steps, steps_per_epoch, position
         self.resuming = resuming
         spent = resuming["train_seconds"] if resuming else 0.0
         self.limits = [TimeLimit(max_minutes, spent_seconds=spent), StopOnNonFiniteLoss(non_finite_hint),
-                       ProgressLine(budget_minutes=max_minutes, spent_seconds=spent, position=streamed,
+                       ProgressLine(budget_minutes=max_minutes, spent_seconds=spent, position=position,
                                     steps_per_epoch=steps_per_epoch)]
-        self.curve = DataEpochsCurve(streamed, steps_per_epoch)
+        self.curve = DataEpochsCurve(position, steps_per_epoch)
 
     def fit(self, model, train, valid, logging=(), stopping=()):
         """`model.fit` with the chief's `logging` callbacks (scores, curves,

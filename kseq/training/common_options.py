@@ -4,6 +4,7 @@ defaults (`kseq.training.options.recipe_options`)."""
 import dataclasses
 
 from kseq.training.options import RecipeOptions, option
+from kseq.training.periods import parse_cadence
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,3 +38,29 @@ class SamplingOptions(RecipeOptions):
     sample_length: int = option(64, "pieces per sample at most", minimum=1)
     temperature: float = option(1.0, "sampling temperature")
     top_k: int = option(10, "sample among the k likeliest pieces", minimum=1)
+
+
+@dataclasses.dataclass(frozen=True)
+class EpochCadenceOptions(RecipeOptions):
+    """When a recipe that trains in epochs (`EpochFit`) evaluates and saves:
+    at epoch ends by default, or inside long epochs."""
+
+    eval_every: str = option("epoch", "evaluate at each epoch's end (epoch), every N steps (500) or minutes (5m)")
+    save_every: str = option("epoch", "save at each evaluation only (epoch), or also every N steps (200)")
+
+    @property
+    def fit_cadence(self):
+        """`EpochFit`'s eval_every and save_every."""
+        save = self.save_every.strip().lower()
+        return {"eval_every": self.eval_every, "save_every": save if save == "epoch" else int(save)}
+
+    def problems(self):
+        found = super().problems()
+        try:
+            parse_cadence(self.eval_every, getattr(self, "max_minutes", None))
+        except ValueError as error:
+            found.append(f"--eval-every: {error}")
+        save = self.save_every.strip().lower()
+        if save != "epoch" and not (save.isdigit() and int(save) > 0):
+            found.append(f"--save-every must be 'epoch' or a positive number of steps; got {self.save_every!r}")
+        return found

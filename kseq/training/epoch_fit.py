@@ -1,79 +1,112 @@
 """`model.fit` over data epochs that a kill cannot undo: what the recipes
-that train in epochs (classify, language_model, generate_reviews, reverse)
-share, as translate shares `CadencedFit`.
+that train in epochs (classify, language_model, generate_reviews, reverse,
+caption) share, on the same driver as translate (`CadencedFit`).
 
-Each epoch ends with one save (`ResumableBackup`): the weights, the
-optimizer, and `KeepBest`'s best epoch and patience count, published
-together. The same command started again goes on from the last finished
-epoch and ends as the uninterrupted run would, because the data's order
-comes from the epoch (`kseq.data.epoch_order`). SIGTERM exits at once
-(`SaveOnPreemption`), to run the epoch in progress again. `train_once` records a
-model's training as done (`kseq.training.phases`) once the weights the
-later steps use are written, and only then deletes the backup: a restart
-after training loads those weights instead of training again.
+Evaluation runs at every data epoch's end by default, or every so many
+steps or minutes (`eval_every`), so that an epoch of hours is evaluated and
+logged inside the epoch; saves (`ResumableBackup`: the weights, the
+optimizer, `KeepBest`'s best evaluation and patience count, published
+together) come at every evaluation and every `save_every` steps. The same
+command started again goes on from the last save and ends as the
+uninterrupted run would, because the data's order comes from the epoch
+(`kseq.data.epoch_order.epoch_ordered_batches`) and the batches already
+trained are skipped. SIGTERM exits at once (`SaveOnPreemption`), saving
+first where saves come by steps. `train_once` records a model's training
+as done (`kseq.training.phases`) once the weights the later steps use are
+written, and only then deletes the backup: a restart after training loads
+those weights instead of training again.
 """
 
 import os
 import shutil
 
-from kseq.training.callbacks import TimeLimit
-from kseq.training.cadenced_fit import Trained
+import tensorflow as tf
+
+from kseq.training.cadenced_fit import CadencedFit, Trained
 from kseq.training.decisions import as_metrics
-from kseq.training.periods import global_step
-from kseq.training.preemption import SaveOnPreemption
+from kseq.training.periods import parse_cadence
 from kseq.training.resume import ResumableBackup, TrainingPosition
 from kseq.training.stopping import KeepBest
 from kseq.training.warm_start import TRAINED_WEIGHTS, keep_trained
 
+NON_FINITE_HINT = "lower --learning-rate, or clip gradients with --clipnorm"
+
 
 class EpochFit:
     """Fits for at most `epochs` and `max_minutes` (counting the runs
-    before a resume), keeping the weights of the best epoch's `monitor`
-    and stopping after `patience` epochs without a better one (0: never).
+    before a resume), keeping the weights of the best evaluation's `monitor`
+    and stopping after `patience` evaluations without a better one (0:
+    never).
 
-    Build the training data from `position` (e.g. `epoch_ordered_slices`),
-    and create this object outside `strategy.scope()`.
+    Build the training data from `position` with `epoch_ordered_batches(...,
+    position, ..., epochs=epochs)` (batches that a resumed run can skip);
+    data of one epoch's batches in a fixed order (a language model's
+    streams) is repeated here and evaluated at epoch ends only. Create this
+    object outside `strategy.scope()`.
 
     Args:
         workdir: the model's folder; its backup goes to `<workdir>/backup`.
         monitor: the validation log key, e.g. "val_loss" or "val_accuracy".
         mode: "min" (a loss) or "max" (a score).
-        patience: epochs without improvement before stopping.
+        patience: evaluations without improvement before stopping.
         max_minutes: the training budget, or None.
+        eval_every: "epoch" (each data epoch's end), steps ("500") or
+            minutes ("5m") between evaluations.
+        save_every: steps between saves, or "epoch": at evaluations only.
     """
 
-    def __init__(self, workdir, monitor="val_loss", mode="min", patience=0, max_minutes=None):
+    def __init__(self, workdir, monitor="val_loss", mode="min", patience=0, max_minutes=None, eval_every="epoch",
+                 save_every="epoch"):
         self.workdir, self.backup_dir = workdir, os.path.join(workdir, "backup")
         self.resuming = ResumableBackup.saved_state(self.backup_dir)
         self.position = TrainingPosition()
-        self.backup = ResumableBackup(self.backup_dir, self.position, save_freq="epoch", delete_at_end=False)
         self.best = KeepBest(monitor, os.path.join(workdir, "best"), mode=mode, patience=patience)
-        self.limit = TimeLimit(max_minutes)  # counts the runs before a resume from `fit` on
+        self.cadence = parse_cadence(eval_every, max_minutes)
+        self.save_every, self.max_minutes = save_every, max_minutes
 
     def fit(self, model, data, epochs, callbacks=(), verbose=2):
-        """`model.fit` on `data["train"]`, validated on `data["valid"]`,
-        with `callbacks` (logging: they run before the best epoch is chosen
-        and the epoch saved). The model ends with the best epoch's weights.
-        Returns metrics.json's entries on the training."""
-        self.backup.participants = [self.best]
-        self.backup.restore(model.distribute_strategy)
-        self.resuming = self.backup.restored  # the workers may have agreed on an older save
-        self.limit.spent_seconds = self.resuming["train_seconds"] if self.resuming else 0.0
-        model.fit(data["train"], validation_data=data["valid"], epochs=epochs, verbose=verbose, shuffle=False,
-                  callbacks=[self.limit, *callbacks, self.best, self.backup,
-                             SaveOnPreemption(self.backup, self.workdir)])
-        state = self.best.state
+        """Trains on `data["train"]`, validated on `data["valid"]` at each
+        evaluation, with `callbacks` (logging: they run before the best
+        evaluation is chosen and the backup saves); `verbose` 0 prints no
+        line per evaluation. The model ends with the best evaluation's
+        weights. Returns metrics.json's entries on the training."""
+        train = self._all_epochs(data["train"], epochs)
+        run = CadencedFit(self.workdir, self.position, self.cadence, self.position.steps_per_epoch * epochs,
+                          self.position.steps_per_epoch, self.save_every, self.max_minutes, self.resuming,
+                          NON_FINITE_HINT, show=bool(verbose))
+        run.fit(model, train, data["valid"], logging=callbacks, stopping=[self.best])
+        self.resuming = run.resuming
+        state, report = self.best.state, run.report(model)
         return {
             **{valid(key): value for key, value in state["best_logs"].items()},
-            "best_epoch": state["best_evaluation"],
+            "best_epoch": state["best_evaluation"] if self.cadence.epoch else None,
+            "best_evaluation": state["best_evaluation"],
             "best_step": state["best_step"],
-            "epochs_run": state["evaluations"],
+            "epochs_run": report["epochs_run"],
+            "evaluations": state["evaluations"],
             f"{valid(self.best.monitor)}_by_epoch": state["scores"],
-            "steps": global_step(model),
+            "steps": report["steps"],
             "stopped_early": state["stopped_early"],
             "resumed_from_epoch": self.resuming["epoch"] if self.resuming else None,
-            "train_seconds": round(self.backup.train_seconds, 1),
+            "train_seconds": report["train_seconds"],
         }
+
+    def _all_epochs(self, train, epochs):
+        """The training batches of every epoch left: `train` itself when
+        `epoch_ordered_batches` built it, else one epoch in a fixed order, repeated."""
+        if self.position.epochs is not None:
+            if self.position.epochs != epochs:
+                raise ValueError(f"the training data holds {self.position.epochs} epochs; `fit` was asked for "
+                                 f"{epochs}.")
+            return train
+        if not self.cadence.epoch or self.save_every != "epoch":
+            raise ValueError("data of one epoch in a fixed order (not built with `epoch_ordered_batches`) is evaluated "
+                             "and saved at epoch ends only: eval_every='epoch', save_every='epoch'.")
+        self.position.steps_per_epoch = int(train.cardinality())
+        if self.position.steps_per_epoch <= 0:
+            raise ValueError("the training data must have a known, non-zero number of batches.")
+        left = tf.data.Dataset.range(epochs).take_while(lambda index: self.position.epoch + index < epochs)
+        return left.flat_map(lambda index: train)
 
     def release(self):
         """Deletes the backup (and `KeepBest`'s emptied folder), once what training produced is written."""

@@ -28,27 +28,32 @@ def batches_trained(model):
 
 @dataclasses.dataclass(frozen=True)
 class Cadence:
-    """How often evaluation runs: every `steps` train steps or `minutes` of
-    training (one of the two)."""
+    """How often evaluation runs: every `steps` train steps, `minutes` of
+    training or data epoch (`epoch`; one of the three)."""
 
     steps: int = None
     minutes: float = None
+    epoch: bool = False
 
     def __str__(self):
+        if self.epoch:
+            return "every data epoch"
         return f"every {self.steps} steps" if self.steps else f"every {self.minutes:g} min"
 
 
 def parse_cadence(text, budget_minutes=None, periods=6, open_ended_minutes=10.0):
-    """`--eval-every` -> Cadence: "500" (steps), "5m" or "5min" (minutes), or
-    "auto": `periods` evaluations over a `budget_minutes` budget, else every
-    `open_ended_minutes`."""
+    """`--eval-every` -> Cadence: "500" (steps), "5m" or "5min" (minutes),
+    "epoch" (at each data epoch's end), or "auto": `periods` evaluations
+    over a `budget_minutes` budget, else every `open_ended_minutes`."""
     text = str(text).strip().lower()
+    if text == "epoch":
+        return Cadence(epoch=True)
     if text == "auto":
         return Cadence(minutes=budget_minutes / periods if budget_minutes else open_ended_minutes)
     match = re.fullmatch(r"(\d+(?:\.\d+)?)\s*(m|min|minutes?)?", text)
     if not match or float(match.group(1)) <= 0 or (not match.group(2) and "." in match.group(1)):
         raise ValueError(
-            f"`eval_every` must be a number of steps (e.g. 500), minutes (e.g. 5m) or 'auto'; got {text!r}."
+            f"`eval_every` must be a number of steps (e.g. 500), minutes (e.g. 5m), 'epoch' or 'auto'; got {text!r}."
         )
     if match.group(2):
         return Cadence(minutes=float(match.group(1)))
@@ -74,9 +79,10 @@ class EvaluationPeriods(keras.callbacks.Callback):
         show: print a line per period (step, data epoch, logs).
         steps_per_epoch: batches per data epoch, for the printed line.
         clock: seconds, e.g. `time.monotonic` (the default).
-        position: the `TrainingPosition` of streamed data, or None: training
-            ends when its pipeline has no batch left, and the printed line
-            says how far into the data the run is.
+        position: the `TrainingPosition` the data reads, or None: training
+            ends when a streamed pipeline has no batch left, a cadence of
+            epochs follows it, and the printed line says how far into the
+            data the run is.
     """
 
     def __init__(self, cadence, total_steps=None, show=True, steps_per_epoch=None, clock=time.monotonic,
@@ -96,6 +102,15 @@ class EvaluationPeriods(keras.callbacks.Callback):
 
     def _start_period(self):
         self._period_step, self._period_time = global_step(self.model), self.clock()
+        self._period_epoch = self._data_epoch()
+
+    def _data_epoch(self):
+        """The data epoch in progress, for a cadence of epochs; None otherwise."""
+        if not self.cadence.epoch:
+            return None
+        if self.position is None:
+            raise ValueError("an evaluation cadence of epochs needs the `position` of the data")
+        return self.position.where(batches_trained(self.model))[0]
 
     def on_train_batch_begin(self, batch, logs=None):
         if self._period_step is None:
@@ -108,6 +123,8 @@ class EvaluationPeriods(keras.callbacks.Callback):
         elif self.cadence.steps and step // self.cadence.steps > self._period_step // self.cadence.steps:
             end_epoch_early(self.model)
         elif self.cadence.minutes and self.clock() - self._period_time >= 60.0 * self.cadence.minutes:
+            end_epoch_early(self.model)
+        elif self.cadence.epoch and self._data_epoch() > self._period_epoch:
             end_epoch_early(self.model)
 
     def on_epoch_end(self, epoch, logs=None):

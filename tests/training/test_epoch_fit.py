@@ -8,22 +8,23 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from kseq.data.epoch_order import epoch_ordered_slices
+from kseq.data.epoch_order import epoch_ordered_batches
 from kseq.training.cadenced_fit import Trained
 from kseq.training.epoch_fit import EpochFit, train_once
 from kseq.training.phases import Phases
+from kseq.training.resume import TrainingPosition
 from support import KillAt
 
 X = np.random.default_rng(0).normal(size=(64, 4)).astype("float32")
 Y = X @ np.array([[1.0], [-2.0], [0.5], [3.0]], "float32")
 
 
-def regression(position, dropout=0.0):
+def regression(position, dropout=0.0, epochs=6):
     """(model, data): the validation targets are off by 1, so fitting the
     training data well ends near a validation loss of 1 and the best epoch
     is not always the last."""
     keras.utils.set_random_seed(0)
-    data = {"train": epoch_ordered_slices((X, Y), position, seed=5).batch(8),
+    data = {"train": epoch_ordered_batches((X, Y), position, lambda d: d.batch(8), seed=5, epochs=epochs),
             "valid": tf.data.Dataset.from_tensor_slices((X[:16], Y[:16] + 1.0)).batch(8)}
     model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(8), keras.layers.Dropout(dropout),
                               keras.layers.Dense(1)])
@@ -47,7 +48,7 @@ def test_epoch_fit_ends_with_the_best_epoch_and_keeps_its_backup_until_released(
 
 def test_epoch_fit_stops_after_patience_on_a_score(tmp_path):
     fit = EpochFit(str(tmp_path), "val_loss", "max", patience=2)  # "max" of a loss: soon no better
-    model, data = regression(fit.position)
+    model, data = regression(fit.position, epochs=10)
     metrics = fit.fit(model, data, epochs=10, verbose=0)
     assert metrics["stopped_early"] and metrics["epochs_run"] == 3 and metrics["best_epoch"] == 1
 
@@ -59,22 +60,50 @@ def test_a_killed_epoch_fit_resumes_to_the_uninterrupted_weights_and_metrics(tmp
     process would: the same weights, bit for bit, and the same metrics.
     Dropout's random state and the shuffled order come back too."""
     whole = EpochFit(str(tmp_path / "whole"), patience=3)
-    model, data = regression(whole.position, dropout=0.3)
+    model, data = regression(whole.position, dropout=0.3, epochs=5)
     expected = whole.fit(model, data, epochs=5, verbose=0)
     expected_weights = model.get_weights()
 
     killed = EpochFit(str(tmp_path / "killed"), patience=3)
-    model, data = regression(killed.position, dropout=0.3)
+    model, data = regression(killed.position, dropout=0.3, epochs=5)
     with pytest.raises(KeyboardInterrupt):
         killed.fit(model, data, epochs=5, callbacks=[kill], verbose=0)
     resumed = EpochFit(str(tmp_path / "killed"), patience=3)
     assert resumed.resuming["epoch"] == 2, "the last save: epoch 2's end"
-    model, data = regression(resumed.position, dropout=0.3)
+    model, data = regression(resumed.position, dropout=0.3, epochs=5)
     metrics = resumed.fit(model, data, epochs=5, verbose=0)
     for got, want in zip(model.get_weights(), expected_weights):
         np.testing.assert_array_equal(got, want)
     assert metrics.pop("resumed_from_epoch") == 2 and expected.pop("resumed_from_epoch") is None
     assert {**metrics, "train_seconds": 0} == {**expected, "train_seconds": 0}
+
+
+def test_epoch_fit_evaluates_and_saves_inside_an_epoch_and_resumes_there(tmp_path):
+    """Evaluations every 3 steps and saves every 2 in epochs of 8 batches:
+    a run killed after batch 13 resumes from step 12 (its last save, mid
+    epoch 2) onto the batches and weights of the uninterrupted run."""
+    def fitted(folder, kill=None):
+        fit = EpochFit(str(tmp_path / folder), patience=0, eval_every="3", save_every=2)
+        model, data = regression(fit.position, dropout=0.3, epochs=3)
+        return fit, model, fit.fit(model, data, epochs=3, callbacks=[kill] if kill else [], verbose=0)
+
+    _, whole, expected = fitted("whole")
+    assert expected["evaluations"] == 8 and expected["steps"] == 24 and expected["epochs_run"] == 3
+    assert len(expected["valid_loss_by_epoch"]) == 8 and expected["best_epoch"] is None
+    with pytest.raises(KeyboardInterrupt):
+        fitted("killed", KillAt(batch=13))
+    resumed, model, metrics = fitted("killed")
+    assert resumed.resuming["step"] == 12 and resumed.resuming["data"] == {"epoch": 1, "window": 0, "skip": 4}
+    for got, want in zip(model.get_weights(), whole.get_weights()):
+        np.testing.assert_array_equal(got, want)
+    assert metrics["valid_loss_by_epoch"] == expected["valid_loss_by_epoch"]
+
+
+def test_epoch_fit_refuses_a_cadence_inside_epochs_of_fixed_order_data(tmp_path):
+    fit = EpochFit(str(tmp_path), eval_every="100")
+    model, data = regression(TrainingPosition())  # the data reads another position: fixed order
+    with pytest.raises(ValueError, match="eval_every='epoch'"):
+        fit.fit(model, data, epochs=6, verbose=0)
 
 
 def test_train_once_trains_a_phase_once_and_a_restart_reloads_its_weights(tmp_path):
