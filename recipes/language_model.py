@@ -40,7 +40,7 @@ from kseq.decoding.output import decoded_text  # noqa: E402
 from kseq.export import export_language_model  # noqa: E402
 from kseq.training import options as opts, recipe  # noqa: E402
 from kseq.training.cadenced_fit import Trained  # noqa: E402
-from kseq.training.common_options import RNNOptions, SamplingOptions, TrainingOptions  # noqa: E402
+from kseq.training.common_options import EpochCadenceOptions, RNNOptions, SamplingOptions, TrainingOptions  # noqa: E402
 from kseq.training.callbacks import GenerationMonitor  # noqa: E402
 from kseq.training.decisions import as_hparams  # noqa: E402
 from kseq.training.epoch_fit import EpochFit, train_once  # noqa: E402
@@ -54,7 +54,7 @@ from kseq.training.xla import decide_jit_compile  # noqa: E402
 
 @opts.recipe_options(embed_dim=256, units=256, dropout=0.3, batch_size=32, epochs=3, learning_rate=2e-3,
                      sample_length=40, temperature=0.8, top_k=40)
-class Options(RNNOptions, TrainingOptions, SamplingOptions, opts.TextRecipeOptions):
+class Options(RNNOptions, TrainingOptions, SamplingOptions, EpochCadenceOptions, opts.TextRecipeOptions):
     ARCHITECTURE = ("tie_weights",)
 
     train_txt: str | None = option(None, "training text, a document a line (default: the Bible)", file=True)
@@ -180,7 +180,7 @@ def train(options, run, streams, tokenizer, xla, phases):
 
 def train_once_in(phases, name, options, run, streams, tokenizer, xla, carry_state):
     """One model trained once in `<logdir>/<name>`; the BPTT one's weights are kept."""
-    fit = EpochFit(os.path.join(run.workdir, name), max_minutes=options.max_minutes)
+    fit = EpochFit(os.path.join(run.workdir, name), max_minutes=options.max_minutes, **options.fit_cadence)
 
     def build():
         with run.strategy.scope():

@@ -182,14 +182,27 @@ class RNNLanguageModel(Generator, KseqModel):
             for layer in self._streams.variables[name]
         ]
 
+    def set_carried_state(self, name, state):
+        """Writes streams `name`'s state, in the form `carried_state` returns."""
+        strategy = self.distribute_strategy
+        for layer_variables, layer_state in zip(self._streams.variables[name], state):
+            for variable, values in zip(layer_variables, layer_state):
+                for local, value in zip(strategy.experimental_local_results(variable), values):
+                    local.assign(value)
+
     def fit(self, x=None, y=None, *args, callbacks=None, **kwargs):
+        """keras' `fit`, zeroing the carried train state as each epoch
+        begins, unless a callback with `resets_train_streams = True` takes
+        that over (`kseq.training.epoch_fit.CarriedStreams`, which resets
+        where data epochs begin when fit's epochs are evaluation periods)."""
         if not self.carry_state:
             return super().fit(x, y, *args, callbacks=callbacks, **kwargs)
-        reset = keras.callbacks.LambdaCallback(
-            on_epoch_begin=lambda epoch, logs=None: self.reset_streams("train")
-        )
+        callbacks = list(callbacks or [])
+        if not any(getattr(callback, "resets_train_streams", False) for callback in callbacks):
+            callbacks.insert(0, keras.callbacks.LambdaCallback(
+                on_epoch_begin=lambda epoch, logs=None: self.reset_streams("train")))
         with self.streaming("train", _stream_count(x)):
-            return super().fit(x, y, *args, callbacks=[reset, *(callbacks or [])], **kwargs)
+            return super().fit(x, y, *args, callbacks=callbacks, **kwargs)
 
     def evaluate(self, x=None, y=None, *args, **kwargs):
         if not self.carry_state:

@@ -20,11 +20,13 @@ those weights instead of training again.
 import os
 import shutil
 
+import keras
+import numpy as np
 import tensorflow as tf
 
 from kseq.training.cadenced_fit import CadencedFit, Trained
 from kseq.training.decisions import as_metrics
-from kseq.training.periods import parse_cadence
+from kseq.training.periods import batches_trained, parse_cadence
 from kseq.training.resume import ResumableBackup, TrainingPosition
 from kseq.training.stopping import KeepBest
 from kseq.training.warm_start import TRAINED_WEIGHTS, keep_trained
@@ -39,9 +41,9 @@ class EpochFit:
     never).
 
     Build the training data from `position` with `epoch_ordered_batches(...,
-    position, ..., epochs=epochs)` (batches that a resumed run can skip);
-    data of one epoch's batches in a fixed order (a language model's
-    streams) is repeated here and evaluated at epoch ends only. Create this
+    position, ..., epochs=epochs)` (batches that a resumed run can skip),
+    or give one epoch's batches in a fixed order (a language model's
+    streams, whose carried state `CarriedStreams` keeps). Create this
     object outside `strategy.scope()`.
 
     Args:
@@ -74,7 +76,9 @@ class EpochFit:
         run = CadencedFit(self.workdir, self.position, self.cadence, self.position.steps_per_epoch * epochs,
                           self.position.steps_per_epoch, self.save_every, self.max_minutes, self.resuming,
                           NON_FINITE_HINT, show=bool(verbose))
-        run.fit(model, train, data["valid"], logging=callbacks, stopping=[self.best])
+        carries = getattr(model, "carry_state", False) and hasattr(model, "carried_state")
+        carried = [CarriedStreams(self.position)] if carries else []
+        run.fit(model, train, data["valid"], logging=callbacks, stopping=[self.best, *carried])
         self.resuming = run.resuming
         state, report = self.best.state, run.report(model)
         return {
@@ -93,25 +97,59 @@ class EpochFit:
 
     def _all_epochs(self, train, epochs):
         """The training batches of every epoch left: `train` itself when
-        `epoch_ordered_batches` built it, else one epoch in a fixed order, repeated."""
+        `epoch_ordered_batches` built it, else `train` as one epoch in a
+        fixed order (a language model's streams), repeated from the
+        position on."""
         if self.position.epochs is not None:
             if self.position.epochs != epochs:
                 raise ValueError(f"the training data holds {self.position.epochs} epochs; `fit` was asked for "
                                  f"{epochs}.")
             return train
-        if not self.cadence.epoch or self.save_every != "epoch":
-            raise ValueError("data of one epoch in a fixed order (not built with `epoch_ordered_batches`) is evaluated "
-                             "and saved at epoch ends only: eval_every='epoch', save_every='epoch'.")
         self.position.steps_per_epoch = int(train.cardinality())
         if self.position.steps_per_epoch <= 0:
-            raise ValueError("the training data must have a known, non-zero number of batches.")
+            raise ValueError("`data['train']` must have a known, non-zero number of batches (one epoch in a fixed "
+                             "order), or be built with `epoch_ordered_batches`.")
         left = tf.data.Dataset.range(epochs).take_while(lambda index: self.position.epoch + index < epochs)
-        return left.flat_map(lambda index: train)
+        return left.flat_map(lambda index: train.skip(tf.where(index == 0, self.position.skip, 0)))
 
     def release(self):
         """Deletes the backup (and `KeepBest`'s emptied folder), once what training produced is written."""
         shutil.rmtree(self.backup_dir, ignore_errors=True)
         shutil.rmtree(os.path.join(self.workdir, "best"), ignore_errors=True)
+
+
+class CarriedStreams(keras.callbacks.Callback):
+    """The train streams' state a language model carries from batch to
+    batch (`RNNLanguageModel(carry_state=True)`), zeroed where each data
+    epoch begins and kept with every save, so that a run resumed mid-epoch
+    goes on with the state the uninterrupted run had there."""
+
+    resets_train_streams = True  # in place of the model's reset at each of fit's epochs
+    FILE = "carried_streams.npz"
+
+    def __init__(self, position):
+        super().__init__()
+        self.position, self._restored = position, None
+
+    def save_state(self, folder):
+        state = self.model.carried_state("train")
+        np.savez(os.path.join(folder, self.FILE), *[v for layer in state for values in layer for v in values])
+
+    def restore_state(self, folder):
+        path = os.path.join(folder, self.FILE)
+        if os.path.exists(path):  # a save made at an epoch's end needs none
+            with np.load(path) as saved:
+                self._restored = [saved[f"arr_{i}"] for i in range(len(saved.files))]
+
+    def on_train_batch_begin(self, batch, logs=None):
+        restored, self._restored = self._restored, None
+        if self.position.where(batches_trained(self.model))[2] == 0:
+            self.model.reset_streams("train")
+        elif restored is not None:
+            values = iter(restored)
+            shape = self.model.carried_state("train")
+            self.model.set_carried_state("train", [[[next(values) for _ in replicas] for replicas in layer]
+                                                   for layer in shape])
 
 
 def valid(key):

@@ -9,10 +9,10 @@ import pytest
 import tensorflow as tf
 
 from kseq.data.epoch_order import epoch_ordered_batches
+from kseq.data.streams import stream_batches
 from kseq.training.cadenced_fit import Trained
 from kseq.training.epoch_fit import EpochFit, train_once
 from kseq.training.phases import Phases
-from kseq.training.resume import TrainingPosition
 from support import KillAt
 
 X = np.random.default_rng(0).normal(size=(64, 4)).astype("float32")
@@ -99,11 +99,34 @@ def test_epoch_fit_evaluates_and_saves_inside_an_epoch_and_resumes_there(tmp_pat
     assert metrics["valid_loss_by_epoch"] == expected["valid_loss_by_epoch"]
 
 
-def test_epoch_fit_refuses_a_cadence_inside_epochs_of_fixed_order_data(tmp_path):
-    fit = EpochFit(str(tmp_path), eval_every="100")
-    model, data = regression(TrainingPosition())  # the data reads another position: fixed order
-    with pytest.raises(ValueError, match="eval_every='epoch'"):
-        fit.fit(model, data, epochs=6, verbose=0)
+def test_a_language_model_resumed_mid_epoch_goes_on_with_its_carried_streams(tmp_path):
+    """Truncated BPTT over fixed-order stream batches, evaluated every 5
+    steps and saved every 3: killed after batch 20 of the first epoch, the
+    restart resumes at step 18 with the streams' state of that step (saved
+    with it) and ends with the uninterrupted run's weights, bit for bit."""
+    import kseq
+
+    tokens = np.random.default_rng(1).integers(4, 40, 1400)
+
+    def fitted(folder, kill=None):
+        fit = EpochFit(str(tmp_path / folder), eval_every="5", save_every=3)
+        keras.utils.set_random_seed(0)
+        model = kseq.models.RNNLanguageModel(40, embed_dim=8, units=8)
+        model.build()
+        model.compile(keras.optimizers.Adam(0.01), kseq.losses.MaskedSparseCategoricalCrossentropy())
+        data = {"train": stream_batches(tokens, 4, 10, drop_remainder=True),
+                "valid": stream_batches(tokens[:300], 4, 10, drop_remainder=True)}
+        return fit, model, fit.fit(model, data, epochs=2, callbacks=[kill] if kill else [], verbose=0)
+
+    _, whole, expected = fitted("whole")
+    assert expected["steps"] == 2 * 34 and expected["evaluations"] == 14
+    with pytest.raises(KeyboardInterrupt):
+        fitted("killed", KillAt(batch=20))
+    resumed, model, metrics = fitted("killed")
+    assert resumed.resuming["step"] == 18 and resumed.resuming["data"]["skip"] == 18
+    for got, want in zip(model.get_weights(), whole.get_weights()):
+        np.testing.assert_array_equal(got, want)
+    assert metrics["valid_loss_by_epoch"] == expected["valid_loss_by_epoch"]
 
 
 def test_train_once_trains_a_phase_once_and_a_restart_reloads_its_weights(tmp_path):
