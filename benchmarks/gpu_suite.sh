@@ -44,8 +44,8 @@
 #     collects its JSON. Wait on that process by its PID file: `pgrep -f NAME` also matches the
 #     shell that runs it, and waits out its whole limit.
 #   - benchmarks/gpu_suite.sh train-step             the kseq rows (TRAIN_STEP_CONFIGS), each
-#     stopped after TRAIN_STEP_CONFIG_TIMEOUT (150) s: without XLA first, as the base step's
-#     XLA compilation did not end in 135 s on an H100 (RESULTS.md)
+#     stopped after TRAIN_STEP_CONFIG_TIMEOUT (150) s: without XLA first, as the XLA row gave
+#     no timed step within 135 s of starting on an H100 (RESULTS.md)
 #   - benchmarks/gpu_suite.sh recipe                 RECIPE_MINUTES=3 with what is left
 #   gpu-tests, decode and suite need a lease of their own.
 # Only what is under $OUT comes back, and the device empties it before each call: collect
