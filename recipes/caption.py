@@ -19,7 +19,7 @@ are the scene's), and for the attention model `attention_on_named_shape`:
 on scenes of two or three shapes, the share of shape words whose attention
 weighs the shape the word names more than any other shape. All go to
 `<logdir>/metrics.json`. TensorBoard (runs/caption/<model>): loss curves,
-validation content accuracy and sample captions after every epoch, and for
+validation content accuracy and sample captions after every evaluation, and for
 the attention model one heat map per generated word over the image
 (Images, "attention"). Each model is exported to `<export-dir>/<model>/
 <version>/`: PNG or JPEG bytes in, caption out, beam search in the graph.
@@ -94,7 +94,7 @@ class Options(RNNOptions, EpochCadenceOptions):
     max_minutes: float | None = option(5.0, "training budget per model, in minutes")
     beam_size: int = option(4, "beams of the test decoding and the export", minimum=1)
     max_caption_length: int = option(40, "words per generated caption at most", minimum=1)
-    monitor_images: int = option(200, "validation scenes captioned after every epoch", minimum=1)
+    monitor_images: int = option(200, "validation scenes captioned at every evaluation", minimum=1)
     attention_plots: int = option(3, "images whose per-word attention is drawn", minimum=0)
     logdir: str = option("runs/caption", "TensorBoard logs, metrics.json and the models")
     export_dir: str = option("savedmodels/caption", "each model goes to <export-dir>/<model>/<next version>/")
@@ -229,7 +229,7 @@ def caption(model, tokenizer, images, options, method="beam", batch=100):
 
 def train_resumably(options, run, name, data, tokenizer, xla, phases):
     """One captioner trained once (`kseq.training.epoch_fit`): a kill resumes
-    from its last epoch, a restart after its training loads its weights.
+    from its last save, a restart after its training loads its weights.
     -> (model, metrics.json's training figures)."""
     fit = EpochFit(os.path.join(run.workdir, name), max_minutes=options.max_minutes, **options.fit_cadence)
     datasets = make_datasets(options, data, tokenizer, fit.position)
@@ -261,7 +261,7 @@ def train(options, run, name, datasets, valid, tokenizer, xla, build, fit):
 
 
 class CaptionMonitor(keras.callbacks.Callback):
-    """After every epoch: greedy captions of the first `monitor_images`
+    """At every evaluation: greedy captions of the first `monitor_images`
     validation scenes, their content accuracy (printed, logged, added to
     the epoch's logs) and samples; the attention model's per-word heat maps."""
 

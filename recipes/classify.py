@@ -64,7 +64,8 @@ class Options(RNNOptions, TrainingOptions, EpochCadenceOptions, opts.TextRecipeO
     num_heads: int = option(4, "the Transformer's attention heads", minimum=1)
     ff_dim: int = option(256, "the Transformer's feed-forward width", minimum=1)
     max_length: int = option(128, "tokens per text; longer texts are cut", minimum=1)
-    patience: int = option(3, "epochs without a better validation accuracy before stopping", minimum=0)
+    patience: int = option(3, "evaluations (epochs by default) without a better validation accuracy before "
+                                 "stopping", minimum=0)
     logdir: str = option("runs/classify", "TensorBoard logs, metrics.json and the model")
     export_dir: str = option("savedmodels/classify", "the SavedModel goes to <export-dir>/<next version>/")
 

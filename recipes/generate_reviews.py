@@ -18,7 +18,7 @@ agreement per label and overall (`agreement`, `agreement_overall`) beside
 the classifier's own accuracy on the real test snippets (its ceiling), the
 test perplexity, the share of generated words seen in the training snippets
 (`known_word_rate`, a rough readability figure) and sample snippets.
-TensorBoard: loss curves, sample snippets per label after every epoch
+TensorBoard: loss curves, sample snippets per label at every evaluation
 (Text), the agreement (Scalars).
 
 About 6 minutes on 2 idle CPU cores (5 min 36 s measured on 2026-11-24):
