@@ -48,6 +48,11 @@
 #     no timed step within 135 s of starting on an H100 (RESULTS.md)
 #   - benchmarks/gpu_suite.sh recipe                 RECIPE_MINUTES=3 with what is left
 #   gpu-tests, decode and suite need a lease of their own.
+#   The bundle has no CUPTI, which the TensorFlow profiler needs to see GPU ops: carry the wheel
+#   (`pip download --no-deps ... -d .whl nvidia-cuda-cupti-cu12==12.5.82`, 14 MB: with the last,
+#   smaller part, as a full one leaves no room in the 64 MiB) and
+#   run `python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl; export
+#   LD_LIBRARY_PATH=/tmp/site/nvidia/cuda_cupti/lib:$LD_LIBRARY_PATH` before `train_step.py --profile`.
 # Only what is under $OUT comes back, and the device empties it before each call: collect
 # after each.
 #
