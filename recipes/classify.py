@@ -53,9 +53,10 @@ from kseq.training.xla import decide_jit_compile  # noqa: E402
 class Options(RNNOptions, TrainingOptions, EpochCadenceOptions, opts.TextRecipeOptions):
     ARCHITECTURE = ("encoder", "pooling", "bidirectional", "num_heads", "ff_dim")
 
-    train_tsv: str | None = option(None, "training texts, text<TAB>label (default: Rotten Tomatoes)", file=True)
-    valid_tsv: str | None = option(None, "validation texts (default: every 10th training text)", file=True)
-    test_tsv: str | None = option(None, "test texts (default: the validation texts)", file=True)
+    train_tsv: str | None = option(None, "training texts, text<TAB>label: a file, a glob or several joined "
+                                   "by commas, plain or gzip (default: Rotten Tomatoes)", files=True)
+    valid_tsv: str | None = option(None, "validation texts (default: every 10th training text)", files=True)
+    test_tsv: str | None = option(None, "test texts (default: the validation texts)", files=True)
     encoder: str = option("rnn", "the sequence encoder (the Transformer's width is --units)",
                           choices=("rnn", "transformer"))
     pooling: str = option("attention", "how the encoder's states become one vector",

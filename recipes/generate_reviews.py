@@ -75,9 +75,10 @@ BUCKETS = [16, 24, 32, 40, 48, 64]  # target lengths (BOS included) where batche
 class Options(RNNOptions, TrainingOptions, SamplingOptions, EpochCadenceOptions, opts.TextRecipeOptions):
     ARCHITECTURE = ("peeky",)
 
-    train_tsv: str | None = option(None, "training snippets, text<TAB>label (default: Rotten Tomatoes)", file=True)
-    valid_tsv: str | None = option(None, "validation snippets (default: every 10th training snippet)", file=True)
-    test_tsv: str | None = option(None, "test snippets (default: the validation snippets)", file=True)
+    train_tsv: str | None = option(None, "training snippets, text<TAB>label: a file, a glob or several joined "
+                                   "by commas, plain or gzip (default: Rotten Tomatoes)", files=True)
+    valid_tsv: str | None = option(None, "validation snippets (default: every 10th training snippet)", files=True)
+    test_tsv: str | None = option(None, "test snippets (default: the validation snippets)", files=True)
     peeky: bool = option(True, "the label joins every step's input")
     max_length: int = option(80, "pieces per snippet; longer ones are left out", minimum=1)
     max_minutes: float | None = option(5.0, "training budget in minutes")

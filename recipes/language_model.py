@@ -33,6 +33,7 @@ import keras  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 import kseq  # noqa: E402
+from kseq.data.corpus import corpus_files, raw_lines  # noqa: E402
 from kseq.data.streams import join_documents, stream_batches  # noqa: E402
 from kseq.data.text import normalize_text  # noqa: E402
 from kseq.decoding import Sampler  # noqa: E402
@@ -57,9 +58,10 @@ from kseq.training.xla import decide_jit_compile  # noqa: E402
 class Options(RNNOptions, TrainingOptions, SamplingOptions, EpochCadenceOptions, opts.TextRecipeOptions):
     ARCHITECTURE = ("tie_weights",)
 
-    train_txt: str | None = option(None, "training text, a document a line (default: the Bible)", file=True)
-    valid_txt: str | None = option(None, "validation text (default: every 50th training line)", file=True)
-    test_txt: str | None = option(None, "test text (default: the validation text)", file=True)
+    train_txt: str | None = option(None, "training text, a document a line: a file, a glob or several joined by "
+                                   "commas, plain or gzip (default: the Bible)", files=True)
+    valid_txt: str | None = option(None, "validation text (default: every 50th training line)", files=True)
+    test_txt: str | None = option(None, "test text (default: the validation text)", files=True)
     tie_weights: bool = option(True, "the output projection shares the embedding")
     bptt: int = option(35, "tokens per batch and stream (truncated BPTT)", minimum=1)
     max_minutes: float | None = option(5.0, "training budget of each model in minutes")
@@ -101,23 +103,25 @@ def main(argv=None):
     return metrics
 
 
-def read_lines(path):
-    """Non-empty normalized lines of a UTF-8 text file."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            lines = [normalize_text(line) for line in f]
-    except UnicodeDecodeError as error:
-        raise SystemExit(f"{path}: not UTF-8 text ({error})")
+def read_lines(files, role="train"):
+    """Non-empty normalized lines of UTF-8 text `files` (a path, a glob or
+    several joined by commas, plain or gzip) given as `--<role>-txt`."""
+    lines = []
+    for path in corpus_files(files, f"--{role}-txt"):
+        try:
+            lines += [normalize_text(raw.decode("utf-8")) for raw in raw_lines(path)]
+        except UnicodeDecodeError as error:
+            raise SystemExit(f"{path}: not UTF-8 text ({error})")
     lines = [line for line in lines if line]
     if not lines:
-        raise SystemExit(f"{path}: no text")
+        raise SystemExit(f"{files}: no text")
     return lines
 
 
 def load_texts(options):
     """{split: [documents]} from the text files or the default corpus."""
     if options.train_txt:
-        splits = recipe.read_splits(options, "txt", lambda path, role: (read_lines(path),), every=50)
+        splits = recipe.read_splits(options, "txt", lambda path, role: (read_lines(path, role),), every=50)
         texts = {split: lines for split, (lines,) in splits.items()}
     else:
         from kseq.data.bible import load_bible_pairs

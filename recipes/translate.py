@@ -76,8 +76,8 @@ class Options(Seq2SeqOptions, DecodingOptions, StoppingOptions, CadenceOptions, 
     train_tsv: str | None = option(None, "training pairs, source<TAB>target: a file, a glob or several joined by "
                                    "commas, plain or gzip (default: the Bible)", files=True)
     valid_tsv: str | None = option(None, "validation pairs (default: every 50th training line, at most "
-                                   f"{HOLD_OUT_LIMIT:,})", file=True)
-    test_tsv: str | None = option(None, "test pairs (default: the validation pairs)", file=True)
+                                   f"{HOLD_OUT_LIMIT:,})", files=True)
+    test_tsv: str | None = option(None, "test pairs (default: the validation pairs)", files=True)
     vocab_size: int | Auto = option(AUTO, "joint SentencePiece pieces; auto: from the data", minimum=1)
     max_vocab_size: int = option(4000, "the most pieces auto may choose", minimum=1)
     token_budget: int = option(2560, "target tokens per batch (shared by the workers of --strategy multiworker)",

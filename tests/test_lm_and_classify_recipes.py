@@ -1,5 +1,6 @@
 """recipes/language_model.py and recipes/classify.py end to end on tiny data."""
 
+import gzip
 import json
 import os
 import random
@@ -32,7 +33,12 @@ def write_text(path, lines, seed):
 @pytest.fixture(scope="module")
 def lm_run(tmp_path_factory):
     root = tmp_path_factory.mktemp("lm")
-    train, valid = write_text(root / "train.txt", 400, 0), write_text(root / "valid.txt", 40, 1)
+    write_text(root / "all.txt", 400, 0)
+    lines = (root / "all.txt").read_text(encoding="utf-8").splitlines(keepends=True)
+    # The training text as a glob of two files, the second gzip: read as the one file would be.
+    (root / "train-0.txt").write_text("".join(lines[:150]), encoding="utf-8")
+    (root / "train-1.txt.gz").write_bytes(gzip.compress("".join(lines[150:]).encode("utf-8")))
+    train, valid = str(root / "train-*"), write_text(root / "valid.txt", 40, 1)
     logdir, export_dir = str(root / "runs"), str(root / "export")
     metrics = language_model.main([
         "--train-txt", train, "--valid-txt", valid, "--logdir", logdir, "--export-dir", export_dir,
@@ -91,10 +97,13 @@ def classify_run(tmp_path_factory):
         rng.shuffle(words)
         lines.append(" ".join(words) + "\t" + label)
     lines.insert(5, "a line without a label")
-    (root / "train.tsv").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    # Two files joined by a comma, the second gzip: read as one file of their lines would be.
+    (root / "train-a.tsv").write_text("\n".join(lines[:100]) + "\n", encoding="utf-8")
+    (root / "train-b.tsv.gz").write_bytes(gzip.compress(("\n".join(lines[100:]) + "\n").encode("utf-8")))
     logdir, export_dir = str(root / "runs"), str(root / "export")
     metrics = classify.main([
-        "--train-tsv", str(root / "train.tsv"), "--logdir", logdir, "--export-dir", export_dir,
+        "--train-tsv", f"{root / 'train-a.tsv'},{root / 'train-b.tsv.gz'}",
+        "--logdir", logdir, "--export-dir", export_dir,
         "--vocab-size", "320", "--embed-dim", "16", "--units", "16", "--epochs", "8",
         "--dropout", "0.1", "--learning-rate", "0.01",
     ])

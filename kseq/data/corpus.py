@@ -23,9 +23,8 @@ from kseq._atomic import write_bytes_atomic, write_json_atomic
 from kseq._validation import check_positive_int
 from kseq.data.pypi_data import cache_root
 from kseq.data.text import normalize_text
-from kseq.data.tsv import EMPTY_LINE, EMPTY_SOURCE, EMPTY_TARGET, MANY_TABS, NO_TAB, NOT_UTF8
+from kseq.data.tsv import EMPTY_LINE, EMPTY_SOURCE, EMPTY_TARGET, GZIP_MAGIC, MANY_TABS, NO_TAB, NOT_UTF8
 
-GZIP_MAGIC = b"\x1f\x8b"
 BOM = "\ufeff"
 # Bad lines spelled out in a report; the rest are counted.
 PROBLEMS_KEPT = 20

@@ -1,6 +1,7 @@
 """A user's own parallel corpus: one `source<TAB>target` pair per line."""
 
 import codecs
+import gzip
 import os
 
 from kseq.data.text import normalize_text
@@ -13,6 +14,7 @@ EMPTY_LINE = "empty line"
 EMPTY_SOURCE = "empty source"
 EMPTY_TARGET = "empty target"
 NOT_UTF8 = "not UTF-8"
+GZIP_MAGIC = b"\x1f\x8b"
 
 
 def _check_line(raw):
@@ -45,9 +47,10 @@ def read_tsv(path, on_error="skip"):
     """Reads `source<TAB>target` pairs, normalized with `normalize_text`.
 
     The file is UTF-8 (an optional BOM is ignored), with `\\n` or `\\r\\n`
-    line ends. Bad lines are collected rather than fatal by default,
-    because a few stray lines in a scraped corpus should not stop a run;
-    print `format_problems(...)` so they are not silently lost.
+    line ends, plain or gzip (known by its first bytes). Bad lines are
+    collected rather than fatal by default, because a few stray lines in a
+    scraped corpus should not stop a run; print `format_problems(...)` so
+    they are not silently lost.
 
     Args:
         path: the file to read.
@@ -81,6 +84,11 @@ def read_tsv(path, on_error="skip"):
             data = file.read()
     except FileNotFoundError:
         raise FileNotFoundError(f"`path`: no such file {path!r}.") from None
+    if data.startswith(GZIP_MAGIC):
+        try:
+            data = gzip.decompress(data)
+        except (OSError, EOFError) as error:
+            raise ValueError(f"{path!r} is a damaged gzip file ({error}).") from None
     # Bytes, not text mode: a bad byte then costs one line, not the whole file.
     lines = data.removeprefix(codecs.BOM_UTF8).split(b"\n")
     if lines[-1] == b"":

@@ -192,13 +192,20 @@ def tokenizer_files(tokenizer):
     return {}
 
 
-def read_tsv_reporting(path, role):
-    """A two-column TSV as two lists; bad lines are skipped and reported."""
+def read_tsv_reporting(files, role):
+    """Two-column TSV lines as two lists, from `files` (a path, a glob or
+    several joined by commas, plain or gzip: `kseq.data.corpus.corpus_files`);
+    bad lines are skipped and reported by file and number."""
+    from kseq.data.corpus import corpus_files
     from kseq.data.tsv import format_problems, read_tsv
 
-    first, second, problems = read_tsv(path)
-    if problems:
-        print(f"{role}: {format_problems(problems, path, total_lines=len(first) + len(problems))}")
+    first, second = [], []
+    for path in corpus_files(files, f"--{role}-tsv"):
+        sources, targets, problems = read_tsv(path)
+        if problems:
+            print(f"{role}: {format_problems(problems, path, total_lines=len(sources) + len(problems))}")
+        first += sources
+        second += targets
     return first, second
 
 

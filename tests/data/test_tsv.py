@@ -1,5 +1,7 @@
 """read_tsv: every kind of bad line is reported with its 1-based number."""
 
+import gzip
+
 import pytest
 
 from kseq.data.tsv import format_problems, read_tsv
@@ -78,3 +80,26 @@ def test_format_problems(tmp_path):
     one = format_problems(problems[:1], "pairs.tsv")
     assert one == "skipped 1 line in pairs.tsv: line 2 (no tab)"
     assert format_problems([], "pairs.tsv") == ""
+
+
+def test_a_gzip_file_reads_as_its_plain_text(tmp_path):
+    plain, packed = tmp_path / "pairs.tsv", tmp_path / "pairs.bin"  # gzip is known by its bytes, not its name
+    plain.write_bytes(MIXED)
+    packed.write_bytes(gzip.compress(MIXED))
+    assert read_tsv(packed) == read_tsv(plain)
+    (tmp_path / "cut.gz").write_bytes(gzip.compress(MIXED)[:-12])
+    with pytest.raises(ValueError, match="damaged gzip"):
+        read_tsv(tmp_path / "cut.gz")
+
+
+def test_several_files_read_in_order_with_problems_per_file(tmp_path, capsys):
+    from kseq.training.recipe import read_tsv_reporting
+
+    (tmp_path / "a.tsv").write_bytes(MIXED)
+    (tmp_path / "b.tsv.gz").write_bytes(gzip.compress(GOOD.encode() + b"no tab\n"))
+    sources, targets = read_tsv_reporting(f"{tmp_path}/a.tsv,{tmp_path}/*.gz", "train")
+    assert sources == read_tsv(tmp_path / "a.tsv")[0] + ["hello"] and targets[-1] == "bonjour"
+    printed = capsys.readouterr().out
+    assert "skipped 6 of 9 lines in a.tsv" in printed and "skipped 1 of 2 lines in b.tsv.gz: line 2 (no tab)" in printed
+    with pytest.raises(ValueError, match="--valid-tsv .*matches no file"):
+        read_tsv_reporting(f"{tmp_path}/*.missing", "valid")
