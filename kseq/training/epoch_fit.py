@@ -76,6 +76,9 @@ class EpochFit:
         run = CadencedFit(self.workdir, self.position, self.cadence, self.position.steps_per_epoch * epochs,
                           self.position.steps_per_epoch, self.save_every, self.max_minutes, self.resuming,
                           NON_FINITE_HINT, show=bool(verbose))
+        saves = "" if self.save_every == "epoch" else f", saves every {self.save_every} steps"
+        print(f"evaluation and checkpoints {self.cadence}{saves}; at most {epochs} epochs of "
+              f"{self.position.steps_per_epoch} batches")
         carries = getattr(model, "carry_state", False) and hasattr(model, "carried_state")
         carried = [CarriedStreams(self.position)] if carries else []
         run.fit(model, train, data["valid"], logging=callbacks, stopping=[self.best, *carried])

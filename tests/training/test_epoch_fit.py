@@ -32,10 +32,11 @@ def regression(position, dropout=0.0, epochs=6):
     return model, data
 
 
-def test_epoch_fit_ends_with_the_best_epoch_and_keeps_its_backup_until_released(tmp_path):
+def test_epoch_fit_ends_with_the_best_epoch_and_keeps_its_backup_until_released(tmp_path, capsys):
     fit = EpochFit(str(tmp_path), "val_loss", "min")
     model, data = regression(fit.position)
     metrics = fit.fit(model, data, epochs=6, verbose=0)
+    assert "evaluation and checkpoints every data epoch; at most 6 epochs of 8 batches" in capsys.readouterr().out
     losses = metrics["valid_loss_by_epoch"]
     assert len(losses) == 6 and metrics["epochs_run"] == 6 and metrics["steps"] == 6 * 8
     assert metrics["valid_loss"] == min(losses) and metrics["best_epoch"] == int(np.argmin(losses)) + 1
