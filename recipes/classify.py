@@ -33,29 +33,37 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 import kseq  # noqa: E402
-from kseq.data.epoch_order import epoch_ordered_batches  # noqa: E402
+from kseq.data.corpus import HoldOut, corpus_files, scan_corpus  # noqa: E402
+from kseq.data.labelled_texts import describe_epoch, labelled_dataset, padded_batches  # noqa: E402
 from kseq.export import export_classifier  # noqa: E402
 from kseq.special_ids import PAD_ID  # noqa: E402
 from kseq.training import options as opts, recipe  # noqa: E402
 from kseq.training.cadenced_fit import Trained  # noqa: E402
-from kseq.training.common_options import EpochCadenceOptions, RNNOptions, TrainingOptions  # noqa: E402
+from kseq.training.common_options import (  # noqa: E402
+    EpochCadenceOptions, RNNOptions, StreamedDataOptions, TrainingOptions,
+)
 from kseq.training.decisions import as_hparams  # noqa: E402
+from kseq.training.distribution import distribute_batches  # noqa: E402
 from kseq.training.epoch_fit import EpochFit, train_once  # noqa: E402
 from kseq.training.phases import Phases  # noqa: E402
 from kseq.training.options import option  # noqa: E402
-from kseq.training.recipe import read_tsv_reporting  # noqa: E402
 from kseq.training.runtime import tune_cpu_runtime  # noqa: E402
 from kseq.training.tensorboard import write_hparams  # noqa: E402
 from kseq.training.xla import decide_jit_compile  # noqa: E402
 
+# Without --valid-tsv, every HOLD_OUT_EVERY-th training line (the first
+# HOLD_OUT_LIMIT of them) validates: a bounded set, whatever the corpus size.
+HOLD_OUT_EVERY, HOLD_OUT_LIMIT = 10, 5000
+
 
 @opts.recipe_options(dropout=0.5)
-class Options(RNNOptions, TrainingOptions, EpochCadenceOptions, opts.TextRecipeOptions):
+class Options(RNNOptions, TrainingOptions, EpochCadenceOptions, StreamedDataOptions, opts.TextRecipeOptions):
     ARCHITECTURE = ("encoder", "pooling", "bidirectional", "num_heads", "ff_dim")
 
     train_tsv: str | None = option(None, "training texts, text<TAB>label: a file, a glob or several joined "
                                    "by commas, plain or gzip (default: Rotten Tomatoes)", files=True)
-    valid_tsv: str | None = option(None, "validation texts (default: every 10th training text)", files=True)
+    valid_tsv: str | None = option(None, f"validation texts (default: every {HOLD_OUT_EVERY}th training line, "
+                                   f"{HOLD_OUT_LIMIT:,} at most)", files=True)
     test_tsv: str | None = option(None, "test texts (default: the validation texts)", files=True)
     encoder: str = option("rnn", "the sequence encoder (the Transformer's width is --units)",
                           choices=("rnn", "transformer"))
@@ -86,16 +94,15 @@ def main(argv=None):
     phases = Phases(run.workdir)
     fit = EpochFit(run.workdir, "val_accuracy", "max", options.patience, **options.fit_cadence)
     data, names = load_data(options)
-    tokenizer = recipe.resumable_tokenizer(options, data["train"][0], run.workdir,
+    tokenizer = recipe.resumable_tokenizer(options, data["train"].sample[0], run.workdir,
                                            fit.resuming or phases.get("trained"))
-    datasets = {split: make_dataset(*pair, tokenizer, options, fit.position if split == "train" else None)
-                for split, pair in data.items()}
-    inputs, labels = next(iter(datasets["train"]))
-    print(f"first batch: token_ids {tuple(inputs.shape)}, labels {tuple(labels.shape)}")
+    datasets = {split: make_dataset(*pair, tokenizer, options) for split, pair in data.items() if split != "train"}
+    datasets["train"] = train_dataset(data["train"], names, tokenizer, options, fit.position, run.strategy)
+    print(f"train pipeline: {describe_epoch(data['train'], options.batch_size, options.shuffle_buffer)}")
     build = lambda: compiled_model(options, run, tokenizer.vocab_size, names, xla)  # noqa: E731
     trained = train_once(phases, "trained", fit, lambda: train(options, run, datasets, build, fit, xla),
                          options, build)
-    tested = phases.once("test", lambda: evaluate(trained, datasets["test"], data))
+    tested = phases.once("test", lambda: evaluate(trained, datasets["test"], data, names))
     metrics = recipe.write_metrics(options.logdir, {
         **tested, **trained.metrics, "wall_seconds": round(run.seconds, 1), "labels": names,
     }, scores=("test_accuracy", "test_loss"))
@@ -107,49 +114,77 @@ def main(argv=None):
     return metrics
 
 
-def read_labelled(path, role):
-    texts, labels = read_tsv_reporting(path, role)
-    if not texts:
-        raise SystemExit(f"{path}: no usable text<TAB>label lines")
-    return texts, labels
-
-
 def load_data(options):
-    """({split: (texts, class ids)}, label names)."""
+    """({"train": the training texts, scanned once (`kseq.data.corpus.CorpusScan`:
+    their files, bad lines, labels and a sample for the vocabulary), "valid" and
+    "test": (texts, class ids)}, label names), from the TSV files or the default
+    corpus."""
+    hold_out = None
     if options.train_tsv:
-        raw = recipe.read_splits(options, "tsv", read_labelled, every=10)
-        names = sorted(set(raw["train"][1]))
-        if len(names) < 2:
-            raise SystemExit(f"{options.train_tsv}: needs at least 2 labels; found {names}")
-        data = {}
-        for split, (texts, labels) in raw.items():
-            unknown = sorted(set(labels) - set(names))
-            if unknown:
-                raise SystemExit(f"{split} labels {unknown[:5]} do not occur in the training data")
-            data[split] = (texts, [names.index(label) for label in labels])
+        files = corpus_files(options.train_tsv, "--train-tsv")
+        hold_out = None if options.valid_tsv else HoldOut(every=HOLD_OUT_EVERY, limit=HOLD_OUT_LIMIT)
     else:
-        from kseq.data.rotten_tomatoes import LABELS, load_rotten_tomatoes
+        from kseq.data.rotten_tomatoes import LABELS, load_rotten_tomatoes, split_file
 
-        data = {split: load_rotten_tomatoes(split) for split in ("train", "valid", "test")}
+        files = [split_file("train")]
+    try:
+        corpus = scan_corpus(files, options.vocab_sample, options.seed, hold_out, count_labels=True)
+    except ValueError as error:
+        raise SystemExit(f"--train-tsv: {error}")
+    if corpus.bad:
+        print(f"train: {corpus.describe_problems()}")
+    if not options.train_tsv:
         names = list(LABELS)
+        data = {split: load_rotten_tomatoes(split) for split in ("valid", "test")}
+    else:
+        names = sorted(corpus.labels)
+        if len(names) < 2:
+            raise SystemExit(f"--train-tsv {options.train_tsv}: needs at least 2 labels; found {names}")
+        valid = recipe.read_tsv_reporting(options.valid_tsv, "valid") if options.valid_tsv else corpus.valid
+        if not valid[0]:
+            raise SystemExit(f"--train-tsv {options.train_tsv}: no good line to hold out for validation; "
+                             "pass --valid-tsv")
+        test = recipe.read_tsv_reporting(options.test_tsv, "test") if options.test_tsv else valid
+        data = {split: class_ids_of(texts, labels, names, split) for split, (texts, labels) in
+                (("valid", valid), ("test", test))}
+    held = f" (every {HOLD_OUT_EVERY}th training line)" if hold_out else ""
+    print(f"train: {corpus.pairs:,} texts in {len(files)} file(s), " +
+          ", ".join(f"{name} {corpus.labels.get(name, 0):,}" for name in names))
     for split, (texts, labels) in data.items():
         counts = np.bincount(labels, minlength=len(names))
-        print(f"{split}: {len(texts)} texts, " + ", ".join(f"{n} {c}" for n, c in zip(names, counts)))
-    return data, names
+        print(f"{split}: {len(texts):,} texts{held if split == 'valid' else ''}, " +
+              ", ".join(f"{n} {c:,}" for n, c in zip(names, counts)))
+    return {"train": corpus, **data}, names
 
 
-def make_dataset(texts, labels, tokenizer, options, position=None):
-    """Padded batches; with the training `position`, every epoch's, each shuffled by its index."""
+def class_ids_of(texts, labels, names, split):
+    """(texts, class ids) of a held-out split, whose labels must be the training data's."""
+    unknown = sorted(set(labels) - set(names))
+    if unknown:
+        raise SystemExit(f"{split} labels {unknown[:5]} do not occur in the training data")
+    return texts, [names.index(label) for label in labels]
+
+
+def train_dataset(corpus, names, tokenizer, options, position, strategy):
+    """Padded batches of the training texts streamed from their files, every
+    epoch's (each window shuffled whole by its epoch and place; see
+    `kseq.data.labelled_texts`), from `position`. Under multiworker each
+    worker reads the same batches and keeps its replicas' rows."""
+    def examples(texts, class_ids):
+        return tokenizer.tokenize(texts)[:, : options.max_length], class_ids
+
+    train = labelled_dataset(corpus, names, position, examples, *padded_batches(options.batch_size),
+                             shuffle_buffer=options.shuffle_buffer, seed=options.seed, epochs=options.epochs)
+    return distribute_batches(strategy, train) if options.strategy == "multiworker" else train
+
+
+def make_dataset(texts, labels, tokenizer, options):
+    """Padded batches of a held-out split, in order."""
     ids = tokenizer.tokenize(list(texts))[:, : options.max_length]
-    slices = (ids, tf.constant(np.asarray(labels, np.int32)))
-
-    def batch(examples):
-        return examples.ragged_batch(options.batch_size).map(
-            lambda ids, labels: (ids.to_tensor(default_value=PAD_ID), labels), num_parallel_calls=tf.data.AUTOTUNE)
-
-    if position is not None:
-        return epoch_ordered_batches(slices, position, batch, seed=options.seed, epochs=options.epochs)
-    return batch(tf.data.Dataset.from_tensor_slices(slices)).prefetch(tf.data.AUTOTUNE)
+    examples = tf.data.Dataset.from_tensor_slices((ids, tf.constant(np.asarray(labels, np.int32))))
+    return examples.ragged_batch(options.batch_size).map(
+        lambda ids, labels: (ids.to_tensor(default_value=PAD_ID), labels),
+        num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)
 
 
 def build_model(options, vocab_size, num_classes, precision="float32", jit_compile=False):
@@ -186,10 +221,11 @@ def train(options, run, datasets, build, fit, xla):
     return Trained(model, decisions, metrics)
 
 
-def evaluate(trained, test, data):
+def evaluate(trained, test, data, names):
     """Test accuracy and loss, and the majority class's accuracy for reference."""
     scores = trained.model.evaluate(test, verbose=0, return_dict=True)
-    majority = float(np.mean(np.asarray(data["test"][1]) == np.bincount(data["train"][1]).argmax()))
+    counts = data["train"].labels
+    majority = float(np.mean(np.asarray(data["test"][1]) == names.index(max(names, key=counts.get))))
     print(f"test accuracy {scores['accuracy']:.4f} (majority class {majority:.4f})")
     return {"test_accuracy": round(float(scores["accuracy"]), 4), "test_loss": float(scores["loss"]),
             "majority_class_test_accuracy": round(majority, 4)}

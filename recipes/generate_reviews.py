@@ -49,16 +49,21 @@ import tensorflow as tf  # noqa: E402
 
 import classify  # noqa: E402
 import kseq  # noqa: E402
-from kseq.data.epoch_order import epoch_ordered_batches  # noqa: E402
+from kseq.data.corpus import training_pairs  # noqa: E402
+from kseq.data.labelled_texts import labelled_dataset  # noqa: E402
+from kseq.data.streaming import count_batches  # noqa: E402
 from kseq.data.text_pairs import add_specials  # noqa: E402
 from kseq.decoding import Sampler  # noqa: E402
 from kseq.decoding.output import decoded_text  # noqa: E402
 from kseq.export import export_conditioned_generator, latest_version  # noqa: E402
 from kseq.training import options as opts, recipe  # noqa: E402
-from kseq.training.cadenced_fit import Trained  # noqa: E402
-from kseq.training.common_options import EpochCadenceOptions, RNNOptions, SamplingOptions, TrainingOptions  # noqa: E402
+from kseq.training.cadenced_fit import Trained, counted  # noqa: E402
+from kseq.training.common_options import (  # noqa: E402
+    EpochCadenceOptions, RNNOptions, SamplingOptions, StreamedDataOptions, TrainingOptions,
+)
 from kseq.training.callbacks import GenerationMonitor  # noqa: E402
 from kseq.training.decisions import as_hparams  # noqa: E402
+from kseq.training.distribution import distribute_batches  # noqa: E402
 from kseq.training.epoch_fit import EpochFit, train_once  # noqa: E402
 from kseq.training.phases import Phases  # noqa: E402
 from kseq.training.options import option  # noqa: E402
@@ -72,12 +77,14 @@ BUCKETS = [16, 24, 32, 40, 48, 64]  # target lengths (BOS included) where batche
 
 @opts.recipe_options(units=256, dropout=0.3, vocab_size=2000, batch_size=64, epochs=30, learning_rate=3e-3,
                      temperature=0.6)
-class Options(RNNOptions, TrainingOptions, SamplingOptions, EpochCadenceOptions, opts.TextRecipeOptions):
+class Options(RNNOptions, TrainingOptions, SamplingOptions, EpochCadenceOptions, StreamedDataOptions,
+              opts.TextRecipeOptions):
     ARCHITECTURE = ("peeky",)
 
     train_tsv: str | None = option(None, "training snippets, text<TAB>label: a file, a glob or several joined "
                                    "by commas, plain or gzip (default: Rotten Tomatoes)", files=True)
-    valid_tsv: str | None = option(None, "validation snippets (default: every 10th training snippet)", files=True)
+    valid_tsv: str | None = option(None, f"validation snippets (default: every {classify.HOLD_OUT_EVERY}th "
+                                   f"training line, {classify.HOLD_OUT_LIMIT:,} at most)", files=True)
     test_tsv: str | None = option(None, "test snippets (default: the validation snippets)", files=True)
     peeky: bool = option(True, "the label joins every step's input")
     max_length: int = option(80, "pieces per snippet; longer ones are left out", minimum=1)
@@ -103,9 +110,9 @@ def main(argv=None):
     real_per_class, real_overall = classifier_ceiling(classifier, data, names)
     phases = Phases(run.workdir)
     fit = EpochFit(run.workdir, max_minutes=options.max_minutes, **options.fit_cadence)
-    tokenizer = recipe.resumable_tokenizer(options, data["train"][0], run.workdir,
+    tokenizer = recipe.resumable_tokenizer(options, data["train"].sample[0], run.workdir,
                                            fit.resuming or phases.get("trained"))
-    datasets = make_datasets(options, data, tokenizer, fit.position)
+    datasets = make_datasets(options, data, names, tokenizer, fit.position, run.strategy)
 
     def build():
         with run.strategy.scope():
@@ -213,38 +220,55 @@ def agreement(predicted, wanted, names):
 # The generator -------------------------------------------------------------------------
 
 
-def make_datasets(options, data, tokenizer, position):
-    """{split: `make_dataset`}, with what each kept; the training split in
-    an order fixed by `position`'s data epoch."""
-    datasets = {}
-    for split, (texts, class_ids) in data.items():
-        datasets[split], kept = make_dataset(texts, class_ids, tokenizer, options,
-                                             position if split == "train" else None)
-        print(f"{split}: {kept} of {len(texts)} snippets within {options.max_length} pieces")
-    (class_ids, target_in), labels = next(iter(datasets["train"]))
-    print(f"first batch: condition {tuple(class_ids.shape)}, target_ids "
-          f"{tuple(target_in.shape)}, labels {tuple(labels.shape)}")
+def make_datasets(options, data, names, tokenizer, position, strategy):
+    """{split: batches}: the training snippets streamed from their files for
+    every epoch from `position` (see `kseq.data.labelled_texts`; under
+    multiworker each worker reads the same batches and keeps its replicas'
+    rows), the others from their lists, in order."""
+    def examples(texts, class_ids):
+        pieces = tokenizer.tokenize(texts)
+        keep = pieces.row_lengths() < options.max_length
+        return (tf.boolean_mask(class_ids, keep), *add_specials(tf.ragged.boolean_mask(pieces, keep)))
+
+    def batch_count(window):
+        return count_batches(window[2].row_lengths(), BUCKETS, [options.batch_size] * (len(BUCKETS) + 1))
+
+    def batches(window, order):
+        class_ids, target_in, target_out = (tf.gather(part, order) for part in window)
+        return bucketed(tf.data.Dataset.from_tensor_slices(((class_ids, target_in), target_out)), options)
+
+    train = labelled_dataset(data["train"], names, position, examples, batch_count, batches,
+                             shuffle_buffer=options.shuffle_buffer, seed=options.seed, epochs=options.epochs)
+    datasets = {"train": distribute_batches(strategy, train) if options.strategy == "multiworker" else train}
+    within = np.mean(tokenizer.tokenize(data["train"].sample[0]).row_lengths().numpy() < options.max_length)
+    print(f"train: {data['train'].pairs:,} snippets, {within:.1%} within {options.max_length} pieces (those "
+          "in the vocabulary's sample); longer ones are left out")
+    for split in ("valid", "test"):
+        datasets[split], kept = make_dataset(*data[split], tokenizer, options)
+        print(f"{split}: {kept} of {len(data[split][0])} snippets within {options.max_length} pieces")
     return datasets
 
 
-def make_dataset(texts, class_ids, tokenizer, options, position=None):
-    """((class id, BOS + pieces), pieces + EOS) batches, bucketed by length.
-    Snippets over `max_length` pieces (EOS included) are left out rather
-    than cut: a cut one would teach the model to stop mid-sentence."""
+def make_dataset(texts, class_ids, tokenizer, options):
+    """((class id, BOS + pieces), pieces + EOS) batches of a held-out split,
+    bucketed by length, and how many snippets it kept. Snippets over
+    `max_length` pieces (EOS included) are left out rather than cut: a cut
+    one would teach the model to stop mid-sentence."""
     pieces = tokenizer.tokenize(list(texts))
     keep = (pieces.row_lengths() < options.max_length).numpy()
     target_in, target_out = add_specials(tf.ragged.boolean_mask(pieces, keep))
-    slices = ((tf.constant(np.asarray(class_ids, np.int32)[keep]), target_in), target_out)
+    examples = tf.data.Dataset.from_tensor_slices(
+        ((tf.constant(np.asarray(class_ids, np.int32)[keep]), target_in), target_out))
+    return counted(bucketed(examples, options).prefetch(tf.data.AUTOTUNE)), int(keep.sum())
 
-    def batch(examples):
-        # Rows of a ragged tensor come out ragged; padded_batch needs them dense.
-        dense = examples.map(lambda inputs, labels: ((inputs[0], tf.identity(inputs[1])), tf.identity(labels)))
-        return dense.bucket_by_sequence_length(
-            lambda inputs, labels: tf.shape(labels)[0], BUCKETS, [options.batch_size] * (len(BUCKETS) + 1))
 
-    if position is not None:
-        return epoch_ordered_batches(slices, position, batch, seed=options.seed, epochs=options.epochs), int(keep.sum())
-    return batch(tf.data.Dataset.from_tensor_slices(slices)).prefetch(tf.data.AUTOTUNE), int(keep.sum())
+def bucketed(examples, options):
+    """Batches of `options.batch_size` examples of similar length (cut at
+    `BUCKETS`), each padded to its longest."""
+    # Rows of a ragged tensor come out ragged; padded_batch needs them dense.
+    dense = examples.map(lambda inputs, labels: ((inputs[0], tf.identity(inputs[1])), tf.identity(labels)))
+    return dense.bucket_by_sequence_length(
+        lambda inputs, labels: tf.shape(labels)[0], BUCKETS, [options.batch_size] * (len(BUCKETS) + 1))
 
 
 def build_model(options, vocab_size, num_classes, precision="float32", jit_compile=False):
@@ -309,18 +333,31 @@ def score_samples(options, path, classifier, data, names, step):
     served = tf.saved_model.load(path).signatures["serving_default"]
     texts = [t.decode() for t in served(label=tf.constant(wanted))["text"].numpy()]
     per_class, overall = agreement(label_texts(classifier, texts), wanted, names)
-    train_texts = set(data["train"][0])
-    vocabulary = {word for text in train_texts for word in WORD.findall(text.lower())}
+    copied, vocabulary = seen_in_training(data["train"], texts, data["test"][0])
     samples = {name: [t for t, w in zip(texts, wanted) if w == name][:5] for name in names}
     log_agreement(options.logdir, per_class, overall, samples, step)
     for name in names:
         print(f"{name}:" + "".join(f"\n  {text!r}" for text in samples[name][:3]))
     return {
         "agreement": per_class, "agreement_overall": overall, "samples": samples,
-        "copied_from_train": round(float(np.mean([t in train_texts for t in texts])), 4),
+        "copied_from_train": round(float(np.mean([t in copied for t in texts])), 4),
         "known_word_rate": known_word_rate(texts, vocabulary),
         "known_word_rate_real_test": known_word_rate(data["test"][0], vocabulary),
     }
+
+
+def seen_in_training(corpus, texts, other_texts):
+    """(the `texts` that are training snippets, the words of `texts` and
+    `other_texts` that training snippets hold), from one pass over the
+    training files that keeps only those."""
+    wanted = set(texts)
+    words = {word for text in [*texts, *other_texts] for word in WORD.findall(text.lower())}
+    copied, known = set(), set()
+    for text, _ in training_pairs(corpus):
+        if text in wanted:
+            copied.add(text)
+        known.update(word for word in WORD.findall(text.lower()) if word in words)
+    return copied, known
 
 
 def log_agreement(logdir, per_class, overall, samples, step):

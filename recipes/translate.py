@@ -33,6 +33,7 @@ from kseq.training.alignment import name_alignment  # noqa: E402
 from kseq.training.averaging import keep_better_average  # noqa: E402
 from kseq.training.cadenced_fit import CadencedFit, CadenceOptions, Trained  # noqa: E402
 from kseq.training.callbacks import AttentionMaps, GenerationMonitor, StepTensorBoard  # noqa: E402
+from kseq.training.common_options import StreamedDataOptions  # noqa: E402
 from kseq.training.decisions import Decision, as_hparams, as_metrics  # noqa: E402
 from kseq.training.distribution import (  # noqa: E402
     distribute_batches, distribute_worker_batches, weights_fingerprint, workers,
@@ -72,7 +73,8 @@ PRESETS = {
 
 
 @dataclasses.dataclass(frozen=True)
-class Options(Seq2SeqOptions, DecodingOptions, StoppingOptions, CadenceOptions, opts.TextRecipeOptions):
+class Options(Seq2SeqOptions, DecodingOptions, StoppingOptions, CadenceOptions, StreamedDataOptions,
+              opts.TextRecipeOptions):
     train_tsv: str | None = option(None, "training pairs, source<TAB>target: a file, a glob or several joined by "
                                    "commas, plain or gzip (default: the Bible)", files=True)
     valid_tsv: str | None = option(None, "validation pairs (default: every 50th training line, at most "
@@ -81,10 +83,6 @@ class Options(Seq2SeqOptions, DecodingOptions, StoppingOptions, CadenceOptions, 
     vocab_size: int | Auto = option(AUTO, "joint SentencePiece pieces; auto: from the data", minimum=1)
     max_vocab_size: int = option(4000, "the most pieces auto may choose", minimum=1)
     token_budget: int = option(2560, "target tokens per batch (shared by the workers of --strategy multiworker)",
-                               minimum=1)
-    shuffle_buffer: int = option(250_000, "training pairs shuffled together (per worker); data no larger is "
-                                 "shuffled whole every epoch", minimum=1)
-    vocab_sample: int = option(100_000, "training pairs drawn uniformly for the vocabulary and the data's statistics",
                                minimum=1)
     max_length: int = option(96, "tokens per sentence; longer pairs are left out of training", minimum=1)
     epochs: int = option(1000, "passes over the training pairs at most", minimum=1)

@@ -160,14 +160,15 @@ def test_a_recipe_killed_mid_training_resumes_from_its_last_epoch(name, uninterr
 
 
 @pytest.mark.slow  # tests/training/test_epoch_fit.py kills and resumes mid-epoch in the default suite
-@pytest.mark.parametrize("name", ["reverse", "language_model"])
+@pytest.mark.parametrize("name", ["reverse", "language_model", "classify"])
 def test_a_recipe_evaluating_inside_epochs_resumes_mid_epoch(name, tmp_path):
     """Evaluating every 7 steps and saving every 4 (20 batches an epoch for
-    reverse, about 50 for the language model's streams), killed in the
-    first epoch once step 8 is saved: the restart resumes at that step, not
-    at an epoch's start, and ends as the uninterrupted run with the same
-    options did (the language model's carried state saved and restored)."""
-    cadence = ["--eval-every", "7", "--save-every", "4"]
+    reverse, about 50 for the language model's streams, 27 for the
+    classifier's texts streamed from their file), killed in the first epoch
+    once step 8 is saved: the restart resumes at that step, not at an
+    epoch's start, and ends as the uninterrupted run with the same options
+    did (the language model's carried state saved and restored)."""
+    cadence = ["--eval-every", "7", "--save-every", "4"] + (["--batch-size", "8"] if name == "classify" else [])
     whole, killed = tmp_path / "whole", tmp_path / "killed"
     whole.mkdir()
     killed.mkdir()

@@ -29,7 +29,10 @@ BOM = "\ufeff"
 # Bad lines spelled out in a report; the rest are counted.
 PROBLEMS_KEPT = 20
 # Bump when what a scan computes changes, so that old cache entries are ignored.
-SCAN_VERSION = 2
+SCAN_VERSION = 3
+# Distinct labels a labelled corpus (text<TAB>label) may hold: more means the
+# second column is not a label, and counting it would hold the corpus.
+MAX_LABELS = 1000
 
 
 def corpus_files(spec, argument="files"):
@@ -137,6 +140,8 @@ class CorpusScan:
         uniformly, normalized, in file order when the corpus is no larger.
     valid: (sources, targets) held out, normalized; empty without a hold-out.
     hold_out: the `HoldOut` rule, or None.
+    labels: {label: its training lines} of a labelled corpus (the second
+        column, normalized; `scan_corpus(..., count_labels=True)`), else None.
     """
 
     files: list
@@ -149,6 +154,7 @@ class CorpusScan:
     sample: tuple
     valid: tuple
     hold_out: HoldOut | None = None
+    labels: dict | None = None
     folder: str | None = None  # its cache entry, where derived files (a vocabulary) may be kept too
 
     @property
@@ -183,7 +189,8 @@ class CorpusScan:
         return f"skipped {self.bad:,} of {self.lines:,} lines{name}: {shown}{more} ({counts})"
 
 
-def scan_corpus(files, sample_size=100_000, seed=0, hold_out=None, cache_dir=None, use_cache=True):
+def scan_corpus(files, sample_size=100_000, seed=0, hold_out=None, cache_dir=None, use_cache=True,
+                count_labels=False):
     """One streaming pass over `files` -> `CorpusScan`; memory bounded by
     `sample_size` (and the hold-out's limit), whatever the corpus size.
 
@@ -192,19 +199,22 @@ def scan_corpus(files, sample_size=100_000, seed=0, hold_out=None, cache_dir=Non
     uniform draw of `sample_size` pairs, or every pair, in file order, when
     there are no more. The result is cached in `<cache>/corpora/<key>/`
     (key: the files' absolute paths, sizes and modification times, and the
-    arguments); `use_cache=False` scans again.
+    arguments); `use_cache=False` scans again. `count_labels` reads the
+    lines as text<TAB>label and counts each label's training lines.
 
     Raises:
-        ValueError: the files hold no good training pair (names the first problems).
+        ValueError: the files hold no good training pair (names the first
+            problems), or more than `MAX_LABELS` labels where they are counted.
     """
     check_positive_int("sample_size", sample_size)
     files = [os.fspath(path) for path in files]
-    folder = os.path.join(cache_root(cache_dir), "corpora", _scan_key(files, sample_size, seed, hold_out))
+    key = _scan_key(files, sample_size, seed, hold_out, count_labels)
+    folder = os.path.join(cache_root(cache_dir), "corpora", key)
     if use_cache:
         cached = _load_scan(folder, files, hold_out)
         if cached is not None:
             return cached
-    scan = _scan(files, sample_size, seed, hold_out)
+    scan = _scan(files, sample_size, seed, hold_out, count_labels)
     scan.folder = folder
     if not scan.sample[0]:
         named = ", ".join(repr(path) for path in files)
@@ -218,8 +228,9 @@ def scan_corpus(files, sample_size=100_000, seed=0, hold_out=None, cache_dir=Non
     return scan
 
 
-def _scan(files, sample_size, seed, hold_out):
+def _scan(files, sample_size, seed, hold_out, count_labels):
     draw = random.Random(seed)
+    labels = {} if count_labels else None
     sample, valid, problems, reasons = [], [], [], {}
     line_counts, compressions = [], []
     bad = held = seen = number = 0
@@ -237,6 +248,8 @@ def _scan(files, sample_size, seed, hold_out):
                 held += 1
                 valid.append(pair)
             else:
+                if labels is not None:
+                    _count_label(labels, normalize_text(pair[1]), path, count)
                 if seen < sample_size:
                     sample.append(pair)
                 else:
@@ -247,17 +260,37 @@ def _scan(files, sample_size, seed, hold_out):
             number += 1
         line_counts.append(count)
     return CorpusScan(files, compressions, line_counts, bad, reasons, problems, held,
-                      _normalized(sample), _normalized(valid), hold_out)
+                      _normalized(sample), _normalized(valid), hold_out, labels)
+
+
+def _count_label(labels, label, path, number):
+    if label not in labels and len(labels) == MAX_LABELS:
+        raise ValueError(f"{path} line {number}: more than {MAX_LABELS:,} distinct labels in the second column; "
+                         "expected text<TAB>label lines with a label from a small set")
+    labels[label] = labels.get(label, 0) + 1
+
+
+def training_pairs(scan):
+    """The training pairs of a scanned corpus (good lines not held out),
+    normalized, read again from its files as a stream: for a measure over
+    the whole corpus that keeps only what it is after."""
+    number = 0
+    for path in scan.files:
+        for raw in raw_lines(path):
+            pair, reason = line_problem(raw)
+            if not reason and not (scan.hold_out is not None and scan.hold_out.holds(number)):
+                yield normalize_text(pair[0]), normalize_text(pair[1])
+            number += 1
 
 
 def _normalized(pairs):
     return [normalize_text(s) for s, _ in pairs], [normalize_text(t) for _, t in pairs]
 
 
-def _scan_key(files, sample_size, seed, hold_out):
+def _scan_key(files, sample_size, seed, hold_out, count_labels):
     stats = [(os.path.abspath(path), os.stat(path).st_size, os.stat(path).st_mtime_ns) for path in files]
     rule = dataclasses.asdict(hold_out) if hold_out else None
-    text = json.dumps([SCAN_VERSION, stats, sample_size, seed, rule])
+    text = json.dumps([SCAN_VERSION, stats, sample_size, seed, rule, count_labels])
     return hashlib.sha256(text.encode()).hexdigest()[:24]
 
 
@@ -270,7 +303,7 @@ def _save_scan(folder, scan):
         text = "".join(f"{s}\t{t}\n" for s, t in zip(sources, targets))
         write_bytes_atomic(os.path.join(folder, name), gzip.compress(text.encode("utf-8"), mtime=0))
     summary = {name: getattr(scan, name) for name in
-               ("files", "compressions", "line_counts", "bad", "reasons", "problems", "held_out")}
+               ("files", "compressions", "line_counts", "bad", "reasons", "problems", "held_out", "labels")}
     write_json_atomic(os.path.join(folder, SUMMARY), summary)  # last: it marks the entry complete
 
 

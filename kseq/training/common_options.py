@@ -64,3 +64,14 @@ class EpochCadenceOptions(RecipeOptions):
         if save != "epoch" and not (save.isdigit() and int(save) > 0):
             found.append(f"--save-every must be 'epoch' or a positive number of steps; got {self.save_every!r}")
         return found
+
+
+@dataclasses.dataclass(frozen=True)
+class StreamedDataOptions(RecipeOptions):
+    """How a recipe that streams its training files (`kseq.data.streaming`)
+    shuffles them and samples them for the vocabulary."""
+
+    shuffle_buffer: int = option(250_000, "training examples shuffled together (per worker); data no larger is "
+                                 "shuffled whole every epoch", minimum=1)
+    vocab_sample: int = option(100_000, "training examples drawn uniformly for the vocabulary and the data's "
+                               "statistics", minimum=1)

@@ -41,10 +41,11 @@ class EpochFit:
     never).
 
     Build the training data from `position` with `epoch_ordered_batches(...,
-    position, ..., epochs=epochs)` (batches that a resumed run can skip),
-    or give one epoch's batches in a fixed order (a language model's
-    streams, whose carried state `CarriedStreams` keeps). Create this
-    object outside `strategy.scope()`.
+    position, ..., epochs=epochs)` or stream it from files
+    (`kseq.data.streaming.streamed_examples(..., position, epochs=epochs)`):
+    batches that a resumed run can skip; or give one epoch's batches in a
+    fixed order (a language model's streams, whose carried state
+    `CarriedStreams` keeps). Create this object outside `strategy.scope()`.
 
     Args:
         workdir: the model's folder; its backup goes to `<workdir>/backup`.
@@ -73,12 +74,12 @@ class EpochFit:
         line per evaluation. The model ends with the best evaluation's
         weights. Returns metrics.json's entries on the training."""
         train = self._all_epochs(data["train"], epochs)
-        run = CadencedFit(self.workdir, self.position, self.cadence, self.position.steps_per_epoch * epochs,
-                          self.position.steps_per_epoch, self.save_every, self.max_minutes, self.resuming,
-                          NON_FINITE_HINT, show=bool(verbose))
+        per_epoch = self.position.steps_per_epoch  # None for streamed data: it ends when the position says so
+        run = CadencedFit(self.workdir, self.position, self.cadence, per_epoch and per_epoch * epochs, per_epoch,
+                          self.save_every, self.max_minutes, self.resuming, NON_FINITE_HINT, show=bool(verbose))
         saves = "" if self.save_every == "epoch" else f", saves every {self.save_every} steps"
-        print(f"evaluation and checkpoints {self.cadence}{saves}; at most {epochs} epochs of "
-              f"{self.position.steps_per_epoch} batches")
+        of = f" of {per_epoch} batches" if per_epoch else ""
+        print(f"evaluation and checkpoints {self.cadence}{saves}; at most {epochs} epochs{of}")
         carries = getattr(model, "carry_state", False) and hasattr(model, "carried_state")
         carried = [CarriedStreams(self.position)] if carries else []
         run.fit(model, train, data["valid"], logging=callbacks, stopping=[self.best, *carried])
@@ -100,7 +101,7 @@ class EpochFit:
 
     def _all_epochs(self, train, epochs):
         """The training batches of every epoch left: `train` itself when
-        `epoch_ordered_batches` built it, else `train` as one epoch in a
+        `epoch_ordered_batches` or a streamed pipeline built it, else `train` as one epoch in a
         fixed order (a language model's streams), repeated from the
         position on."""
         if self.position.epochs is not None:

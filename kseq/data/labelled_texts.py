@@ -1,0 +1,81 @@
+"""Labelled texts (`text<TAB>label` lines) streamed from files, for a
+classifier or a generator conditioned on the label.
+
+`kseq.data.corpus.scan_corpus(files, ..., count_labels=True)` reads the
+files once for their labels, a sample of texts for the vocabulary and the
+validation lines; `labelled_dataset` then streams the training lines
+through `kseq.data.streaming.streamed_examples` in windows, each shuffled
+whole and cut into batches by the caller's rule, so that memory does not
+grow with the corpus and a resumed run sees the batches an uninterrupted
+one would.
+"""
+
+import tensorflow as tf
+
+from kseq._validation import check_positive_int
+from kseq.data.streaming import parse_lines, row_count, streamed_examples, windows_per_epoch
+from kseq.special_ids import PAD_ID
+
+
+def label_table(names):
+    """A lookup table: a label's normalized text -> its index in `names`, -1
+    for a label not among them."""
+    return tf.lookup.StaticHashTable(
+        tf.lookup.KeyValueTensorInitializer(tf.constant(list(names)), tf.range(len(names), dtype=tf.int32)), -1)
+
+
+def labelled_lines(lines, table):
+    """(N,) raw `text<TAB>label` lines -> (texts, class ids) of the good
+    lines (`parse_lines`' rules) whose label `table` knows, texts normalized."""
+    texts, labels, good = parse_lines(lines)
+    class_ids = table.lookup(labels)
+    keep = good & (class_ids >= 0)
+    return tf.boolean_mask(texts, keep), tf.boolean_mask(class_ids, keep)
+
+
+def labelled_dataset(scan, names, position, examples, batch_count, batches, **stream):
+    """Training batches of the labelled corpus `scan` (see the module's doc).
+
+    Args:
+        scan: the corpus, scanned with `count_labels=True`.
+        names: the labels, in class-id order.
+        position: a `kseq.training.resume.TrainingPosition`.
+        examples: (texts, class ids) of a chunk of lines -> the tuple of
+            tensors a window is made of (e.g. token ids and class ids).
+        batch_count, batches: as in `streamed_examples`.
+        **stream: `streamed_examples`' shuffle_buffer, shuffle, seed,
+            epochs and shard.
+    """
+    table = label_table(names)
+    return streamed_examples(scan, position, lambda lines: examples(*labelled_lines(lines, table)), batch_count,
+                             batches, **stream)
+
+
+def padded_batches(batch_size):
+    """(batch_count, batches) for `labelled_dataset`: a window of (token ids,
+    class ids) in its order, `batch_size` examples a batch (the last one
+    smaller), the ids padded with PAD to the batch's longest."""
+    check_positive_int("batch_size", batch_size)
+
+    def batch_count(window):
+        return -(-row_count(window[0]) // batch_size)
+
+    def batches(window, order):
+        ids, class_ids = (tf.gather(part, order) for part in window)
+        return tf.data.Dataset.from_tensor_slices((ids, class_ids)).ragged_batch(batch_size).map(
+            lambda ids, class_ids: (ids.to_tensor(default_value=PAD_ID), class_ids))
+
+    return batch_count, batches
+
+
+
+def describe_epoch(scan, batch_size, shuffle_buffer):
+    """"about 1,234 batches per epoch, in 2 windows of 250,000 texts, each
+    shuffled whole": an epoch of `padded_batches` over `scan`'s training
+    texts, counted from the scan: exact where one window holds the epoch."""
+    windows = windows_per_epoch(scan.line_counts, shuffle_buffer)
+    batches = windows * -(-scan.pairs // (windows * batch_size))
+    about = "" if windows == 1 else "about "
+    shuffled = ("one window: shuffled whole" if windows == 1 else
+                f"{windows:,} windows of {shuffle_buffer:,} texts, each shuffled whole")
+    return f"{about}{batches:,} batches of {batch_size} per epoch, in {shuffled}"
