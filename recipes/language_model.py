@@ -2,9 +2,11 @@
 
 Default data: the English side (World English Bible) of kseq's Bible verse
 pairs, with the translation recipe's fixed split by verse key; verses are
-SentencePiece-tokenized (a vocabulary trained on the training verses), each
-followed by EOS, and joined into one stream per split. The training stream is
-cut into `--batch-size` parallel streams read `--bptt` tokens at a time.
+SentencePiece-tokenized (a vocabulary trained on a sample of the training
+verses), each followed by EOS, and joined into one stream per split. The
+training text is streamed from its files `--window-lines` lines at a time;
+each window's stream is cut into `--batch-size` parallel streams read
+`--bptt` tokens at a time (one window holds the default corpus).
 
 Two models with the same configuration and the same budget (`--epochs`, and
 `--max-minutes` of training each) are trained: the truncated-BPTT one (state carried across batches, reset every
@@ -33,17 +35,21 @@ import keras  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 import kseq  # noqa: E402
-from kseq.data.corpus import corpus_files, raw_lines  # noqa: E402
-from kseq.data.streams import join_documents, stream_batches  # noqa: E402
+from kseq.data.corpus import HoldOut, corpus_files, raw_lines, scan_corpus  # noqa: E402
+from kseq.data.streaming import windows_per_epoch  # noqa: E402
+from kseq.data.streams import join_documents, stream_batches, streamed_stream_batches  # noqa: E402
 from kseq.data.text import normalize_text  # noqa: E402
 from kseq.decoding import Sampler  # noqa: E402
 from kseq.decoding.output import decoded_text  # noqa: E402
 from kseq.export import export_language_model  # noqa: E402
 from kseq.training import options as opts, recipe  # noqa: E402
 from kseq.training.cadenced_fit import Trained  # noqa: E402
-from kseq.training.common_options import EpochCadenceOptions, RNNOptions, SamplingOptions, TrainingOptions  # noqa: E402
+from kseq.training.common_options import (  # noqa: E402
+    EpochCadenceOptions, RNNOptions, SamplingOptions, TrainingOptions, VocabularySampleOptions,
+)
 from kseq.training.callbacks import GenerationMonitor  # noqa: E402
 from kseq.training.decisions import as_hparams  # noqa: E402
+from kseq.training.distribution import distribute_batches  # noqa: E402
 from kseq.training.epoch_fit import EpochFit, train_once  # noqa: E402
 from kseq.training.phases import Phases  # noqa: E402
 from kseq.training.resume import ResumableBackup  # noqa: E402
@@ -52,18 +58,26 @@ from kseq.training.runtime import tune_cpu_runtime  # noqa: E402
 from kseq.training.tensorboard import write_hparams  # noqa: E402
 from kseq.training.xla import decide_jit_compile  # noqa: E402
 
+# Without --valid-txt, every HOLD_OUT_EVERY-th training line (the first
+# HOLD_OUT_LIMIT of them) validates: a bounded set, whatever the corpus size.
+HOLD_OUT_EVERY, HOLD_OUT_LIMIT = 50, 5000
+
 
 @opts.recipe_options(embed_dim=256, units=256, dropout=0.3, batch_size=32, epochs=3, learning_rate=2e-3,
                      sample_length=40, temperature=0.8, top_k=40)
-class Options(RNNOptions, TrainingOptions, SamplingOptions, EpochCadenceOptions, opts.TextRecipeOptions):
+class Options(RNNOptions, TrainingOptions, SamplingOptions, EpochCadenceOptions, VocabularySampleOptions,
+              opts.TextRecipeOptions):
     ARCHITECTURE = ("tie_weights",)
 
     train_txt: str | None = option(None, "training text, a document a line: a file, a glob or several joined by "
                                    "commas, plain or gzip (default: the Bible)", files=True)
-    valid_txt: str | None = option(None, "validation text (default: every 50th training line)", files=True)
+    valid_txt: str | None = option(None, f"validation text (default: every {HOLD_OUT_EVERY}th training line, "
+                                   f"{HOLD_OUT_LIMIT:,} at most)", files=True)
     test_txt: str | None = option(None, "test text (default: the validation text)", files=True)
     tie_weights: bool = option(True, "the output projection shares the embedding")
     bptt: int = option(35, "tokens per batch and stream (truncated BPTT)", minimum=1)
+    window_lines: int = option(250_000, "training lines cut into streams together; the carried state is zeroed "
+                               "where each window begins", minimum=1)
     max_minutes: float | None = option(5.0, "training budget of each model in minutes")
     logdir: str = option("runs/language_model", "TensorBoard logs, metrics.json and the models")
     export_dir: str = option("savedmodels/language_model", "the SavedModel goes to <export-dir>/<next version>/")
@@ -86,8 +100,8 @@ def main(argv=None):
     texts = load_texts(options)
     phases = Phases(run.workdir)
     started = phases.done or ResumableBackup.saved_state(os.path.join(run.workdir, "tbptt", "backup"))
-    tokenizer = recipe.resumable_tokenizer(options, texts["train"], run.workdir, started)
-    streams = make_streams(options, texts, tokenizer)
+    tokenizer = recipe.resumable_tokenizer(options, texts["train"].sample[0], run.workdir, started)
+    streams = make_streams(options, texts, tokenizer, run.strategy)
     trained = train(options, run, streams, tokenizer, xla, phases)
     continuer, search = make_continuer(trained.model, tokenizer, options)
     metrics = recipe.write_metrics(options.logdir, {
@@ -119,28 +133,59 @@ def read_lines(files, role="train"):
 
 
 def load_texts(options):
-    """{split: [documents]} from the text files or the default corpus."""
+    """{"train": the training text, scanned once (`kseq.data.corpus.CorpusScan`
+    of one document a line: its files, bad lines and a sample for the
+    vocabulary), "valid" and "test": [documents]}, from the text files or the
+    default corpus."""
+    hold_out = None
     if options.train_txt:
-        splits = recipe.read_splits(options, "txt", lambda path, role: (read_lines(path, role),), every=50)
-        texts = {split: lines for split, (lines,) in splits.items()}
+        files = corpus_files(options.train_txt, "--train-txt")
+        hold_out = None if options.valid_txt else HoldOut(every=HOLD_OUT_EVERY, limit=HOLD_OUT_LIMIT)
     else:
-        from kseq.data.bible import load_bible_pairs
+        from kseq.data.bible import bible_text_file, load_bible_pairs
 
-        texts = {split: load_bible_pairs(split)[0] for split in ("train", "valid", "test")}
-    for split, documents in texts.items():
-        print(f"{split}: {len(documents)} documents")
-    return texts
+        files = [bible_text_file("train")]
+    try:
+        corpus = scan_corpus(files, options.vocab_sample, options.seed, hold_out, fields=1)
+    except ValueError as error:
+        raise SystemExit(f"--train-txt: {error}")
+    if corpus.bad:
+        print(f"train: {corpus.describe_problems()}")
+    if not options.train_txt:
+        texts = {split: load_bible_pairs(split)[0] for split in ("valid", "test")}
+    else:
+        valid = read_lines(options.valid_txt, "valid") if options.valid_txt else corpus.valid[0]
+        if not valid:
+            raise SystemExit(f"--train-txt {options.train_txt}: no line to hold out for validation; pass --valid-txt")
+        texts = {"valid": valid, "test": read_lines(options.test_txt, "test") if options.test_txt else valid}
+    held = f" (every {HOLD_OUT_EVERY}th training line)" if hold_out else ""
+    print(f"train: {corpus.pairs:,} documents in {len(files)} file(s)")
+    print(f"valid: {len(texts['valid']):,} documents{held}\ntest: {len(texts['test']):,} documents")
+    return {"train": corpus, **texts}
 
 
-def make_streams(options, texts, tokenizer):
-    """{split: batches of parallel token streams}; each replica gets the same rows of every batch."""
+def make_streams(options, texts, tokenizer, strategy):
+    """{split: batches of parallel token streams} of the held-out splits,
+    and "train": `position -> the training streams` (from their files, every
+    epoch's; each replica gets the same rows of every batch)."""
     streams = {}
-    for split, documents in texts.items():
-        tokens = join_documents(tokenizer.tokenize(documents))
+    for split in ("valid", "test"):
+        tokens = join_documents(tokenizer.tokenize(texts[split]))
         # Evaluation streams are fewer so that little text is cut off.
-        batch = options.batch_size if split == "train" else min(options.batch_size, 8)
-        streams[split] = stream_batches(tokens, batch, options.bptt, drop_remainder=split == "train")
+        batch = min(options.batch_size, 8)
+        streams[split] = stream_batches(tokens, batch, options.bptt)
         print(f"{split}: {len(tokens):,} tokens in {batch} streams")
+    corpus = texts["train"]
+    windows = windows_per_epoch(corpus.line_counts, options.window_lines)
+    print(f"train: {options.batch_size} streams read {options.bptt} tokens at a time, "
+          f"{'one window' if windows == 1 else f'{windows:,} windows of {options.window_lines:,} lines'} an epoch")
+
+    def train(position):
+        batches = streamed_stream_batches(corpus, tokenizer, position, options.batch_size, options.bptt,
+                                          window_lines=options.window_lines, epochs=options.epochs)
+        return distribute_batches(strategy, batches) if options.strategy == "multiworker" else batches
+
+    streams["train"] = train
     return streams
 
 
@@ -205,7 +250,7 @@ def fit_one(name, options, run, streams, tokenizer, xla, build, fit):
     continuer, _ = make_continuer(model, tokenizer, options)
     logging = [keras.callbacks.TensorBoard(logdir, profile_batch=options.profile_batch),
                GenerationMonitor(options.prompts, None, continuer, {}, logdir=logdir)]
-    metrics = fit.fit(model, streams, options.epochs, logging, verbose=1)
+    metrics = fit.fit(model, {**streams, "train": streams["train"](fit.position)}, options.epochs, logging, verbose=1)
     model.save(os.path.join(logdir, "model.keras"))  # the best epoch's weights
     test = model.evaluate(streams["test"], verbose=0, return_dict=True)
     print(f"{name}: test perplexity {test['perplexity']:.2f}")

@@ -323,7 +323,7 @@ RECIPE_ROWS = [
     ("classify.py", "--export-dir a non-empty export version", lambda p: classify.parse_args(["--export-dir", p.version]), Exits(2, r"is itself a SavedModel version")),
     ("language_model.py", "--train-txt a directory", lambda p: language_model.parse_args(["--train-txt", p.folder]), Exits(2, r"--train-txt .*a_folder: is a directory, not a file")),
     ("language_model.py", "--logdir a file", lambda p: language_model.parse_args(["--logdir", p.file]), Exits(2, r"--logdir .*a_file exists and is not a directory")),
-    ("language_model.py", "--train-txt of binary bytes", lambda p: language_model.main(["--logdir", p.logs, "--train-txt", p.binary]), Exits(None, r"binary.tsv: not UTF-8 text")),
+    ("language_model.py", "--train-txt of binary bytes", lambda p: language_model.main(["--logdir", p.logs, "--train-txt", p.binary]), Exits(None, r"--train-txt: .*binary.tsv' has no valid non-blank UTF-8 line: line 1 \(not UTF-8\)")),
 ]
 
 

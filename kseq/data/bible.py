@@ -208,3 +208,14 @@ def bible_split_file(split="train", cache_dir=None):
         sources, targets = load_bible_pairs(split, cache_dir)
         write_rows(path, list(zip(sources, targets)))
     return path
+
+
+def bible_text_file(split="train", cache_dir=None):
+    """The path of one split's English verses, one a line, in the cache
+    (written once from `load_bible_pairs`, in its order): a language
+    model's documents, streamed from the file."""
+    check_choice("split", split, SPLITS)
+    path = bible_cache_path(cache_dir).removesuffix(".tsv") + f"-{split}-en.txt"
+    if read_checked(path) is None:
+        write_rows(path, [(source,) for source in load_bible_pairs(split, cache_dir)[0]])
+    return path

@@ -88,10 +88,11 @@ def raw_lines(path):
             yield line[:-1] if line.endswith(b"\n") else line
 
 
-def line_problem(raw):
+def line_problem(raw, fields=2):
     """(source, target) strings, not yet normalized, or the reason the line
     is not one pair (the reasons of `kseq.data.tsv.read_tsv`, which the
-    streaming pipeline drops in the graph with the same rules)."""
+    streaming pipeline drops in the graph with the same rules). With
+    `fields=1` a line is one text, tabs and all: (text,), or the reason."""
     try:
         line = raw.decode("utf-8")
     except UnicodeDecodeError:
@@ -99,6 +100,8 @@ def line_problem(raw):
     line = line.removeprefix(BOM).removesuffix("\r")
     if not line.strip():
         return None, EMPTY_LINE
+    if fields == 1:
+        return (line,), None
     fields = line.split("\t")
     if len(fields) != 2:
         return None, NO_TAB if len(fields) == 1 else MANY_TABS
@@ -137,8 +140,9 @@ class CorpusScan:
     few, as (file, line number from 1, reason).
     held_out: good lines held out for validation.
     sample: (sources, targets) of up to `sample_size` training pairs drawn
-        uniformly, normalized, in file order when the corpus is no larger.
-    valid: (sources, targets) held out, normalized; empty without a hold-out.
+        uniformly, normalized, in file order when the corpus is no larger;
+        (texts,) for a corpus of one text a line (`fields=1`).
+    valid: held out, normalized, as `sample`; empty without a hold-out.
     hold_out: the `HoldOut` rule, or None.
     labels: {label: its training lines} of a labelled corpus (the second
         column, normalized; `scan_corpus(..., count_labels=True)`), else None.
@@ -190,7 +194,7 @@ class CorpusScan:
 
 
 def scan_corpus(files, sample_size=100_000, seed=0, hold_out=None, cache_dir=None, use_cache=True,
-                count_labels=False):
+                count_labels=False, fields=2):
     """One streaming pass over `files` -> `CorpusScan`; memory bounded by
     `sample_size` (and the hold-out's limit), whatever the corpus size.
 
@@ -200,7 +204,8 @@ def scan_corpus(files, sample_size=100_000, seed=0, hold_out=None, cache_dir=Non
     there are no more. The result is cached in `<cache>/corpora/<key>/`
     (key: the files' absolute paths, sizes and modification times, and the
     arguments); `use_cache=False` scans again. `count_labels` reads the
-    lines as text<TAB>label and counts each label's training lines.
+    lines as text<TAB>label and counts each label's training lines;
+    `fields=1` reads each line as one text (a language model's documents).
 
     Raises:
         ValueError: the files hold no good training pair (names the first
@@ -208,13 +213,15 @@ def scan_corpus(files, sample_size=100_000, seed=0, hold_out=None, cache_dir=Non
     """
     check_positive_int("sample_size", sample_size)
     files = [os.fspath(path) for path in files]
-    key = _scan_key(files, sample_size, seed, hold_out, count_labels)
+    if fields not in (1, 2) or (fields == 1 and count_labels):
+        raise ValueError(f"`fields` must be 2, or 1 without `count_labels`; got {fields!r}.")
+    key = _scan_key(files, sample_size, seed, hold_out, count_labels, fields)
     folder = os.path.join(cache_root(cache_dir), "corpora", key)
     if use_cache:
-        cached = _load_scan(folder, files, hold_out)
+        cached = _load_scan(folder, files, hold_out, fields)
         if cached is not None:
             return cached
-    scan = _scan(files, sample_size, seed, hold_out, count_labels)
+    scan = _scan(files, sample_size, seed, hold_out, count_labels, fields)
     scan.folder = folder
     if not scan.sample[0]:
         named = ", ".join(repr(path) for path in files)
@@ -223,12 +230,13 @@ def scan_corpus(files, sample_size=100_000, seed=0, hold_out=None, cache_dir=Non
                           for path, number, reason in scan.problems[:5])
         detail = (f": {shown}" if scan.bad else " (every line is held out for validation)" if scan.held_out
                   else f" (the file{'s are' if several else ' is'} empty)")
-        raise ValueError(f"{named} has no valid source<TAB>target line{detail}.")
+        kind = "non-blank UTF-8" if fields == 1 else "source<TAB>target"
+        raise ValueError(f"{named} has no valid {kind} line{detail}.")
     _save_scan(folder, scan)
     return scan
 
 
-def _scan(files, sample_size, seed, hold_out, count_labels):
+def _scan(files, sample_size, seed, hold_out, count_labels, fields):
     draw = random.Random(seed)
     labels = {} if count_labels else None
     sample, valid, problems, reasons = [], [], [], {}
@@ -238,7 +246,7 @@ def _scan(files, sample_size, seed, hold_out, count_labels):
         compressions.append(compression_of(path))
         count = 0
         for count, raw in enumerate(raw_lines(path), start=1):
-            pair, reason = line_problem(raw)
+            pair, reason = line_problem(raw, fields)
             if reason:
                 bad += 1
                 reasons[reason] = reasons.get(reason, 0) + 1
@@ -260,7 +268,7 @@ def _scan(files, sample_size, seed, hold_out, count_labels):
             number += 1
         line_counts.append(count)
     return CorpusScan(files, compressions, line_counts, bad, reasons, problems, held,
-                      _normalized(sample), _normalized(valid), hold_out, labels)
+                      _normalized(sample, fields), _normalized(valid, fields), hold_out, labels)
 
 
 def _count_label(labels, label, path, number):
@@ -271,9 +279,9 @@ def _count_label(labels, label, path, number):
 
 
 def training_pairs(scan):
-    """The training pairs of a scanned corpus (good lines not held out),
-    normalized, read again from its files as a stream: for a measure over
-    the whole corpus that keeps only what it is after."""
+    """The training pairs of a two-field scanned corpus (good lines not held
+    out), normalized, read again from its files as a stream: for a measure
+    over the whole corpus that keeps only what it is after."""
     number = 0
     for path in scan.files:
         for raw in raw_lines(path):
@@ -283,14 +291,15 @@ def training_pairs(scan):
             number += 1
 
 
-def _normalized(pairs):
-    return [normalize_text(s) for s, _ in pairs], [normalize_text(t) for _, t in pairs]
+def _normalized(rows, fields):
+    """Rows of `fields` texts -> a list of normalized texts a field."""
+    return tuple([normalize_text(row[field]) for row in rows] for field in range(fields))
 
 
-def _scan_key(files, sample_size, seed, hold_out, count_labels):
+def _scan_key(files, sample_size, seed, hold_out, count_labels, fields):
     stats = [(os.path.abspath(path), os.stat(path).st_size, os.stat(path).st_mtime_ns) for path in files]
     rule = dataclasses.asdict(hold_out) if hold_out else None
-    text = json.dumps([SCAN_VERSION, stats, sample_size, seed, rule, count_labels])
+    text = json.dumps([SCAN_VERSION, stats, sample_size, seed, rule, count_labels, fields])
     return hashlib.sha256(text.encode()).hexdigest()[:24]
 
 
@@ -299,23 +308,24 @@ SUMMARY, SAMPLE, VALID = "scan.json", "sample.tsv.gz", "valid.tsv.gz"
 
 def _save_scan(folder, scan):
     os.makedirs(folder, exist_ok=True)
-    for name, (sources, targets) in ((SAMPLE, scan.sample), (VALID, scan.valid)):
-        text = "".join(f"{s}\t{t}\n" for s, t in zip(sources, targets))
+    for name, columns in ((SAMPLE, scan.sample), (VALID, scan.valid)):
+        text = "".join("\t".join(row) + "\n" for row in zip(*columns))
         write_bytes_atomic(os.path.join(folder, name), gzip.compress(text.encode("utf-8"), mtime=0))
     summary = {name: getattr(scan, name) for name in
                ("files", "compressions", "line_counts", "bad", "reasons", "problems", "held_out", "labels")}
     write_json_atomic(os.path.join(folder, SUMMARY), summary)  # last: it marks the entry complete
 
 
-def _load_scan(folder, files, hold_out):
+def _load_scan(folder, files, hold_out, fields):
     try:
         with open(os.path.join(folder, SUMMARY), encoding="utf-8") as f:
             summary = json.load(f)
         pairs = {}
         for name in (SAMPLE, VALID):
             with gzip.open(os.path.join(folder, name), "rt", encoding="utf-8") as f:
-                rows = [line.rstrip("\n").split("\t") for line in f]
-            pairs[name] = ([s for s, _ in rows], [t for _, t in rows])
+                rows = [line.rstrip("\n") for line in f]
+            pairs[name] = (rows,) if fields == 1 else tuple(map(list, zip(*(row.split("\t") for row in rows)))) \
+                or ([], [])
     except (OSError, ValueError, EOFError):
         return None
     if summary.get("files") != files:

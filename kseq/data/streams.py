@@ -1,10 +1,14 @@
-"""A token stream cut into parallel streams, for truncated BPTT."""
+"""A token stream cut into parallel streams, for truncated BPTT: from a
+list of documents in memory (`stream_batches`), or from text files of any
+size, a window of lines at a time (`streamed_stream_batches`)."""
 
 import numpy as np
 import tensorflow as tf
 
 from kseq.special_ids import EOS_ID
 from kseq._validation import check_positive_int
+from kseq.data.streaming import streamed_examples
+from kseq.data.text import normalize_text_op
 
 
 def join_documents(token_lists, separator=EOS_ID):
@@ -66,3 +70,63 @@ def stream_batches(tokens, batch_size, chunk_length, drop_remainder=False):
                        labels[:, start : start + chunk_length])
     )
     return dataset.prefetch(tf.data.AUTOTUNE)
+
+
+def parse_text_lines(lines):
+    """(N,) raw lines, one document each -> (texts normalized, good): good
+    is False where `kseq.data.corpus.scan_corpus(..., fields=1)` counts the
+    line as bad (not UTF-8, blank)."""
+    lines = tf.strings.regex_replace(lines, "^\ufeff", "")
+    valid = tf.equal(tf.strings.unicode_transcode(lines, "UTF-8", "UTF-8", errors="replace"), lines)
+    texts = normalize_text_op(lines)
+    return texts, valid & tf.not_equal(texts, "")
+
+
+def window_streams(tokens, batch_size, chunk_length):
+    """`stream_batches` in the graph: a 1-D tensor of ids -> its batches of
+    `batch_size` streams and `chunk_length` tokens, the shorter last chunk
+    dropped, and how many there are."""
+    length = tf.maximum((tf.size(tokens, out_type=tf.int64) - 1) // batch_size, 0)
+    count = length // chunk_length
+    inputs = tf.reshape(tokens[: batch_size * length], [batch_size, -1])
+    labels = tf.reshape(tokens[1 : batch_size * length + 1], [batch_size, -1])
+    starts = tf.range(count) * chunk_length
+    batches = tf.data.Dataset.from_tensor_slices(starts).map(
+        lambda start: (inputs[:, start : start + chunk_length], labels[:, start : start + chunk_length]))
+    return batches, count
+
+
+def streamed_stream_batches(scan, tokenizer, position, batch_size, chunk_length, window_lines=250_000, epochs=1,
+                            shard=(1, 0)):
+    """Batches (inputs (B, k), labels (B, k)) for truncated BPTT from the
+    documents (one a line) of `scan`'s files (`scan_corpus(..., fields=1)`),
+    for `epochs` epochs from `position`, in the files' order.
+
+    The lines are read `window_lines` at a time; each window's documents,
+    each followed by EOS, are cut into B = `batch_size` streams as
+    `stream_batches` cuts a whole corpus (a corpus of one window gives its
+    batches exactly), so memory holds one window whatever the corpus size.
+    A stream of window w + 1 does not continue the text of window w: a
+    model carrying its state should zero it where each window begins
+    (where `position` says a window's first batch comes; see
+    `kseq.training.epoch_fit.CarriedStreams`). Resume and `shard` as in
+    `kseq.data.streaming.streamed_pair_dataset`.
+    """
+    check_positive_int("batch_size", batch_size)
+    check_positive_int("chunk_length", chunk_length)
+
+    def tokens(lines):  # the documents of these lines, each + EOS, as one stream
+        texts, good = parse_text_lines(lines)
+        ids = tokenizer.tokenize(tf.boolean_mask(texts, good))
+        ids = tf.cast(ids, tf.int32)
+        eos = tf.fill([ids.nrows(), 1], tf.constant(EOS_ID, tf.int32))
+        return (tf.concat([ids, eos], axis=1).flat_values,)
+
+    def batch_count(window):
+        return window_streams(window[0], batch_size, chunk_length)[1]
+
+    def batches(window, order):  # the order is the stream's: never shuffled
+        return window_streams(window[0], batch_size, chunk_length)[0]
+
+    return streamed_examples(scan, position, tokens, batch_count, batches, shuffle_buffer=window_lines,
+                             shuffle=False, epochs=epochs, shard=shard)

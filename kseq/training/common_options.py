@@ -67,11 +67,18 @@ class EpochCadenceOptions(RecipeOptions):
 
 
 @dataclasses.dataclass(frozen=True)
-class StreamedDataOptions(RecipeOptions):
+class VocabularySampleOptions(RecipeOptions):
+    """How much of the training files a streaming recipe reads into memory
+    for its vocabulary (a uniform sample, `kseq.data.corpus.scan_corpus`)."""
+
+    vocab_sample: int = option(100_000, "training examples drawn uniformly for the vocabulary and the data's "
+                               "statistics", minimum=1)
+
+
+@dataclasses.dataclass(frozen=True)
+class StreamedDataOptions(VocabularySampleOptions):
     """How a recipe that streams its training files (`kseq.data.streaming`)
     shuffles them and samples them for the vocabulary."""
 
     shuffle_buffer: int = option(250_000, "training examples shuffled together (per worker); data no larger is "
                                  "shuffled whole every epoch", minimum=1)
-    vocab_sample: int = option(100_000, "training examples drawn uniformly for the vocabulary and the data's "
-                               "statistics", minimum=1)

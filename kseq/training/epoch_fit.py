@@ -42,10 +42,10 @@ class EpochFit:
 
     Build the training data from `position` with `epoch_ordered_batches(...,
     position, ..., epochs=epochs)` or stream it from files
-    (`kseq.data.streaming.streamed_examples(..., position, epochs=epochs)`):
+    (`kseq.data.streaming.streamed_examples(..., position, epochs=epochs)`,
+    a language model's `kseq.data.streams.streamed_stream_batches`):
     batches that a resumed run can skip; or give one epoch's batches in a
-    fixed order (a language model's streams, whose carried state
-    `CarriedStreams` keeps). Create this object outside `strategy.scope()`.
+    fixed order. A language model's carried state is kept by `CarriedStreams`. Create this object outside `strategy.scope()`.
 
     Args:
         workdir: the model's folder; its backup goes to `<workdir>/backup`.
@@ -125,8 +125,10 @@ class EpochFit:
 class CarriedStreams(keras.callbacks.Callback):
     """The train streams' state a language model carries from batch to
     batch (`RNNLanguageModel(carry_state=True)`), zeroed where each data
-    epoch begins and kept with every save, so that a run resumed mid-epoch
-    goes on with the state the uninterrupted run had there."""
+    epoch begins (and each window of streams read from files,
+    `kseq.data.streams.streamed_stream_batches`, whose streams do not go
+    on from the last window's) and kept with every save, so that a run
+    resumed mid-epoch goes on with the state the uninterrupted run had there."""
 
     resets_train_streams = True  # in place of the model's reset at each of fit's epochs
     FILE = "carried_streams.npz"
