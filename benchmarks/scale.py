@@ -1,8 +1,11 @@
-"""How translation training meets a large corpus: start-up, memory, speed.
+"""How training meets a large corpus: start-up, memory, speed.
 
-For training files of 125k, 1M and 4M pairs (the Bible's training pairs
-repeated, generated once into the kseq cache), runs `recipes/translate.py
---train-tsv FILE --max-minutes 1.5` as a user would and measures, per run:
+For training files of 125k, 1M and 4M lines (the default data's training
+lines repeated, generated once into the kseq cache: the Bible's pairs for
+translation, its English verses for the language model, Rotten Tomatoes'
+snippets for the classifier), runs `recipes/<task>.py` on the file for
+`--minutes` (the classifier, which has no time budget, is stopped then) as a
+user would and measures, per run:
 seconds from the start of the process to "training begins" (the
 "evaluation and checkpoints" line) and to the end of the first train step,
 peak resident memory (the process's ru_maxrss), and train steps/s in the
@@ -15,6 +18,7 @@ share the machine's state.
     .venv/bin/python benchmarks/scale.py --output benchmarks/results-scale-$(date +%F).json
     .venv/bin/python benchmarks/scale.py --sizes 125000 --minutes 0.5      # a smoke test
     .venv/bin/python benchmarks/scale.py --baseline /tmp/old --sizes 125000,1000000
+    .venv/bin/python benchmarks/scale.py --task classify --sizes 125000,1000000 --baseline /tmp/old
 """
 
 import argparse
@@ -31,14 +35,30 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def corpus_file(pairs, folder):
-    """A file of `pairs` training pairs: the Bible's, repeated in order."""
-    sys.path.insert(0, ROOT)
-    from kseq.data.bible import bible_split_file
+TASKS = {  # task: (recipe, its training-file option, its other file options, its time budget option)
+    "translate": ("translate.py", "--train-tsv", ("--valid-tsv", "--test-tsv"), "--max-minutes"),
+    "classify": ("classify.py", "--train-tsv", ("--valid-tsv", "--test-tsv"), None),
+    "language_model": ("language_model.py", "--train-txt", ("--valid-txt", "--test-txt"), "--max-minutes"),
+}
 
-    path = os.path.join(folder, f"bible-train-x{pairs}.tsv")
+
+def split_file(task, split):
+    """The default data's split as the task's file (in the kseq cache)."""
+    sys.path.insert(0, ROOT)
+    if task == "classify":
+        from kseq.data.rotten_tomatoes import split_file as rotten_tomatoes_file
+
+        return rotten_tomatoes_file(split)
+    from kseq.data.bible import bible_split_file, bible_text_file
+
+    return bible_text_file(split) if task == "language_model" else bible_split_file(split)
+
+
+def corpus_file(pairs, folder, task="translate"):
+    """A file of `pairs` training lines: the task's default ones, repeated in order."""
+    path = os.path.join(folder, f"{task}-train-x{pairs}.txt")
     if not os.path.exists(path):
-        with open(bible_split_file("train"), encoding="utf-8") as f:
+        with open(split_file(task, "train"), encoding="utf-8") as f:
             lines = f.readlines()
         temporary = path + ".tmp"
         with open(temporary, "w", encoding="utf-8") as out:
@@ -48,25 +68,27 @@ def corpus_file(pairs, folder):
     return path
 
 
-def small_file(folder, split, count=64):
-    from kseq.data.bible import bible_split_file
-
-    path = os.path.join(folder, f"bible-{split}-{count}.tsv")
-    with open(bible_split_file(split), encoding="utf-8") as f:
+def small_file(folder, split, task="translate", count=64):
+    path = os.path.join(folder, f"{task}-{split}-{count}.txt")
+    with open(split_file(task, split), encoding="utf-8") as f:
         lines = f.readlines()[:count]
     with open(path, "w", encoding="utf-8") as out:
         out.writelines(lines)
     return path
 
 
-def measure(tree, train, valid, test, minutes, workdir, timeout, cache):
+def measure(tree, train, valid, test, minutes, workdir, timeout, cache, task="translate"):
     """One run of `tree`'s recipe with `cache` as its kseq cache: its
     timings, peak memory and step rate."""
     os.makedirs(workdir, exist_ok=True)
-    command = [sys.executable, os.path.join(tree, "recipes", "translate.py"), "--train-tsv", train,
-               "--valid-tsv", valid, "--test-tsv", test, "--max-minutes", str(minutes),
+    recipe, train_option, (valid_option, test_option), budget = TASKS[task]
+    command = [sys.executable, os.path.join(tree, "recipes", recipe), train_option, train,
+               valid_option, valid, test_option, test,
                "--logdir", os.path.join(workdir, "runs"), "--export-dir", os.path.join(workdir, "export"),
                "--eval-every", "1000000"]  # no evaluation inside the minute: steps/s is training's
+    command += [budget, str(minutes)] if budget else []
+    if budget is None:  # stopped once its first train step is `minutes` old
+        timeout = min(timeout, 60.0 * minutes + 300.0)
     environment = dict(os.environ, PYTHONPATH=tree, PYTHONUNBUFFERED="1", KSEQ_CACHE_DIR=cache)
     # A fresh wrapper per run: its ru_maxrss of children is this run's alone.
     wrapper = ("import resource, subprocess, sys; process = subprocess.Popen(sys.argv[1:]); "
@@ -85,6 +107,8 @@ def measure(tree, train, valid, test, minutes, workdir, timeout, cache):
             seen["begins"] = now
         if "the first train step of this run" in line:
             seen["first_step"] = now
+            if budget is None:
+                timeout = min(timeout, now + 60.0 * minutes)
         progress = re.match(r"step (\d+): loss [\d.]+, ([\d.]+) steps/s", line)
         if progress:
             rates.append((now, int(progress.group(1)), float(progress.group(2))))
@@ -125,7 +149,8 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
                                      epilog=__doc__.split("\n", 2)[2])
-    parser.add_argument("--sizes", default="125000,1000000,4000000", help="training pairs of each file")
+    parser.add_argument("--task", default="translate", choices=sorted(TASKS), help="the recipe to run")
+    parser.add_argument("--sizes", default="125000,1000000,4000000", help="training lines of each file")
     parser.add_argument("--minutes", type=float, default=1.5, help="--max-minutes of each run")
     parser.add_argument("--baseline", help="a second checkout to run the same way (e.g. a git worktree)")
     parser.add_argument("--data", default=None, help="where the generated files go (default: the kseq cache)")
@@ -138,19 +163,19 @@ def main(argv=None):
 
     folder = args.data or os.path.join(cache_root(), "bench-scale")
     os.makedirs(folder, exist_ok=True)
-    valid, test = small_file(folder, "valid"), small_file(folder, "test")
+    valid, test = small_file(folder, "valid", args.task), small_file(folder, "test", args.task)
     trees = [("kseq", ROOT)] + ([("baseline", os.path.abspath(args.baseline))] if args.baseline else [])
     rows = []
     for pairs in (int(size) for size in args.sizes.split(",")):
-        train = corpus_file(pairs, folder)
+        train = corpus_file(pairs, folder, args.task)
         for name, tree in trees:
             # A new cache: the first run on these files, scan and vocabulary included; then, with
             # --second-run, the same command again, as a user's next run finds the cache.
             with tempfile.TemporaryDirectory(prefix="kseq-scale-") as workdir:
                 for run in ("first", "second") if args.second_run else ("first",):
                     result = measure(tree, train, valid, test, args.minutes, os.path.join(workdir, run),
-                                     args.timeout, os.path.join(workdir, "cache"))
-                    row = {"pairs": pairs, "file_mib": round(os.path.getsize(train) / 2**20), "side": name,
+                                     args.timeout, os.path.join(workdir, "cache"), args.task)
+                    row = {"task": args.task, "pairs": pairs, "file_mib": round(os.path.getsize(train) / 2**20), "side": name,
                            "run": run, **result}
                     rows.append(row)
                     print(json.dumps(row), flush=True)
