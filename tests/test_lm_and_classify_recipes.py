@@ -101,13 +101,21 @@ def classify_run(tmp_path_factory):
     (root / "train-a.tsv").write_text("\n".join(lines[:100]) + "\n", encoding="utf-8")
     (root / "train-b.tsv.gz").write_bytes(gzip.compress(("\n".join(lines[100:]) + "\n").encode("utf-8")))
     logdir, export_dir = str(root / "runs"), str(root / "export")
-    metrics = classify.main([
+    argv = [
         "--train-tsv", f"{root / 'train-a.tsv'},{root / 'train-b.tsv.gz'}",
         "--logdir", logdir, "--export-dir", export_dir,
         "--vocab-size", "320", "--embed-dim", "16", "--units", "16", "--epochs", "8",
         "--dropout", "0.1", "--learning-rate", "0.01",
-    ])
-    return dict(metrics=metrics, logdir=logdir, export_dir=export_dir)
+    ]
+    metrics = classify.main(argv)
+    return dict(metrics=metrics, logdir=logdir, export_dir=export_dir, argv=argv)
+
+
+def test_the_classifier_run_wrote_the_config_that_runs_it_again(classify_run):
+    path = os.path.join(classify_run["logdir"], "config.yaml")
+    assert classify.parse_args(["--config", path]) == classify.parse_args(classify_run["argv"])
+    again = classify.parse_args(["--config", path, "--epochs", "3"])
+    assert again.epochs == 3 and "epochs" in again.options_given
 
 
 def test_classifier_metrics(classify_run):

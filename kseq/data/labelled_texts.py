@@ -68,7 +68,6 @@ def padded_batches(batch_size):
     return batch_count, batches
 
 
-
 def describe_epoch(scan, batch_size, shuffle_buffer):
     """"about 1,234 batches per epoch, in 2 windows of 250,000 texts, each
     shuffled whole": an epoch of `padded_batches` over `scan`'s training

@@ -34,6 +34,11 @@ from kseq.data.text import normalize_text_op
 # Lines tf.data reads and tokenizes as one element: large enough that the
 # per-element cost of tf.data vanishes, small enough to tokenize in parallel.
 CHUNK_LINES = 1024
+# Batches made ahead of training. Not AUTOTUNE: for small batches (a language
+# model's) it buffers thousands, which pulls window after window through the
+# tokenizer, taking the CPU from training and, in an iterator fit leaves
+# behind, from the next model's.
+BATCHES_AHEAD = 8
 # Keeps window w's shuffle seed apart from every epoch's: (seed, epoch + w * WINDOW_SEED_STRIDE).
 WINDOW_SEED_STRIDE = 1 << 32
 
@@ -136,7 +141,7 @@ def streamed_examples(scan, position, examples, batch_count, batches, shuffle_bu
         batches: (window, order) -> a dataset of its batches, the examples
             coming in `order` (int64 indices): the same batches for the
             same window and order, as exact resume needs.
-        shuffle_buffer: examples a window holds (per worker).
+        shuffle_buffer: the lines a window holds (per worker), an example each.
         shuffle, seed, epochs, shard: as in `streamed_pair_dataset`.
 
     Returns:
@@ -197,7 +202,7 @@ def streamed_examples(scan, position, examples, batch_count, batches, shuffle_bu
     epochs_left = tf.data.Dataset.range(epochs).take_while(lambda i: position.epoch + i < epochs)
     # The next window is read and tokenized while this one trains.
     windows = epochs_left.flat_map(epoch_windows).map(prepared).prefetch(1)
-    return windows.flat_map(batches_of).prefetch(tf.data.AUTOTUNE)
+    return windows.flat_map(batches_of).prefetch(BATCHES_AHEAD)
 
 
 def row_count(tensor):

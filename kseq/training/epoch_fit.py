@@ -45,7 +45,8 @@ class EpochFit:
     (`kseq.data.streaming.streamed_examples(..., position, epochs=epochs)`,
     a language model's `kseq.data.streams.streamed_stream_batches`):
     batches that a resumed run can skip; or give one epoch's batches in a
-    fixed order. A language model's carried state is kept by `CarriedStreams`. Create this object outside `strategy.scope()`.
+    fixed order. A language model's carried state is kept by
+    `CarriedStreams`. Create this object outside `strategy.scope()`.
 
     Args:
         workdir: the model's folder; its backup goes to `<workdir>/backup`.
@@ -101,9 +102,8 @@ class EpochFit:
 
     def _all_epochs(self, train, epochs):
         """The training batches of every epoch left: `train` itself when
-        `epoch_ordered_batches` or a streamed pipeline built it, else `train` as one epoch in a
-        fixed order (a language model's streams), repeated from the
-        position on."""
+        `epoch_ordered_batches` or a streamed pipeline built it, else
+        `train` as one epoch in a fixed order, repeated from the position on."""
         if self.position.epochs is not None:
             if self.position.epochs != epochs:
                 raise ValueError(f"the training data holds {self.position.epochs} epochs; `fit` was asked for "

@@ -24,10 +24,13 @@ import os
 import types
 import typing
 
+from kseq.training.config_files import checked_values, read_config
 from kseq.training.precision import PRECISIONS
 from kseq.training.xla import JIT_CHOICES
 
 AUTO = "auto"
+# The key of a written config file that lists the options the run was given.
+GIVEN_KEY = "options_given"
 Auto = typing.Literal["auto"]
 
 
@@ -168,38 +171,73 @@ def recipe_options(**defaults):
 
 
 def parse(options_class, argv=None, doc=None, presets=None):
-    """`options_class` from its defaults, then `--preset`'s values, then the
+    """`options_class` from its defaults, then `--preset`'s values (the
+    flag's, else the config file's), then `--config FILE`'s, then the
     command line, then an `--init-from` run's architecture; `parser.error`
     (exit 2 with usage) names the option of a bad value, a missing input
-    file, an output folder that cannot be one, a preset that names no
-    option, or a combination `problems()` refuses."""
+    file, an output folder that cannot be one, a preset or a config key
+    that names no option, or a combination `problems()` refuses."""
     doc = doc or options_class.__doc__ or ""
     parser = argparse.ArgumentParser(
         description=doc.strip().split("\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog=doc.split("\n", 2)[2] if doc.count("\n") > 1 else None,
     )
     fields = _cli_fields(options_class)
+    parser.add_argument("--config", metavar="FILE", help="options from a YAML or JSON file (names as the flags', "
+                        "- or _); flags given here override it. Every run writes its own to <logdir>/config.yaml")
     if presets:
-        parser.add_argument("--preset", choices=list(presets), default=next(iter(presets)),
+        parser.add_argument("--preset", choices=list(presets), default=None,
                             help="option values sized for a machine and a budget; the defaults below are "
                             f"{next(iter(presets))!r}'s")
     for field in fields:
         _add_argument(parser, field, options_class)
     args = parser.parse_args(argv)
-    given = {name: value for name, value in vars(args).items() if value is not None and name != "preset"}
+    given = {name: value for name, value in vars(args).items()
+             if value is not None and name not in ("preset", "config")}
+    config = _config_values(parser, args.config, options_class, fields, presets) if args.config else {}
+    written_given = config.pop(GIVEN_KEY, None)
     values = {}
     if presets:
-        unknown = sorted(set(presets[args.preset]) - {field.name for field in fields})
+        preset = args.preset or config.pop("preset", None) or next(iter(presets))
+        unknown = sorted(set(presets[preset]) - {field.name for field in fields})
         if unknown:
-            parser.error(f"preset {args.preset!r} names no option: {', '.join(unknown)}")
-        values.update(presets[args.preset], preset=args.preset)
-    options = options_class(**{**values, **given}, options_given=tuple(sorted(given)))
+            parser.error(f"preset {preset!r} names no option: {', '.join(unknown)}")
+        values.update(presets[preset], preset=preset)
+    # A file a run wrote says which of its values were given; every value of a user's file is.
+    config_given = set(config) if written_given is None else set(written_given)
+    options = options_class(**{**values, **config, **given}, options_given=tuple(sorted(config_given | set(given))))
     problems = _field_problems(options, fields) + list(options.problems())
     if problems:
         parser.error(problems[0])
     from kseq.training.warm_start import adopt_architecture
 
     return adopt_architecture(options)
+
+
+def config_values(options):
+    """{name: value} of every option a command line can set, the preset,
+    and under `GIVEN_KEY` the options given (the others took their default,
+    which an "auto" choice may change): what `--config` reads back to run
+    `options` again."""
+    values = {"preset": options.preset} if options.preset else {}
+    values |= {field.name: getattr(options, field.name) for field in _cli_fields(type(options))}
+    return values | {GIVEN_KEY: sorted(options.options_given)}
+
+
+def _config_values(parser, path, options_class, fields, presets):
+    """`--config`'s values, checked as the flags would be (`parser.error` on a bad one)."""
+    hints = typing.get_type_hints(options_class)
+    kinds = {}
+    for field in fields:
+        kind, can_be_auto = _value_type(hints[field.name])
+        kinds[field.name] = (kind, can_be_auto, field.metadata.get("choices"), field.default is None)
+    if presets:
+        kinds["preset"] = (str, False, list(presets), False)
+    kinds[GIVEN_KEY] = (list, False, list(kinds), False)
+    try:
+        return checked_values(read_config(path), kinds, path)
+    except ValueError as error:
+        parser.error(str(error))
 
 
 def flag(name):

@@ -19,6 +19,8 @@ import tensorflow as tf
 from kseq._atomic import write_bytes_atomic, write_json_atomic
 from kseq._compat import accumulate_after_all_reduce
 from kseq.training.distribution import clip_after_all_reduce, is_chief, make_strategy, task
+from kseq.training.config_files import write_config
+from kseq.training.options import config_values
 from kseq.training.precision import describe_precision, resolve_precision
 from kseq.training.tensorboard import write_scores
 from kseq.training.warm_start import describe as describe_init, init_tokenizer, init_weights
@@ -51,6 +53,8 @@ class Run:
         logdir = options.logdir
         self.workdir = logdir if self.chief else os.path.join(logdir, "workers", f"{task_type}-{task_id}")
         os.makedirs(self.workdir, exist_ok=True)
+        if self.chief:
+            write_config(config_values(options), logdir)
 
     @property
     def seconds(self):
