@@ -7,8 +7,9 @@ exports use, tokenized, and gathered into windows of about
 `shuffle_buffer` pairs. Each window is shuffled as a whole (by seed,
 epoch and window), bucketed by length under a token budget and emitted as
 batches; the next window is tokenized while these train. A window holding
-the whole corpus is a full shuffle of every epoch; a larger corpus is
-shuffled within windows, as a bounded shuffle buffer would.
+the whole corpus (its files in the order given) is tokenized once and
+shuffled whole every epoch; a larger corpus is shuffled within windows, as
+a bounded shuffle buffer would.
 
 Windows cut the stream where nothing is buffered, so a place in it is
 (epoch, window, batches of the window already trained): a resumed run skips
@@ -176,6 +177,8 @@ def streamed_examples(scan, position, examples, batch_count, batches, shuffle_bu
 
     def epoch_windows(index_in_run):  # (epoch, window, examples) of one epoch
         epoch = position.epoch + index_in_run
+        if one_window:
+            return the_window.map(lambda *window: (epoch, tf.constant(0, tf.int64), window))
         order = tf.range(len(scan.files), dtype=tf.int64)
         if shuffle:
             order = tf.random.experimental.stateless_shuffle(order, seed=tf.stack([tf.constant(seed, tf.int64) + 1,
@@ -199,6 +202,13 @@ def streamed_examples(scan, position, examples, batch_count, batches, shuffle_bu
         first = tf.equal(epoch, position.epoch) & tf.equal(window, position.window)
         return batches(parts, order).skip(tf.where(first, position.skip, 0))
 
+    # A window that holds the whole epoch is read and tokenized once, its files in the order given,
+    # and kept for every epoch, which shuffles it anew: tokenizing it again each epoch would take
+    # the CPU from training for nothing.
+    one_window = position.windows_per_epoch == 1
+    if one_window:
+        the_window = tf.data.Dataset.range(len(scan.files)).flat_map(file_chunks).map(
+            chunk_examples, num_parallel_calls=tf.data.AUTOTUNE).ragged_batch(per_window).map(merged).cache()
     epochs_left = tf.data.Dataset.range(epochs).take_while(lambda i: position.epoch + i < epochs)
     # The next window is read and tokenized while this one trains.
     windows = epochs_left.flat_map(epoch_windows).map(prepared).prefetch(1)

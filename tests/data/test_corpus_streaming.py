@@ -225,3 +225,29 @@ def test_window_batches_are_the_batches_of_tf_datas_bucket_by_sequence_length(re
         ours = [tuple(part[: len(short[0])] for part in batch) for batch, short in zip(ours, theirs)]
     assert len(ours) == len(theirs) > 20
     assert all(all(np.array_equal(a, b) for a, b in zip(mine, other)) for mine, other in zip(ours, theirs))
+
+
+def test_a_window_that_holds_the_epoch_is_tokenized_once_for_every_epoch(tmp_path):
+    import tensorflow as tf
+
+    from kseq.data.streaming import streamed_examples
+
+    lines = [f"line {i}" for i in range(3000)]
+    scan = scan_corpus([write(tmp_path / "t.txt", lines)], cache_dir=tmp_path, fields=1)
+    chunks = []
+
+    def examples(raw):  # counts the chunks it is asked to tokenize
+        counted = tf.py_function(lambda size: chunks.append(int(size)) or size, [tf.size(raw)], tf.int32)
+        with tf.control_dependencies([counted]):
+            return (tf.identity(raw),)
+
+    for buffer, expected_chunks in ((100_000, 3), (1000, 9)):
+        chunks.clear()
+        dataset = streamed_examples(scan, TrainingPosition(), examples, lambda window: tf.constant(1, tf.int64),
+                                    lambda window, order: tf.data.Dataset.from_tensors(tf.gather(window[0], order)),
+                                    shuffle_buffer=buffer, epochs=3, seed=1)
+        epochs = [batch.numpy() for batch in dataset]
+        assert len(chunks) == expected_chunks, "1,024-line chunks: once in all with one window, else each epoch"
+        if buffer > len(lines):
+            assert [sorted(epoch.tolist()) for epoch in epochs] == [sorted(line.encode() for line in lines)] * 3
+            assert len({tuple(epoch[:5]) for epoch in epochs}) == 3, "each epoch in its own order"
