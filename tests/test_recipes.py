@@ -58,14 +58,6 @@ def test_reverse_recipe_rejects_bad_arguments(tmp_path, capsys, argv, message):
     assert exit_info.value.code == 2 and message in capsys.readouterr().err
 
 
-def test_hold_out_keeps_pairs_aligned_and_takes_every_nth_from_the_first():
-    from kseq.training.recipe import hold_out
-
-    kept, held = hold_out(list("abcdefg"), list(range(7)), every=3)
-    assert held == (["a", "d", "g"], [0, 3, 6])
-    assert kept == (["b", "c", "e", "f"], [1, 2, 4, 5])
-
-
 def test_a_vocabulary_trained_on_a_corpus_is_kept_with_its_scan_and_found_by_the_next_run(tmp_path, monkeypatch,
                                                                                          capsys):
     from kseq.data.subword_tokenizer import SubwordTokenizer

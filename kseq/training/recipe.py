@@ -212,26 +212,3 @@ def read_tsv_reporting(files, role):
         second += targets
     return first, second
 
-
-def hold_out(*columns, every):
-    """Parallel lists split into (kept, held out), each a tuple of lists:
-    every `every`-th item, from the first, is held out (a validation set
-    when none is given)."""
-    held = tuple(column[::every] for column in columns)
-    kept = tuple([x for i, x in enumerate(column) if i % every] for column in columns)
-    return kept, held
-
-
-def read_splits(options, kind, read, every):
-    """{"train", "valid", "test"} of a user's files: `--train-<kind>`, then
-    `--valid-<kind>` or every `every`-th training item held out, then
-    `--test-<kind>` or the valid split. `read(path, role)` returns a tuple
-    of parallel lists (e.g. sources and targets)."""
-    splits = {"train": read(getattr(options, f"train_{kind}"), "train")}
-    if getattr(options, f"valid_{kind}"):
-        splits["valid"] = read(getattr(options, f"valid_{kind}"), "valid")
-    else:
-        splits["train"], splits["valid"] = hold_out(*splits["train"], every=every)
-    test = getattr(options, f"test_{kind}")
-    splits["test"] = read(test, "test") if test else splits["valid"]
-    return splits
