@@ -109,11 +109,10 @@ def setup(venv, python):
 # --- prepare: the recipe's data and vocabulary, for both ------------------------------------------
 
 def recipe_options():
-    """recipes/translate.py's options with no argument given (the quick preset)."""
-    spec = importlib.util.spec_from_file_location("translate_recipe", ROOT / "recipes" / "translate.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.parse_args([])
+    """kseq-train translate's options with no argument given (the quick preset)."""
+    from kseq.tasks import translate
+
+    return translate.parse_args([])
 
 
 def recipe_tokenizer(tokenizer_path, sources, targets, options):

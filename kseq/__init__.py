@@ -14,6 +14,10 @@ import os
 # kseq builds on tf.data, tf.function and SavedModel: it needs the TensorFlow
 # backend, so choose it unless the user already picked one.
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+# TensorFlow's C++ start-up lines (oneDNN, CUDA probing, CPU features) would
+# bury the commands' and recipes' own output; setting TF_CPP_MIN_LOG_LEVEL
+# before importing kseq brings them back.
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import keras  # noqa: E402
 

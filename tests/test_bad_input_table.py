@@ -28,10 +28,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "recipes"))
-import classify  # noqa: E402
-import language_model  # noqa: E402
-import translate  # noqa: E402
+from kseq.tasks import classify  # noqa: E402
+from kseq.tasks import language_model  # noqa: E402
+from kseq.tasks import translate  # noqa: E402
 
 import kseq.export  # noqa: E402
 from kseq import EOS_ID  # noqa: E402

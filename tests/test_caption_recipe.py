@@ -4,14 +4,12 @@ budget (both captioners, the issue's content-accuracy targets) with -m slow."""
 import glob
 import json
 import os
-import sys
 
 import pytest
 import tensorflow as tf
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "recipes"))
-import caption  # noqa: E402
+from kseq.tasks import caption  # noqa: E402
 
 from kseq.data import scenes  # noqa: E402
 

@@ -19,7 +19,7 @@ import keras
 import pytest
 import tensorflow as tf
 
-from kseq.cli import classify, generate, generate_from_label, servable, translate
+from kseq.cli import classify, generate, generate_from_label, servable, train, translate
 from kseq.data import CharacterTokenizer
 from kseq.decoding import BeamSearch, GreedySearch, Limits
 from kseq.export import export_classifier, export_conditioned_generator, export_language_model, export_translator
@@ -36,7 +36,7 @@ LINES = ["keras", "", "  \t ", "seq", "abcabc", "the cat", "zz", "\u00e9t\u00e9"
 BLANK = [not line.strip() for line in LINES]
 LABELS = ["negative", "positive"]
 COMMANDS = {"kseq-translate": translate, "kseq-generate": generate, "kseq-classify": classify,
-            "kseq-generate-from-label": generate_from_label}
+            "kseq-generate-from-label": generate_from_label, "kseq-train": train}
 
 
 @pytest.fixture(scope="module")
@@ -304,3 +304,23 @@ def test_a_closed_pipe_ends_the_command_quietly(exports, tmp_path):
     err = process.stderr.read().decode()
     assert process.wait(timeout=120) == 1 and "Traceback" not in err and "Exception ignored" not in err, err
     assert "kseq-generate:" not in err, err  # quiet: no message of its own
+
+
+def test_kseq_train_names_its_tasks_and_refuses_an_unknown_one():
+    listing = subprocess.run([script("kseq-train"), "--help"], capture_output=True, text=True, env=subprocess_env(),
+                             timeout=120)
+    assert listing.returncode == 0 and all(f"- {task}:" in listing.stdout for task in train.TASKS)
+    unknown = subprocess.run([script("kseq-train"), "translation"], capture_output=True, text=True,
+                             env=subprocess_env(), timeout=120)
+    assert unknown.returncode == 2 and "Traceback" not in unknown.stderr
+    assert unknown.stderr.splitlines()[-1] == (
+        "kseq-train: error: TASK must be one of translate, language_model, classify, generate_reviews, caption, "
+        "reverse; got 'translation'")
+
+
+def test_kseq_train_runs_a_task_with_its_options_and_names_them_in_errors():
+    """`kseq-train language-model` is the language_model task; its usage errors name the command."""
+    bad = subprocess.run([script("kseq-train"), "language-model", "--epochs", "0"], capture_output=True, text=True,
+                         env=subprocess_env(), timeout=120)
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr
+    assert bad.stderr.splitlines()[-1] == "kseq-train language_model: error: --epochs must be >= 1"

@@ -5,14 +5,12 @@ recipes/classify.py is checked with classify.main replaced."""
 import json
 import os
 import random
-import sys
 
 import keras
 import pytest
 import tensorflow as tf
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "recipes"))
-import generate_reviews  # noqa: E402
+from kseq.tasks import generate_reviews  # noqa: E402
 
 from kseq.data.subword_tokenizer import SubwordTokenizer  # noqa: E402
 from support import serve_batches_with_text_ops, serve_with_text_ops  # noqa: E402

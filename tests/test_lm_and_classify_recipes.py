@@ -4,16 +4,14 @@ import gzip
 import json
 import os
 import random
-import sys
 
 import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "recipes"))
-import classify  # noqa: E402
-import language_model  # noqa: E402
+from kseq.tasks import classify  # noqa: E402
+from kseq.tasks import language_model  # noqa: E402
 
 from kseq.data.subword_tokenizer import SubwordTokenizer  # noqa: E402
 from support import check_served_text_is_normalized, serve_with_text_ops  # noqa: E402

@@ -7,8 +7,7 @@ import sys
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "recipes"))
-import reverse  # noqa: E402
+from kseq.tasks import reverse  # noqa: E402
 
 
 def run_recipe(*args):

@@ -17,8 +17,7 @@ import numpy as np
 import pytest
 from tensorboard.backend.event_processing import event_multiplexer
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "recipes"))
-import translate  # noqa: E402
+from kseq.tasks import translate  # noqa: E402
 from kseq.data.bucketing import bucketed_pair_dataset, xla_boundaries  # noqa: E402
 from kseq.training.distribution import weights_fingerprint  # noqa: E402
 from kseq.training.evaluation import looping_outputs  # noqa: E402

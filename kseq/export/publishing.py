@@ -8,6 +8,7 @@ import shutil
 import keras
 
 from kseq.export.warmup import write_warmup_requests
+from kseq.extras import missing
 from kseq._validation import check_positive_int
 
 
@@ -76,7 +77,7 @@ def write_servable(export_dir, endpoints, resources, version=None, assets=None, 
             os.makedirs(os.path.join(temporary, "assets"), exist_ok=True)
             with open(os.path.join(temporary, "assets", name), "wb") as f:
                 f.write(content)
-        if warmup:
+        if warmup and not missing("serving", "no TF Serving warm-up requests written"):
             write_warmup_requests(temporary, os.path.basename(os.path.normpath(export_dir)), warmup)
         return _publish(temporary, export_dir, version)
     finally:

@@ -12,6 +12,7 @@ from kseq.special_ids import BOS_ID
 from kseq.training.periods import (  # noqa: F401 (kseq.callbacks names them too)
     Cadence, EvaluationPeriods, StepTensorBoard, StepTimer, global_step, parse_cadence,
 )
+from kseq.extras import missing
 from kseq.training.plotting import attention_image
 
 
@@ -164,6 +165,8 @@ class AttentionMaps(keras.callbacks.Callback):
         self.writer = tf.summary.create_file_writer(f"{logdir}/attention")
 
     def on_epoch_end(self, epoch, logs=None):
+        if missing("plots", "attention maps are not drawn"):
+            return
         outputs = np.asarray(self.output_ids(self.source_ids))
         decoder_input = np.concatenate([np.full((len(outputs), 1), BOS_ID, outputs.dtype), outputs[:, :-1]], 1)
         weights = np.asarray(

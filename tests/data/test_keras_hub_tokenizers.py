@@ -235,12 +235,10 @@ def test_recipes_take_a_tokenizer_path(word_piece_file, tmp_path, capsys):
     """`--tokenizer PATH` (recipes/classify.py, language_model.py, translate.py):
     a missing path is a usage error naming the option; a file is loaded,
     and its files land in the logdir, where load_tokenizer reads them."""
-    import sys
 
-    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "recipes"))
-    import classify
-    import language_model
-    import translate
+    from kseq.tasks import classify
+    from kseq.tasks import language_model
+    from kseq.tasks import translate
 
     from kseq.training import recipe
 

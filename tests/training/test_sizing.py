@@ -2,8 +2,6 @@
 which options the user gave."""
 
 import dataclasses
-import os
-import sys
 
 import pytest
 import tensorflow as tf
@@ -13,8 +11,7 @@ from kseq.training.sizing import (
     RNN_MODEL, SMALL_DATA_MODEL, SMALL_DATA_PASSES, choose_model_size, expected_passes, model_for_data,
 )
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "recipes"))
-import translate  # noqa: E402
+from kseq.tasks import translate  # noqa: E402
 
 
 def test_passes_are_the_epochs_or_what_the_minutes_allow():
