@@ -37,7 +37,7 @@ def cudnn_trains_in(compute_dtype):
     """Whether an LSTM/GRU computing in `compute_dtype` may run on cuDNN.
 
     Not in bfloat16: TensorFlow 2.21's CudnnRNNV3 gradient in bfloat16 reads
-    memory it never wrote. Measured on an H100 (2026-11-24): after freeing
+    memory it never wrote. Measured on an H100 (tests/test_gpu.py): after freeing
     NaN-filled tensors, every weight gradient of a keras LSTM or GRU was
     NaN in 3 of 3 tries, with or without a mask, while the forward pass,
     float16 and float32 stayed finite; keras' portable loop stayed finite.

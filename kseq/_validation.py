@@ -114,7 +114,7 @@ def ids_in_range(ids, size, message):
 
     The assertion is a side effect nothing waits for: a train step on a GPU
     would otherwise stall on copying its condition to the host before every
-    gather (issue 31). Clipping keeps the gathers that run meanwhile in
+    gather (tests/training/test_train_step_graph.py). Clipping keeps the gathers that run meanwhile in
     range (an id out of range fails deep inside TensorFlow on a CPU and reads
     zeros on a GPU), and the step still ends with `message`. Under XLA the
     assertion compiles to nothing, as every assertion does.

@@ -1,6 +1,6 @@
 """kseq-classify: a text a line in, its label out.
 
-Named for the task, as recipes/classify.py is.
+Named for the task, as `kseq-train classify` is.
 
 Output formats:
 

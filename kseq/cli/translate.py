@@ -1,6 +1,6 @@
 """kseq-translate: a source sentence a line in, its translation out.
 
-Named for the task, as the recipe (recipes/translate.py) and the export
+Named for the task, as `kseq-train translate` and the export
 folder (savedmodels/translate) are.
 
 Output formats:

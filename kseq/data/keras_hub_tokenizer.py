@@ -235,7 +235,7 @@ class _EagerCalls:
     tensors. A plain object, not a `tf.Module`, so that SavedModels do not
     keep these functions.
 
-    DESIGN note (measured 2026-11-23, 2 busy CPU cores, nice 19, 20k
+    DESIGN note (measured on 2 busy CPU cores, nice 19, 20k
     sentences of 1-30 test-corpus words, SentencePiece of 2000 pieces): the
     keras-hub path gives the same ids and text as the tensorflow_text op
     kseq wrapped by hand before, as fast on large batches (5 eager calls of

@@ -46,10 +46,10 @@ Split rule (fixed): h = int(hashlib.sha1(source.encode()).hexdigest(), 16)
 % 100 on the normalized English source; h < 10 is "test", 10 <= h < 20 is
 "valid", the rest (about 80%) is "train".
 
-Fine-tuning a finished `recipes/translate.py` run on it:
+Fine-tuning a finished `kseq-train translate` run on it:
 
     python -m kseq.data.software_messages data/messages
-    python recipes/translate.py --init-from runs/translate \\
+    kseq-train translate --init-from runs/translate \\
         --logdir runs/translate-messages --export-dir savedmodels/translate-messages \\
         --train-tsv data/messages/train.tsv --valid-tsv data/messages/valid.tsv \\
         --test-tsv data/messages/test.tsv
@@ -326,7 +326,7 @@ def load_message_pairs(split="train", cache_dir=None):
 
 def write_tsv_splits(folder, cache_dir=None):
     """Writes `train.tsv`, `valid.tsv` and `test.tsv` (source<TAB>target
-    lines, each file atomically) for `recipes/translate.py --train-tsv` etc.
+    lines, each file atomically) for `kseq-train translate --train-tsv` etc.
 
     Returns:
         {split: path} for the three splits.
@@ -349,7 +349,7 @@ def main(argv=None):
     parser = argparse.ArgumentParser(
         prog="python -m kseq.data.software_messages",
         description="Write English->French UI messages (django, wagtail, sphinx catalogs) as "
-                    "train.tsv, valid.tsv and test.tsv for recipes/translate.py.")
+                    "train.tsv, valid.tsv and test.tsv for kseq-train translate.")
     parser.add_argument("folder", help="where to write the three TSV files (created if missing)")
     parser.add_argument("--cache-dir", help="the kseq cache (default $KSEQ_CACHE_DIR, else ~/.cache/kseq)")
     args = parser.parse_args(argv)
@@ -360,7 +360,7 @@ def main(argv=None):
     for split, path in paths.items():
         with open(path, encoding="utf-8") as file:
             print(f"{split}: {sum(1 for _ in file)} pairs in {path}")
-    print(f"fine-tune: python recipes/translate.py --init-from runs/translate --logdir runs/translate-messages "
+    print(f"fine-tune: kseq-train translate --init-from runs/translate --logdir runs/translate-messages "
           f"--export-dir savedmodels/translate-messages --train-tsv {paths['train']} "
           f"--valid-tsv {paths['valid']} --test-tsv {paths['test']}")
 

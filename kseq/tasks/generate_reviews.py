@@ -21,7 +21,7 @@ test perplexity, the share of generated words seen in the training snippets
 TensorBoard: loss curves, sample snippets per label at every evaluation
 (Text), the agreement (Scalars).
 
-About 6 minutes on 2 idle CPU cores (5 min 36 s measured on 2026-11-24):
+About 6 minutes on 2 idle CPU cores:
 5 of training, half a minute for the classifier when none is exported yet
 (one epoch), the rest data, export and sampling.
 

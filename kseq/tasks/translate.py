@@ -121,7 +121,7 @@ def main(argv=None):
     options = parse_args(argv)
     xla = decide_for_recipe(options.jit_compile, options.max_length, options.max_minutes, options.arch)
     # Decoding is compiled on a GPU; a CPU with bfloat16 units trains the
-    # Transformer 1.5x faster under mixed_bfloat16 (2026-11-24), not the RNN.
+    # Transformer 1.5x faster under mixed_bfloat16 (benchmarks/training.py), not the RNN.
     run = recipe.start(options, xla=xla.use or device_class() == "gpu", bfloat16_cpu=options.bfloat16_cpu)
     xla = check_replicas(xla, run.strategy)
     phases = Phases(run.workdir)

@@ -30,13 +30,13 @@ MEASURED_FASTEST = {
     ),
     "cpu-bf16": (
         "mixed_bfloat16",
-        "2-core x86-64 CPU with AVX512_BF16 (2026-11-24): bfloat16 matmuls at 1.9x the "
+        "2-core x86-64 CPU with AVX512_BF16 (benchmarks/training.py): bfloat16 matmuls at 1.9x the "
         "float32 rate; train steps 1.3x (Transformer quick preset) and 1.4x (LSTM with "
         "attention) faster than float32 (benchmarks/RESULTS.md)",
     ),
     "gpu": (
         "float32",
-        "one H100, base Transformer at fixed shapes (issue figures, 2026-11-23): float32 "
+        "one H100, base Transformer at fixed shapes (benchmarks/train_step.py): float32 "
         "with TF32 220 ms per step, mixed_bfloat16 about 10% slower without XLA and "
         "386 ms with it",
     ),

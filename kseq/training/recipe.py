@@ -1,4 +1,4 @@
-"""The flow every script in recipes/ shares, so that each holds only its task.
+"""The flow every task in kseq.tasks shares, so that each holds only its task.
 
 A recipe declares its options (a dataclass, kseq.training.options) and
 runs: `start` (strategy, precision, seed and logdir, in the order TensorFlow

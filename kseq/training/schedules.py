@@ -5,13 +5,13 @@ from keras import ops
 
 from kseq.training.decisions import Decision
 
-# --lr-scale auto for exact-match data (dates words -> ISO, 30,000 pairs,
-# 2026-11-23): at the full rate the validation exact match fell 95.5 ->
+# --lr-scale auto for exact-match data (benchmarks/user_tasks.py dates, 30,000
+# pairs): at the full rate the validation exact match fell 95.5 ->
 # 67.5% after the warm-up peak and the test reached 96.8%; at half, 98.9%
 # in the same budget.
 EXACT_MATCH_LR_SCALE = 0.5
 # The RNN translator's constant Adam rate: 3e-3 left the unigram plateau
-# sooner than 1e-3 (benchmarks/results-rnn-first-steps-2026-11-25.md).
+# sooner than 1e-3 (benchmarks/rnn_first_steps.py).
 RNN_LEARNING_RATE = 3e-3
 
 

@@ -90,11 +90,11 @@ BEAM_SIZES, LENGTH_PENALTIES = (4, 1), (0.6, 1.0)
 # (n, k): an n-gram of tokens occurs at most k times. The loop guard (4, 2)
 # replaced "no constraint" among the candidates: on the Bible that won on
 # validation chrF in one of two runs and left 9 of 624 test outputs with a
-# 4-word phrase three times or more (2026-11-24).
+# 4-word phrase three times or more (benchmarks/RESULTS.md, decoding quality work).
 NGRAM_LIMITS = ((4, 2), (3, 1))
 # The ratio that just fits the validation pairs, times this: the tight fit
 # cut one of 1,000 test dates short (a 6-token source needed 0.67, the
-# validation pairs 0.5; 2026-11-24). A limit only costs time on outputs
+# validation pairs 0.5; benchmarks/user_tasks.py dates). A limit only costs time on outputs
 # that would loop, and the loop guard ends most of those first.
 LENGTH_HEADROOM = 1.5
 

@@ -6,8 +6,8 @@ from kseq.models import RNNSeq2Seq, TransformerSeq2Seq
 from kseq.training.options import RecipeOptions, option
 
 ATTENTIONS = ("none", "dot", "general", "concat", "bahdanau")
-# Issue 29, Bible en->fr, 12 minutes on 2 cores with bfloat16 units
-# (2026-11-25): under mixed_bfloat16 the RNN ran 2,990 steps to validation
+# Bible en->fr, 12 minutes on 2 cores with bfloat16 units
+# (benchmarks/results-rnn-translation-*.md): under mixed_bfloat16 the RNN ran 2,990 steps to validation
 # loss 3.465 and test BLEU 12.41; in float32 2,058 steps to 3.374 and 13.64.
 RNN_PRECISION = "float32: the RNN translator learned more in its 12 minutes in float32 than under mixed_bfloat16"
 

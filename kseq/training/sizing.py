@@ -27,12 +27,12 @@ SMALL_DATA_MODEL = dict(d_model=128, num_heads=4, ff_dim=512, dropout=0.3)
 WIDTHS = ("d_model", "num_heads", "ff_dim")
 # Target tokens a minute each translation preset's model trains on, for the
 # passes `choose_model_size` counts. quick: the Bible runs on the 2-core CPU,
-# 630k (float32) to 880k (mixed_bfloat16) a minute (2026-11-24); gpu: the
+# 630k (float32) to 880k (mixed_bfloat16) a minute (benchmarks/training.py); gpu: the
 # base model's train step on one H100 (111.7k a second; the gpu preset's
 # smaller model is faster, so its passes are counted low); base: epochs alone.
 TOKENS_PER_MINUTE = {"quick": 750_000, "gpu": 6_700_000, "base": None}
-# The recurrent translator where the user does not say (issue 29, Bible
-# en->fr, 12 minutes on 2 CPU cores, 2026-11-25): one layer left the unigram
+# The recurrent translator where the user does not say (Bible en->fr, 12
+# minutes on 2 CPU cores, benchmarks/rnn_first_steps.py): one layer left the unigram
 # plateau 100+ steps sooner than two and ran its steps twice as fast; with
 # N(0, 1) embeddings and Adam 3e-3 Luong "general" reached test BLEU 13.64,
 # against 1.74 with two layers before (README).

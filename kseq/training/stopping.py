@@ -191,7 +191,7 @@ def stopping_monitor(metric, strategy):
     (short targets: it is what the user wants, and the loss says little
     about it). Otherwise the validation loss: the greedy chrF of a model
     trained for minutes is not monotone in its quality (Bible, quick
-    preset, 2026-11-23: chrF fell 27.5 -> 26.4 from step 594 to 758 while
+    preset, benchmarks/RESULTS.md: chrF fell 27.5 -> 26.4 from step 594 to 758 while
     the validation loss fell 3.98 -> 3.90 and BLEU rose 5.8 -> 7.8). With
     several workers (`strategy` "multiworker") always the loss: the decoded
     metric is the chief's alone, and every worker must stop together.
@@ -204,8 +204,8 @@ def stopping_monitor(metric, strategy):
 def sampling_noise(monitor_key, sentences):
     """`best -> tolerance` for `KeepBest(noise=...)`: how far an exact
     match (in %) on `sentences` decoded validation pairs falls by chance,
-    two binomial standard errors at the best score (numbers task,
-    2026-11-23: 74.5 -> 72% on 200 pairs reverted a run that was still
+    two binomial standard errors at the best score (benchmarks/user_tasks.py
+    numbers: 74.5 -> 72% on 200 pairs reverted a run that was still
     learning). None for the loss, which covers every validation pair.
 
     Example:

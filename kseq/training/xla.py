@@ -36,13 +36,14 @@ class XlaCost:
 MEASURED = {
     "cpu": XlaCost(
         0.98, 6.0,
-        "2-core x86-64 CPU, quick preset in recipes/translate.py, 4-minute runs, 2026-11-23: "
+        "2-core x86-64 CPU, quick preset of kseq-train translate, 4-minute runs (benchmarks/RESULTS.md, "
+        "XLA in the recipe): "
         "with XLA's coarser buckets 79 steps of 581 per epoch in 40 s, without XLA 75 of 541 "
         "(0.98x the real tokens/s); 190 against 316 steps in all, about 35 s compiling 6 shapes",
     ),
     "gpu": XlaCost(
         0.57, 80.0,
-        "one H100, base Transformer (issue figures, 2026-11-23): 386 ms per step with XLA "
+        "one H100, base Transformer (benchmarks/train_step.py): 386 ms per step with XLA "
         "(mixed_bfloat16) against 220 ms without (float32, TF32), 79-157 s to compile one shape",
     ),
 }
