@@ -1,4 +1,4 @@
-"""What kseq.training.runtime.tune_cpu_runtime buys: train-step throughput on CPU.
+"""What kseq.training.devices.runtime.tune_cpu_runtime buys: train-step throughput on CPU.
 
 Trains the translation recipe's quick-preset Transformer on the same N
 bucketed Bible batches (cached, so both runs see identical batches in the
@@ -29,7 +29,7 @@ def child(mode, batches):
     import numpy as np
     import tensorflow as tf
 
-    from kseq.training.runtime import tune_cpu_runtime
+    from kseq.training.devices.runtime import tune_cpu_runtime
 
     if mode == "tuned":
         tune_cpu_runtime()

@@ -33,7 +33,7 @@ def export_scores(export, sources, references, batch_size=32):
     import tensorflow as tf
     import tensorflow_text  # noqa: F401 (registers the export's text ops)
 
-    from kseq.training.evaluation import translation_scores
+    from kseq.training.scoring.evaluation import translation_scores
 
     serve = tf.saved_model.load(export).signatures["serving_default"]
     hypotheses = []

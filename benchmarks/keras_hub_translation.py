@@ -17,7 +17,7 @@ same data split (kseq.data.bible) for the same wall-clock budget:
 - greedy decoding with `keras_hub.samplers.GreedySampler`, re-running the
   whole decoder on the prompt at every step (no key/value cache).
 
-Test-set sacreBLEU and chrF (kseq.training.evaluation.translation_scores), training
+Test-set sacreBLEU and chrF (kseq.training.scoring.evaluation.translation_scores), training
 time, steps, parameters, decoding time and three sample translations are
 printed and written as JSON to --output.
 
@@ -54,8 +54,8 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from kseq.data.bible import load_bible_pairs  # noqa: E402
-from kseq.training.evaluation import translation_scores  # noqa: E402
-from kseq.training.runtime import tune_cpu_runtime  # noqa: E402
+from kseq.training.scoring.evaluation import translation_scores  # noqa: E402
+from kseq.training.devices.runtime import tune_cpu_runtime  # noqa: E402
 from load_sampler import LoadSampler  # noqa: E402
 
 # Sub-layers inside KerasHub's layers (position embedding, attention

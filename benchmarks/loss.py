@@ -28,14 +28,14 @@ import time
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from kseq.training.runtime import tune_cpu_runtime  # noqa: E402
+from kseq.training.devices.runtime import tune_cpu_runtime  # noqa: E402
 
 tune_cpu_runtime()
 import keras  # noqa: E402
 import tensorflow as tf  # noqa: E402
 from keras import ops  # noqa: E402
 
-from kseq.training.losses import MaskedSparseCategoricalCrossentropy  # noqa: E402
+from kseq.training.objectives.losses import MaskedSparseCategoricalCrossentropy  # noqa: E402
 
 
 def gather_formulation(smoothing):

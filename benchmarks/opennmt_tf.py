@@ -37,7 +37,7 @@ epsilon is 1e-6 (kseq 1e-5); kseq's recipe clips each weight's gradient
 (keras' clipnorm), OpenNMT-tf the global norm; kseq runs under a one-replica
 MirroredStrategy, OpenNMT-tf without a strategy. Both get kseq's CPU
 runtime settings (BFC allocator, one inter- and intra-op thread per core,
-as `kseq.training.runtime.tune_cpu_runtime`) unless `--opennmt-tf-defaults`.
+as `kseq.training.devices.runtime.tune_cpu_runtime`) unless `--opennmt-tf-defaults`.
 
 The machine's ceiling, measured before and after the rounds (`ceiling`):
 the best float32 and bfloat16 square-matmul rates over the model's matmul
@@ -254,7 +254,7 @@ def run_opennmt(venv, data_dir, work, minutes, report_steps=100, tf_defaults=Fal
     command = [str(venv / "bin" / "onmt-main"), "--model", str(work / "transformer_quick.py"),
                "--config", str(work / "config.yml"), "--seed", str(settings["recipe"]["seed"])]
     env = dict(os.environ)
-    if not tf_defaults:  # what kseq.training.runtime.tune_cpu_runtime sets
+    if not tf_defaults:  # what kseq.training.devices.runtime.tune_cpu_runtime sets
         threads = str(cpu_threads())
         command += ["--intra_op_parallelism_threads", threads, "--inter_op_parallelism_threads", threads]
         env["TF_CPU_ALLOCATOR_USE_BFC"] = "true"
@@ -347,7 +347,7 @@ def run_kseq(data_dir, work, minutes, extra=(), startup_minutes=10):
                "--logdir", str(logdir), "--export-dir", str(work / "export"),
                "--tokenizer", str(data_dir / "spm.model"),
                # The preset's model, also where more minutes would make "auto" narrow it
-               # (kseq.training.sizing): the one OpenNMT-tf trains.
+               # (kseq.training.config.sizing): the one OpenNMT-tf trains.
                *[f"--{name.replace('_', '-')}={recipe[name]}" for name in MODEL],
                # One evaluation, at the end, on one sentence: the run is stopped after it.
                # (--attention-plots 0 fails at that evaluation: AttentionMaps gets no source.)
@@ -395,7 +395,7 @@ def count_kseq_tokens_here(data_dir, steps):
     from kseq.data.bible import load_bible_pairs
     from kseq.data.bucketing import bucketed_pair_dataset
     from kseq.data.subword_tokenizer import SubwordTokenizer
-    from kseq.training.resume import TrainingPosition
+    from kseq.training.checkpoints.resume import TrainingPosition
 
     recipe = load_settings(data_dir)["recipe"]
     tokenizer = SubwordTokenizer.load(str(data_dir / "spm.model"))
@@ -424,7 +424,7 @@ def ceiling_here(data_dir):
     lengths; 3x the forward pass), and so the real target tokens/s that
     neither toolkit can pass: peak / FLOPs per token."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    from kseq.training.runtime import tune_cpu_runtime
+    from kseq.training.devices.runtime import tune_cpu_runtime
 
     tune_cpu_runtime()
     from train_step import matmul_peaks

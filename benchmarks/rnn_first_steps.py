@@ -23,7 +23,7 @@ from kseq.data.bible import load_bible_pairs
 from kseq.data.bucketing import bucketed_pair_dataset
 from kseq.data.tokenizers import load_tokenizer
 from kseq.models import RNNSeq2Seq, TransformerSeq2Seq
-from kseq.training.schedules import TransformerSchedule
+from kseq.training.objectives.schedules import TransformerSchedule
 
 
 def build(variant, vocab_size):

@@ -329,7 +329,7 @@ def parse_args(argv=None):
                         help="TensorFlow inter/intra-op threads (default: the usable cores)")
     parser.add_argument("--tf-default-allocator", action="store_true",
                         help="leave TensorFlow's CPU allocator (default: the BFC allocator, "
-                             "as kseq.training.runtime.tune_cpu_runtime sets for the recipes)")
+                             "as kseq.training.devices.runtime.tune_cpu_runtime sets for the recipes)")
     parser.add_argument("--timeout", type=float, default=600.0,
                         help="seconds one row may take before the run fails")
     parser.add_argument("--work-dir", help="where built exports go (default: a temporary folder)")

@@ -27,9 +27,9 @@ import keras  # noqa: E402
 from kseq.data.corpus import scan_corpus  # noqa: E402
 from kseq.data.streams import join_documents, stream_batches, streamed_stream_batches  # noqa: E402
 from kseq.data.subword_tokenizer import SubwordTokenizer  # noqa: E402
-from kseq.training.epoch_fit import EpochFit  # noqa: E402
+from kseq.training.loop.epoch_fit import EpochFit  # noqa: E402
 from kseq.tasks import language_model  # noqa: E402
-from kseq.training.runtime import tune_cpu_runtime  # noqa: E402
+from kseq.training.devices.runtime import tune_cpu_runtime  # noqa: E402
 
 WARM_STEPS = 30
 

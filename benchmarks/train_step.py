@@ -121,7 +121,7 @@ def child(config, size, steps, warmup, profile, clip="variable"):
     import keras
 
     import kseq
-    from kseq.training.distribution import clip_after_all_reduce
+    from kseq.training.devices.distribution import clip_after_all_reduce
 
     keras.utils.set_random_seed(0)
     rng = np.random.default_rng(0)

@@ -5,7 +5,7 @@ English -> French, `kseq.data.bible.load_bible_pairs("train")`) with one
 SentencePiece vocabulary of 4,000 pieces, trained once and saved to a temp
 file that every run loads, so only the model and the batching differ. Each
 configuration runs in its own fresh process (peak RSS, VmHWM, is per run),
-after `kseq.training.runtime.tune_cpu_runtime()`, under a one-device MirroredStrategy
+after `kseq.training.devices.runtime.tune_cpu_runtime()`, under a one-device MirroredStrategy
 as `recipes/translate.py` uses on a CPU, with `jit_compile=False` (the
 recipe's CPU setting) and no metrics but the loss.
 
@@ -98,7 +98,7 @@ RNN_SIZE = 256
 CONFIGS = ("peak", "kseq", "kseq_float32", "kseq_xla", "hub64", "hub64_xla", "hub26", "rnn_luong",
            "rnn_bahdanau", "keras_lstm")
 TRANSFORMERS = ("kseq", "kseq_float32", "kseq_xla", "hub64", "hub64_xla", "hub26")
-# kseq's models train at the recipes' precision ("auto": kseq.training.precision);
+# kseq's models train at the recipes' precision ("auto": kseq.training.devices.precision);
 # the references, and kseq_float32, in float32 (keras' default).
 RECIPE_PRECISION = ("kseq", "kseq_xla", "rnn_luong", "rnn_bahdanau")
 LABELS = {
@@ -265,7 +265,7 @@ def matmul_rates(tf, dtype, batch, m, k, n, transpose_a, seconds):
 def make_optimizer(keras, kseq, transformer, reference):
     """The recipe's optimizer: kseq's FusedAdam for kseq's models (as
     recipes/translate.py), keras' Adam for the references (as keras-io)."""
-    from kseq.training.distribution import clip_after_all_reduce
+    from kseq.training.devices.distribution import clip_after_all_reduce
 
     adam = keras.optimizers.Adam if reference else kseq.optimizers.FusedAdam
     if transformer:
@@ -326,7 +326,7 @@ def child_train(name, workdir):
     import numpy as np
     import tensorflow as tf
 
-    from kseq.training.runtime import tune_cpu_runtime
+    from kseq.training.devices.runtime import tune_cpu_runtime
 
     tuned = tune_cpu_runtime()
     import keras
@@ -374,7 +374,7 @@ def child_train(name, workdir):
         result["train_flops_real"] = 3 * real_forward
         result["train_flops_padded"] = 3 * padded_forward
 
-    from kseq.training.precision import resolve_precision
+    from kseq.training.devices.precision import resolve_precision
 
     precision = resolve_precision("auto").policy if name in RECIPE_PRECISION else "float32"
     result["precision"] = precision
@@ -437,7 +437,7 @@ def child_main(args):
     if args.child == "prepare":
         result = child_prepare(args.workdir, args.batches)
     elif args.child == "peak":
-        from kseq.training.runtime import tune_cpu_runtime
+        from kseq.training.devices.runtime import tune_cpu_runtime
 
         tuned = tune_cpu_runtime()
         result = child_peak(args.peak_seconds)

@@ -31,9 +31,10 @@ from kseq.special_ids import BOS_ID, EOS_ID, PAD_ID, UNK_ID  # noqa: E402
 from kseq import data, decoding, export, layers, models, training  # noqa: E402,I001
 
 # The training pieces users reach for most, also as kseq.losses, kseq.metrics, ...
-from kseq.training import callbacks, losses, metrics, optimizers, schedules  # noqa: E402
+from kseq.training.loop import callbacks  # noqa: E402
+from kseq.training.objectives import losses, metrics, optimizers, schedules  # noqa: E402
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 __all__ = [
     "PAD_ID",

@@ -120,7 +120,7 @@ def fix_keras_multi_worker_logs():
     on the scalar losses and metrics every model logs ("Invalid reduction
     dimension 0 for input with 0 dimensions", tensorflow/tensorflow#72388;
     checked on keras 3.15.1, TensorFlow 2.21.0). This averages scalars over
-    the workers only. `kseq.training.distribution.make_strategy("multiworker")` calls
+    the workers only. `kseq.training.devices.distribution.make_strategy("multiworker")` calls
     it; call it yourself when you create the strategy another way.
     """
     from keras.src.backend.tensorflow import trainer

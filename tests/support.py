@@ -15,7 +15,7 @@ from kseq.decoding import GreedySearch
 from kseq.data.text import normalize_text
 from kseq.special_ids import BOS_ID, EOS_ID
 from kseq.layers.masking import padding_mask
-from kseq.training.losses import MaskedSparseCategoricalCrossentropy
+from kseq.training.objectives.losses import MaskedSparseCategoricalCrossentropy
 from kseq.models import RNNLanguageModel, RNNSeq2Seq, SequenceClassifier, TransformerSeq2Seq
 
 VOCAB = 30
@@ -413,11 +413,11 @@ def cadenced_run(workdir, epochs, cadence_steps, save_every, learning_rate, stop
     from kseq.data.character_tokenizer import CharacterTokenizer
     from kseq.data.synthetic import reversed_words
     from kseq.training import recipe
-    from kseq.training.cadenced_fit import CadencedFit
-    from kseq.training.optimizers import FusedAdam
-    from kseq.training.periods import Cadence
-    from kseq.training.resume import ResumableBackup, TrainingPosition
-    from kseq.training.schedules import Scaled
+    from kseq.training.loop.cadenced_fit import CadencedFit
+    from kseq.training.objectives.optimizers import FusedAdam
+    from kseq.training.loop.periods import Cadence
+    from kseq.training.checkpoints.resume import ResumableBackup, TrainingPosition
+    from kseq.training.objectives.schedules import Scaled
 
     letters = "abcdefghij"
     tokenizer = CharacterTokenizer(letters)

@@ -18,8 +18,8 @@ import pytest
 import tensorflow as tf
 
 from kseq.data import CharacterTokenizer, bucketed_pair_dataset
-from kseq.training.distribution import clip_after_all_reduce
-from kseq.training.losses import MaskedSparseCategoricalCrossentropy, token_weights
+from kseq.training.devices.distribution import clip_after_all_reduce
+from kseq.training.objectives.losses import MaskedSparseCategoricalCrossentropy, token_weights
 from kseq.models import RNNSeq2Seq, TransformerSeq2Seq
 
 LETTERS = "abcdefghij"
@@ -184,7 +184,7 @@ def check_two_replicas_match_one(name, devices):
 KERAS_CLIPS_PER_REPLICA = pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
     "Keras 3.15 clips each replica's gradient before summing them "
     "(BaseOptimizer._backend_apply_gradients clips, then "
-    "TFOptimizer._backend_update_step all-reduces); kseq.training.distribution."
+    "TFOptimizer._backend_update_step all-reduces); kseq.training.devices.distribution."
     "clip_after_all_reduce fixes it. Strict: tells when Keras is fixed."))
 
 

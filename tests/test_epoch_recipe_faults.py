@@ -204,7 +204,7 @@ def test_sigterm_mid_epoch_exits_with_the_preemption_code_and_the_epoch_runs_aga
     PREEMPTED_EXIT_CODE, keeping that save (its data cannot resume
     mid-epoch); the same command runs the epoch again and ends as the
     uninterrupted run did."""
-    from kseq.training.preemption import PREEMPTED_EXIT_CODE
+    from kseq.training.checkpoints.preemption import PREEMPTED_EXIT_CODE
 
     argv = command("reverse", tmp_path)
     backup = tmp_path / "runs" / "backup" / "latest.json"

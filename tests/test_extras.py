@@ -12,7 +12,7 @@ import tensorflow as tf
 from kseq import extras
 from kseq.export.publishing import write_servable
 from kseq.export.warmup import WARMUP_FILE
-from kseq.training.callbacks import AttentionMaps
+from kseq.training.loop.callbacks import AttentionMaps
 
 
 @pytest.fixture

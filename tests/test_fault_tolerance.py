@@ -11,12 +11,12 @@ import tensorflow as tf
 
 import kseq
 from kseq._atomic import write_bytes_atomic
-from kseq.training.callbacks import NonFiniteLoss, StopOnNonFiniteLoss
+from kseq.training.loop.callbacks import NonFiniteLoss, StopOnNonFiniteLoss
 from kseq.data.bucketing import bucketed_pair_dataset
 from kseq.data.character_tokenizer import CharacterTokenizer
 from kseq.data.synthetic import reversed_words
 from kseq.export import export_translator
-from kseq.training.resume import ResumableBackup, TrainingPosition
+from kseq.training.checkpoints.resume import ResumableBackup, TrainingPosition
 from support import serve_with_text_ops
 
 LETTERS = "abcdefghij"
@@ -207,7 +207,7 @@ def test_a_crash_during_export_leaves_the_previous_version_servable(tmp_path, mo
 
 
 def test_workers_agree_on_the_oldest_last_save_which_each_still_holds():
-    from kseq.training.resume import agreed_save
+    from kseq.training.checkpoints.resume import agreed_save
 
     previous = {"step": 20, "folder": "step-20"}
     newest = {"step": 25, "folder": "step-25", "previous": previous}

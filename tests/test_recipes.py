@@ -61,7 +61,7 @@ def test_a_vocabulary_trained_on_a_corpus_is_kept_with_its_scan_and_found_by_the
                                                                                          capsys):
     from kseq.data.subword_tokenizer import SubwordTokenizer
     from kseq.training import recipe
-    from kseq.training.options import AUTO
+    from kseq.training.config.options import AUTO
 
     class Options:
         tokenizer = init_from = None

@@ -3,9 +3,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from kseq.training.losses import MaskedSparseCategoricalCrossentropy
-from kseq.training.metrics import MaskedAccuracy, Perplexity
-from kseq.training.schedules import TransformerSchedule
+from kseq.training.objectives.losses import MaskedSparseCategoricalCrossentropy
+from kseq.training.objectives.metrics import MaskedAccuracy, Perplexity
+from kseq.training.objectives.schedules import TransformerSchedule
 from support import assert_close
 
 

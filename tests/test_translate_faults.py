@@ -127,7 +127,7 @@ def test_sigterm_saves_the_step_and_exits_with_the_preemption_code_and_the_same_
     saves the step it reached (newer than its last regular save), exits
     with PREEMPTED_EXIT_CODE within seconds, and the same command ends as
     the uninterrupted run did."""
-    from kseq.training.preemption import PREEMPTED_EXIT_CODE
+    from kseq.training.checkpoints.preemption import PREEMPTED_EXIT_CODE
 
     reference = metrics(whole)
     argv = command(data, tmp_path, "--strategy", "default", "--save-every", "1000")  # saves: each period's end
@@ -301,7 +301,7 @@ def test_sigterm_to_one_worker_makes_both_save_the_same_step_and_exit_for_a_rest
     """SIGTERM to worker 1 only: TensorFlow's PreemptionCheckpointHandler
     has both workers save at the same step and exit with the preemption
     code; both started again end with the uninterrupted run's weights."""
-    from kseq.training.preemption import PREEMPTED_EXIT_CODE
+    from kseq.training.checkpoints.preemption import PREEMPTED_EXIT_CODE
 
     reference = fingerprints_of(two_workers[1])[0]
     workers = start_workers(data, tmp_path)

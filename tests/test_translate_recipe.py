@@ -19,9 +19,9 @@ from tensorboard.backend.event_processing import event_multiplexer
 
 from kseq.tasks import translate  # noqa: E402
 from kseq.data.bucketing import bucketed_pair_dataset, xla_boundaries  # noqa: E402
-from kseq.training.distribution import weights_fingerprint  # noqa: E402
-from kseq.training.evaluation import looping_outputs  # noqa: E402
-from kseq.training.precision import MEASURED_FASTEST, precision_class  # noqa: E402
+from kseq.training.devices.distribution import weights_fingerprint  # noqa: E402
+from kseq.training.scoring.evaluation import looping_outputs  # noqa: E402
+from kseq.training.devices.precision import MEASURED_FASTEST, precision_class  # noqa: E402
 from support import check_served_text_is_normalized, serve_with_text_ops, subprocess_env  # noqa: E402
 
 from kseq.data.subword_tokenizer import SubwordTokenizer  # noqa: E402
@@ -324,7 +324,7 @@ def test_saved_model_cli_runs_the_export(run):
     assert "Result for output key translation:" in result.stdout
 
 
-@pytest.mark.slow  # 70 s, and XLA is off for training on a CPU (kseq.training.xla)
+@pytest.mark.slow  # 70 s, and XLA is off for training on a CPU (kseq.training.devices.xla)
 def test_xla_trains_every_pair_in_few_shapes_and_repeated_or_resumed_runs_compile_nothing(tmp_path):
     """--jit-compile on (XLA on a CPU): coarse buckets whose last batch is
     padded, so an epoch trains every pair in one shape per bucket. The

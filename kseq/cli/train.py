@@ -39,7 +39,7 @@ def main(argv=None):
 
 def run(task, argv):
     """Run `task` (a name in TASKS) on the command line `argv`, as a fresh process would."""
-    from kseq.training.runtime import tune_cpu_runtime
+    from kseq.training.devices.runtime import tune_cpu_runtime
 
     tune_cpu_runtime()
     module = importlib.import_module(f"kseq.tasks.{task}")

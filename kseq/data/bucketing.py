@@ -106,7 +106,7 @@ def bucketed_pair_dataset(
             bucket's batch size instead: one shape per bucket (for XLA)
             without leaving data out; PAD rows add nothing to kseq's losses.
         epochs: data epochs in one pass over the dataset (each reshuffled).
-        position: a `kseq.training.resume.TrainingPosition`, or None. When given,
+        position: a `kseq.training.checkpoints.resume.TrainingPosition`, or None. When given,
             epoch e's order is a fixed function of (seed, e), the pass starts
             at `position.epoch` and its first `position.skip` batches are
             left out, so a resumed run trains on exactly the batches an

@@ -5,7 +5,7 @@ tf.data's `shuffle(reshuffle_each_iteration=True)` draws each pass's order
 from the iterations made so far in this process: a run resumed at epoch 3
 would see epoch 1's order again. Here the order of a pass comes from
 (seed, `position.epoch`), read as the pass starts
-(`kseq.training.resume.TrainingPosition`, set by `ResumableBackup`).
+(`kseq.training.checkpoints.resume.TrainingPosition`, set by `ResumableBackup`).
 """
 
 import tensorflow as tf
@@ -17,7 +17,7 @@ def epoch_ordered_slices(tensors, position, seed=0, shuffle=True):
     (`seed`, the epoch in `position`) at the start of each pass.
 
     Example:
-    >>> from kseq.training.resume import TrainingPosition
+    >>> from kseq.training.checkpoints.resume import TrainingPosition
     >>> position = TrainingPosition()
     >>> data = epoch_ordered_slices(tf.range(5), position, seed=1)
     >>> first = [int(x) for x in data]
@@ -52,7 +52,7 @@ def epoch_ordered_batches(tensors, position, batch, seed=0, shuffle=True, epochs
     `position.epochs`.
 
     Example:
-    >>> from kseq.training.resume import TrainingPosition
+    >>> from kseq.training.checkpoints.resume import TrainingPosition
     >>> position = TrainingPosition()
     >>> data = epoch_ordered_batches(tf.range(6), position, lambda d: d.batch(4), seed=1, epochs=2)
     >>> position.steps_per_epoch, len([b for b in data])

@@ -39,7 +39,7 @@ def labelled_dataset(scan, names, position, examples, batch_count, batches, **st
     Args:
         scan: the corpus, scanned with `count_labels=True`.
         names: the labels, in class-id order.
-        position: a `kseq.training.resume.TrainingPosition`.
+        position: a `kseq.training.checkpoints.resume.TrainingPosition`.
         examples: (texts, class ids) of a chunk of lines -> the tuple of
             tensors a window is made of (e.g. token ids and class ids).
         batch_count, batches: as in `streamed_examples`.

@@ -82,7 +82,7 @@ def streamed_pair_dataset(
         scan: the corpus (`scan_corpus`): its files, their line counts and
             the hold-out rule (held-out lines never train).
         source_tokenizer, target_tokenizer: kseq tokenizers.
-        position: a `kseq.training.resume.TrainingPosition`. An iterator
+        position: a `kseq.training.checkpoints.resume.TrainingPosition`. An iterator
             starts at its (epoch, window, skip); the pipeline records each
             window's batches in it and sets its `windows_per_epoch` and `epochs`.
         token_budget, max_length, boundaries, over_long, pad_remainder: as
@@ -132,7 +132,7 @@ def streamed_examples(scan, position, examples, batch_count, batches, shuffle_bu
 
     Args:
         scan: the corpus (`kseq.data.corpus.scan_corpus`).
-        position: a `kseq.training.resume.TrainingPosition`, as in
+        position: a `kseq.training.checkpoints.resume.TrainingPosition`, as in
             `streamed_pair_dataset`.
         examples: (N,) raw lines (this worker's, none held out) -> a tuple
             of tensors or ragged tensors with one row per example: the

@@ -22,7 +22,7 @@ def text_pair_dataset(
 
     Tokenizes in the graph, adds BOS to the decoder inputs and EOS to the
     labels, pads each batch to its own longest row with PAD. With
-    `position` (a `kseq.training.resume.TrainingPosition`), the batches of
+    `position` (a `kseq.training.checkpoints.resume.TrainingPosition`), the batches of
     `epochs` data epochs from the position on, each epoch shuffled by
     (seed, its index), so a resumed run sees the order an uninterrupted one
     would (`kseq.data.epoch_order.epoch_ordered_batches`).

@@ -193,7 +193,7 @@ class RNNLanguageModel(Generator, KseqModel):
     def fit(self, x=None, y=None, *args, callbacks=None, **kwargs):
         """keras' `fit`, zeroing the carried train state as each epoch
         begins, unless a callback with `resets_train_streams = True` takes
-        that over (`kseq.training.epoch_fit.CarriedStreams`, which resets
+        that over (`kseq.training.loop.epoch_fit.CarriedStreams`, which resets
         where data epochs begin when fit's epochs are evaluation periods)."""
         if not self.carry_state:
             return super().fit(x, y, *args, callbacks=callbacks, **kwargs)

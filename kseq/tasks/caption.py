@@ -50,18 +50,18 @@ from kseq.export.captioner import export_captioner
 from kseq.extras import missing
 from kseq.layers.rnn_decoder import ATTENTION_TYPES
 from kseq.models.image_captioner import POOLINGS
-from kseq.training import options as opts
 from kseq.training import recipe
-from kseq.training.attention_overlay import attention_overlay
-from kseq.training.cadenced_fit import Trained
-from kseq.training.common_options import EpochCadenceOptions, RNNOptions
-from kseq.training.decisions import as_hparams, as_metrics
-from kseq.training.epoch_fit import EpochFit, train_once
-from kseq.training.options import option
-from kseq.training.periods import global_step
-from kseq.training.phases import Phases
-from kseq.training.tensorboard import write_hparams
-from kseq.training.xla import decide_jit_compile
+from kseq.training.checkpoints import Phases
+from kseq.training.config import EpochCadenceOptions, RNNOptions, option
+from kseq.training.config import options as opts
+from kseq.training.devices import decide_jit_compile
+from kseq.training.loop import EpochFit, Trained, global_step, train_once
+from kseq.training.reporting import (
+    as_hparams,
+    as_metrics,
+    attention_overlay,
+    write_hparams,
+)
 
 BUCKETS = [12, 22, 32]  # caption lengths (BOS included) where batches are cut: 1, 2, 3 shapes
 PRESETS = {
@@ -227,7 +227,7 @@ def caption(model, tokenizer, images, options, method="beam", batch=100):
 
 
 def train_resumably(options, run, name, data, tokenizer, xla, phases):
-    """One captioner trained once (`kseq.training.epoch_fit`): a kill resumes
+    """One captioner trained once (`kseq.training.loop.epoch_fit`): a kill resumes
     from its last save, a restart after its training loads its weights.
     -> (model, metrics.json's training figures)."""
     fit = EpochFit(os.path.join(run.workdir, name), max_minutes=options.max_minutes, **options.fit_cadence)

@@ -35,22 +35,19 @@ from kseq.data.corpus import HoldOut, corpus_files, scan_corpus
 from kseq.data.labelled_texts import describe_epoch, labelled_dataset, padded_batches
 from kseq.export import export_classifier
 from kseq.special_ids import PAD_ID
-from kseq.training import options as opts
 from kseq.training import recipe
-from kseq.training.cadenced_fit import Trained
-from kseq.training.common_options import (
+from kseq.training.checkpoints import Phases
+from kseq.training.config import (
     EpochCadenceOptions,
     RNNOptions,
     StreamedDataOptions,
     TrainingOptions,
+    option,
 )
-from kseq.training.decisions import as_hparams
-from kseq.training.distribution import distribute_batches
-from kseq.training.epoch_fit import EpochFit, train_once
-from kseq.training.options import option
-from kseq.training.phases import Phases
-from kseq.training.tensorboard import write_hparams
-from kseq.training.xla import decide_jit_compile
+from kseq.training.config import options as opts
+from kseq.training.devices import decide_jit_compile, distribute_batches
+from kseq.training.loop import EpochFit, Trained, train_once
+from kseq.training.reporting import as_hparams, write_hparams
 
 # Without --valid-tsv, every HOLD_OUT_EVERY-th training line (the first
 # HOLD_OUT_LIMIT of them) validates: a bounded set, whatever the corpus size.

@@ -52,24 +52,20 @@ from kseq.decoding import Sampler
 from kseq.decoding.output import decoded_text
 from kseq.export import export_conditioned_generator, latest_version
 from kseq.tasks import classify
-from kseq.training import options as opts
 from kseq.training import recipe
-from kseq.training.cadenced_fit import Trained, counted
-from kseq.training.callbacks import GenerationMonitor
-from kseq.training.common_options import (
+from kseq.training.checkpoints import Phases
+from kseq.training.config import (
     EpochCadenceOptions,
     RNNOptions,
     SamplingOptions,
     StreamedDataOptions,
     TrainingOptions,
+    option,
 )
-from kseq.training.decisions import as_hparams
-from kseq.training.distribution import distribute_batches
-from kseq.training.epoch_fit import EpochFit, train_once
-from kseq.training.options import option
-from kseq.training.phases import Phases
-from kseq.training.tensorboard import write_hparams
-from kseq.training.xla import decide_jit_compile
+from kseq.training.config import options as opts
+from kseq.training.devices import decide_jit_compile, distribute_batches
+from kseq.training.loop import EpochFit, GenerationMonitor, Trained, counted, train_once
+from kseq.training.reporting import as_hparams, write_hparams
 
 WORD = re.compile(r"[a-z']+")
 BUCKETS = [16, 24, 32, 40, 48, 64]  # target lengths (BOS included) where batches are cut

@@ -40,25 +40,20 @@ from kseq.data.text import normalize_text
 from kseq.decoding import Sampler
 from kseq.decoding.output import decoded_text
 from kseq.export import export_language_model
-from kseq.training import options as opts
 from kseq.training import recipe
-from kseq.training.cadenced_fit import Trained
-from kseq.training.callbacks import GenerationMonitor
-from kseq.training.common_options import (
+from kseq.training.checkpoints import Phases, ResumableBackup
+from kseq.training.config import (
     EpochCadenceOptions,
     RNNOptions,
     SamplingOptions,
     TrainingOptions,
     VocabularySampleOptions,
+    option,
 )
-from kseq.training.decisions import as_hparams
-from kseq.training.distribution import distribute_batches
-from kseq.training.epoch_fit import EpochFit, train_once
-from kseq.training.options import option
-from kseq.training.phases import Phases
-from kseq.training.resume import ResumableBackup
-from kseq.training.tensorboard import write_hparams
-from kseq.training.xla import decide_jit_compile
+from kseq.training.config import options as opts
+from kseq.training.devices import decide_jit_compile, distribute_batches
+from kseq.training.loop import EpochFit, GenerationMonitor, Trained, train_once
+from kseq.training.reporting import as_hparams, write_hparams
 
 # Without --valid-txt, every HOLD_OUT_EVERY-th training line (the first
 # HOLD_OUT_LIMIT of them) validates: a bounded set, whatever the corpus size.

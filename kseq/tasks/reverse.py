@@ -23,19 +23,14 @@ from kseq.data.character_tokenizer import CharacterTokenizer
 from kseq.data.synthetic import reversed_words
 from kseq.data.text_pairs import text_pair_dataset
 from kseq.export import export_translator
-from kseq.training import options as opts
 from kseq.training import recipe
-from kseq.training.cadenced_fit import Trained
-from kseq.training.callbacks import GenerationMonitor
-from kseq.training.common_options import EpochCadenceOptions
-from kseq.training.decisions import as_hparams
-from kseq.training.epoch_fit import EpochFit, train_once
-from kseq.training.evaluation import exact_match
-from kseq.training.options import option
-from kseq.training.phases import Phases
-from kseq.training.seq2seq_options import ATTENTIONS
-from kseq.training.tensorboard import write_hparams
-from kseq.training.xla import decide_jit_compile
+from kseq.training.checkpoints import Phases
+from kseq.training.config import ATTENTIONS, EpochCadenceOptions, option
+from kseq.training.config import options as opts
+from kseq.training.devices import decide_jit_compile
+from kseq.training.loop import EpochFit, GenerationMonitor, Trained, train_once
+from kseq.training.reporting import as_hparams, write_hparams
+from kseq.training.scoring import exact_match
 
 
 @dataclasses.dataclass(frozen=True)

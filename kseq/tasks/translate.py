@@ -26,41 +26,55 @@ from kseq.data.corpus import HoldOut, corpus_files, scan_corpus
 from kseq.data.streaming import estimate_epoch, streamed_pair_dataset
 from kseq.decoding import GreedySearch
 from kseq.export import export_translator
-from kseq.training import options as opts
 from kseq.training import recipe
-from kseq.training.alignment import name_alignment
-from kseq.training.averaging import keep_better_average
-from kseq.training.cadenced_fit import CadencedFit, CadenceOptions, Trained
-from kseq.training.callbacks import AttentionMaps, GenerationMonitor, StepTensorBoard
-from kseq.training.common_options import StreamedDataOptions
-from kseq.training.decisions import Decision, as_hparams, as_metrics
-from kseq.training.distribution import (
+from kseq.training.checkpoints import Phases, ResumableBackup, TrainingPosition
+from kseq.training.config import (
+    AUTO,
+    TRAINED_WEIGHTS,
+    Auto,
+    Seq2SeqOptions,
+    StreamedDataOptions,
+    choose_model_size,
+    option,
+)
+from kseq.training.config import options as opts
+from kseq.training.devices import (
+    check_replicas,
+    decide_for_recipe,
+    device_class,
     distribute_batches,
     distribute_worker_batches,
     weights_fingerprint,
     workers,
 )
-from kseq.training.evaluation import model_translator, write_test_report
-from kseq.training.options import AUTO, Auto, option
-from kseq.training.phases import Phases
-from kseq.training.precision import device_class
-from kseq.training.resume import ResumableBackup, TrainingPosition
-from kseq.training.schedules import recipe_learning_rate
-from kseq.training.selection import (
+from kseq.training.loop import (
+    AttentionMaps,
+    CadencedFit,
+    CadenceOptions,
+    GenerationMonitor,
+    StepTensorBoard,
+    StoppingOptions,
+    Trained,
+)
+from kseq.training.objectives import recipe_learning_rate
+from kseq.training.reporting import (
+    Decision,
+    as_hparams,
+    as_metrics,
+    write_hparams,
+    write_model_graph,
+)
+from kseq.training.scoring import (
     DecodingOptions,
     DecodingSettings,
     all_scores,
     choose_metric,
+    keep_better_average,
+    model_translator,
+    name_alignment,
+    write_test_report,
 )
-from kseq.training.selection import (
-    choose_decoding as select_decoding,
-)
-from kseq.training.seq2seq_options import Seq2SeqOptions
-from kseq.training.sizing import choose_model_size
-from kseq.training.stopping import StoppingOptions
-from kseq.training.tensorboard import write_hparams, write_model_graph
-from kseq.training.warm_start import TRAINED_WEIGHTS
-from kseq.training.xla import check_replicas, decide_for_recipe
+from kseq.training.scoring import choose_decoding as select_decoding
 
 # Validation pairs held out of --train-tsv when no --valid-tsv is given: each is evaluated every period.
 HOLD_OUT_LIMIT = 3000
@@ -339,7 +353,7 @@ def choose_decoding(options, trained, tokenizer, valid, metric):
 
 
 def probe_alignment(options, trained, tokenizer, test):
-    """{"name_alignment": ...}: how often attention finds the test pairs' copied names (kseq.training.alignment)."""
+    """{"name_alignment": ...}: how often attention finds the test pairs' copied names (kseq.training.scoring.alignment)."""
     try:
         found = name_alignment(trained.model, tokenizer, *test, options.max_length)
     except ValueError as error:  # user data may hold no such names

@@ -1,9 +1,9 @@
 """The flow every task in kseq.tasks shares, so that each holds only its task.
 
-A recipe declares its options (a dataclass, kseq.training.options) and
+A recipe declares its options (a dataclass, kseq.training.config.options) and
 runs: `start` (strategy, precision, seed and logdir, in the order TensorFlow
 needs), `compile_model` (under the strategy, clipping the gradient summed
-over replicas), its own training (`kseq.training.epoch_fit` or
+over replicas), its own training (`kseq.training.loop.epoch_fit` or
 `cadenced_fit`, each resumable after a kill) and evaluation, `write_metrics` (atomic
 metrics.json with what ran, `Run.decisions` among it) and `serve_sample`
 (the export, loaded back and called). A user's TSV reading and the run's tokenizer (`--tokenizer PATH`,
@@ -18,14 +18,14 @@ import tensorflow as tf
 
 from kseq._atomic import write_bytes_atomic, write_json_atomic
 from kseq._compat import accumulate_after_all_reduce
-from kseq.training.distribution import clip_after_all_reduce, is_chief, make_strategy, task
-from kseq.training.config_files import write_config
-from kseq.training.options import config_values
-from kseq.training.precision import describe_precision, resolve_precision
-from kseq.training.tensorboard import write_scores
-from kseq.training.warm_start import describe as describe_init, init_tokenizer, init_weights
-from kseq.training.warm_start import keep_trained  # noqa: F401 (the recipes' call)
-from kseq.training.xla import enable_persistent_cache, jit_decision
+from kseq.training.devices.distribution import clip_after_all_reduce, is_chief, make_strategy, task
+from kseq.training.config.config_files import write_config
+from kseq.training.config.options import config_values
+from kseq.training.devices.precision import describe_precision, resolve_precision
+from kseq.training.reporting.tensorboard import write_scores
+from kseq.training.config.warm_start import describe as describe_init, init_tokenizer, init_weights
+from kseq.training.config.warm_start import keep_trained  # noqa: F401 (the recipes' call)
+from kseq.training.devices.xla import enable_persistent_cache, jit_decision
 
 
 class Run:
@@ -72,7 +72,7 @@ def start(options, xla=False, bfloat16_cpu=False):
     programs are kept in the persistent cache). `bfloat16_cpu`: what was
     measured of the recipe's model under mixed_bfloat16 on a CPU with
     bfloat16 units, where "auto" precision picks it only for True
-    (`kseq.training.precision.resolve_precision`)."""
+    (`kseq.training.devices.precision.resolve_precision`)."""
     return Run(options, xla, bfloat16_cpu)
 
 
@@ -82,7 +82,7 @@ def compile_model(model, optimizer, loss, metrics=(), jit_compile=False, accumul
     `accumulate` > 1: the optimizer updates once every `accumulate` batches
     with their mean gradient (`accumulate_after_all_reduce`; its
     `iterations` counts updates). `init_from`: a finished run's logdir
-    whose weights the model starts from (`kseq.training.warm_start`)."""
+    whose weights the model starts from (`kseq.training.config.warm_start`)."""
     if accumulate > 1:
         optimizer = accumulate_after_all_reduce(optimizer, accumulate)
     else:

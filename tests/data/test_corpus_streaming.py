@@ -14,7 +14,7 @@ from kseq.data import CharacterTokenizer, bucketed_pair_dataset
 from kseq.data import corpus as corpus_module
 from kseq.data.corpus import HoldOut, corpus_files, scan_corpus
 from kseq.data.streaming import estimate_epoch, streamed_pair_dataset
-from kseq.training.resume import TrainingPosition
+from kseq.training.checkpoints.resume import TrainingPosition
 
 LETTERS = string.ascii_lowercase + " "
 TOKENIZER = CharacterTokenizer(LETTERS)

@@ -11,7 +11,7 @@ import numpy as np
 from kseq.data import CharacterTokenizer
 from kseq.data.corpus import HoldOut, scan_corpus
 from kseq.data.streams import join_documents, stream_batches, streamed_stream_batches
-from kseq.training.resume import TrainingPosition
+from kseq.training.checkpoints.resume import TrainingPosition
 
 TOKENIZER = CharacterTokenizer(string.ascii_lowercase + " ")
 

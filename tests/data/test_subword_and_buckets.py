@@ -167,7 +167,7 @@ def test_several_epochs_in_one_pass_follow_the_position(tokenizer):
     """epochs=3 with a position: epoch e's batches are the one-epoch
     pipeline's at position e, and a position set from a global step skips
     exactly the batches before it."""
-    from kseq.training.resume import TrainingPosition
+    from kseq.training.checkpoints.resume import TrainingPosition
 
     sources, targets = corpus()
     ids = lambda data: [x["source_ids"].numpy().tolist() for x, _ in data]  # noqa: E731

@@ -19,10 +19,10 @@ import numpy as np
 import pytest
 
 from kseq.data import teacher_forcing
-from kseq.training.evaluation import exact_match_ids as exact_match
+from kseq.training.scoring.evaluation import exact_match_ids as exact_match
 from kseq.data.synthetic import random_sequences, reversal_task
 from kseq.layers.masking import padding_mask
-from kseq.training.losses import MaskedSparseCategoricalCrossentropy
+from kseq.training.objectives.losses import MaskedSparseCategoricalCrossentropy
 from kseq.models import RNNSeq2Seq, TransformerSeq2Seq
 
 pytestmark = pytest.mark.long

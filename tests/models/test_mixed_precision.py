@@ -8,7 +8,7 @@ import keras
 import numpy as np
 import pytest
 
-from kseq.training.losses import MaskedSparseCategoricalCrossentropy
+from kseq.training.objectives.losses import MaskedSparseCategoricalCrossentropy
 from support import (
     FAMILIES, build_family, check_float32_softmax, check_mixed_training, config_id, random_batch,
     relative_tolerance, small_model,

@@ -7,8 +7,8 @@ import pytest
 import tensorflow as tf
 
 from kseq.training import recipe
-from kseq.training.optimizers import FusedAdam
-from kseq.training.resume import ResumableBackup
+from kseq.training.objectives.optimizers import FusedAdam
+from kseq.training.checkpoints.resume import ResumableBackup
 from support import KillAt, cadenced_run
 
 def fit_classifier(strategy, batch_size, accumulate):

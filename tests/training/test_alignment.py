@@ -5,7 +5,7 @@ import pytest
 
 from kseq.data.subword_tokenizer import SubwordTokenizer
 from kseq.models import RNNSeq2Seq
-from kseq.training.alignment import name_alignment, name_probe, shared_names, word_pieces
+from kseq.training.scoring.alignment import name_alignment, name_probe, shared_names, word_pieces
 
 SOURCES = ["and then David spoke to Saul at night", "the king saw Jonathan by the river", "no names are here"]
 TARGETS = ["et alors David parla à Saül la nuit", "le roi vit Jonathan près du fleuve", "pas de noms ici"]

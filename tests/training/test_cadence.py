@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from kseq.training.periods import Cadence, EvaluationPeriods, StepTimer, parse_cadence
+from kseq.training.loop.periods import Cadence, EvaluationPeriods, StepTimer, parse_cadence
 
 
 @pytest.mark.parametrize("text, expected", [
@@ -69,7 +69,7 @@ def test_periods_end_on_a_time_cadence():
 
 
 def test_progress_lines_show_the_step_loss_speed_and_time_left(capsys):
-    from kseq.training.periods import ProgressLine
+    from kseq.training.loop.periods import ProgressLine
 
     model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
     model.compile(keras.optimizers.SGD(0.01), "mse")
@@ -94,11 +94,11 @@ def test_a_streamed_run_ends_with_its_data_and_resumed_after_its_last_batch_trai
     from kseq.data.bucketing import bucketed_pair_dataset
     from kseq.models import RNNSeq2Seq
     from kseq.training import recipe
-    from kseq.training.cadenced_fit import CadencedFit
-    from kseq.training.distribution import weights_fingerprint
-    from kseq.training.losses import MaskedSparseCategoricalCrossentropy
-    from kseq.training.optimizers import FusedAdam
-    from kseq.training.resume import ResumableBackup, TrainingPosition
+    from kseq.training.loop.cadenced_fit import CadencedFit
+    from kseq.training.devices.distribution import weights_fingerprint
+    from kseq.training.objectives.losses import MaskedSparseCategoricalCrossentropy
+    from kseq.training.objectives.optimizers import FusedAdam
+    from kseq.training.checkpoints.resume import ResumableBackup, TrainingPosition
 
     letters = "abcdefgh"
     rng = np.random.default_rng(0)

@@ -8,9 +8,9 @@ import pytest
 import tensorflow as tf
 from tensorboard.backend.event_processing import event_multiplexer
 
-from kseq.training.callbacks import AttentionMaps, GenerationMonitor, TimeLimit
-from kseq.training.distribution import is_chief
-from kseq.training.tensorboard import write_hparams
+from kseq.training.loop.callbacks import AttentionMaps, GenerationMonitor, TimeLimit
+from kseq.training.devices.distribution import is_chief
+from kseq.training.reporting.tensorboard import write_hparams
 from support import random_batch, small_model
 
 

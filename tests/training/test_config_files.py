@@ -1,4 +1,4 @@
-"""`--config FILE` (kseq.training.config_files through options.parse): a
+"""`--config FILE` (kseq.training.config.config_files through options.parse): a
 YAML or JSON file holds any option, flags override it, a wrong key or value
 fails at parse time naming it, and the config a run writes runs it again."""
 
@@ -7,8 +7,8 @@ import re
 
 import pytest
 
-from kseq.training import options as opts
-from kseq.training.config_files import CONFIG_FILE, write_config
+from kseq.training.config import options as opts
+from kseq.training.config.config_files import CONFIG_FILE, write_config
 from test_options import Options, parse_error
 
 PRESETS = {"small": {}, "big": dict(layers=6, rate=0.5)}

@@ -7,8 +7,8 @@ resumes to the uninterrupted run's end."""
 import numpy as np
 import pytest
 
-from kseq.training.averaging import RecentWeights
-from kseq.training.stopping import KeepBest
+from kseq.training.scoring.averaging import RecentWeights
+from kseq.training.loop.stopping import KeepBest
 from support import KillAt, cadenced_run
 
 

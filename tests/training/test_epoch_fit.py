@@ -10,9 +10,9 @@ import tensorflow as tf
 
 from kseq.data.epoch_order import epoch_ordered_batches
 from kseq.data.streams import stream_batches
-from kseq.training.cadenced_fit import Trained
-from kseq.training.epoch_fit import EpochFit, train_once
-from kseq.training.phases import Phases
+from kseq.training.loop.cadenced_fit import Trained
+from kseq.training.loop.epoch_fit import EpochFit, train_once
+from kseq.training.checkpoints.phases import Phases
 from support import KillAt
 
 X = np.random.default_rng(0).normal(size=(64, 4)).astype("float32")

@@ -6,7 +6,7 @@ import pytest
 import tensorflow as tf
 
 from kseq._compat import clip_after_all_reduce
-from kseq.training.optimizers import FusedAdam
+from kseq.training.objectives.optimizers import FusedAdam
 
 
 def train(optimizer_class, strategy, **kwargs):

@@ -1,5 +1,5 @@
-"""A recipe's typed options (kseq.training.options), its decisions
-(kseq.training.decisions) and the option groups that sit beside their
+"""A recipe's typed options (kseq.training.config.options), its decisions
+(kseq.training.reporting.decisions) and the option groups that sit beside their
 policies: decoding, stopping, cadence, the seq2seq model."""
 
 import dataclasses
@@ -8,16 +8,16 @@ import types
 import pytest
 
 from kseq.models import RNNSeq2Seq, TransformerSeq2Seq
-from kseq.training import options as opts
-from kseq.training.cadenced_fit import CadenceOptions
-from kseq.training.decisions import Decision, as_hparams, as_metrics
-from kseq.training.schedules import RNN_LEARNING_RATE, Scaled, TransformerSchedule, recipe_learning_rate
-from kseq.training.selection import (
+from kseq.training.config import options as opts
+from kseq.training.loop.cadenced_fit import CadenceOptions
+from kseq.training.reporting.decisions import Decision, as_hparams, as_metrics
+from kseq.training.objectives.schedules import RNN_LEARNING_RATE, Scaled, TransformerSchedule, recipe_learning_rate
+from kseq.training.scoring.selection import (
     LENGTH_HEADROOM, DecodingOptions, DecodingSettings, choose_decoding, decoding_candidates, fitted_length_ratio,
 )
-from kseq.training.seq2seq_options import Seq2SeqOptions
-from kseq.training.stopping import KeepBest, StoppingOptions, sampling_noise
-from kseq.training.xla import JitDecision, check_replicas, decide_for_recipe
+from kseq.training.config.seq2seq_options import Seq2SeqOptions
+from kseq.training.loop.stopping import KeepBest, StoppingOptions, sampling_noise
+from kseq.training.devices.xla import JitDecision, check_replicas, decide_for_recipe
 
 
 @dataclasses.dataclass(frozen=True)
@@ -191,7 +191,7 @@ def test_seq2seq_options_build_the_model_they_name():
 
 
 def test_option_groups_take_each_recipes_defaults(capsys):
-    from kseq.training.common_options import RNNOptions, TrainingOptions
+    from kseq.training.config.common_options import RNNOptions, TrainingOptions
 
     @opts.recipe_options(units=256, vocab_size=99)
     class Grouped(RNNOptions, TrainingOptions, opts.TextRecipeOptions):

@@ -4,9 +4,9 @@ import os
 
 import pytest
 
-from kseq.training import precision
-from kseq.training.precision import MEASURED_FASTEST, precision_class, resolve_precision
-from kseq.training.xla import (
+from kseq.training.devices import precision
+from kseq.training.devices.precision import MEASURED_FASTEST, precision_class, resolve_precision
+from kseq.training.devices.xla import (
     MEASURED, XlaCost, decide_jit_compile, enable_persistent_cache, jit_decision, keras_jit_status,
 )
 

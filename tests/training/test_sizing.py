@@ -1,4 +1,4 @@
-"""The model's width and dropout from the data's size (kseq.training.sizing), and how recipes know
+"""The model's width and dropout from the data's size (kseq.training.config.sizing), and how recipes know
 which options the user gave."""
 
 import dataclasses
@@ -6,8 +6,8 @@ import dataclasses
 import pytest
 import tensorflow as tf
 
-from kseq.training import options as opts
-from kseq.training.sizing import (
+from kseq.training.config import options as opts
+from kseq.training.config.sizing import (
     RNN_MODEL, SMALL_DATA_MODEL, SMALL_DATA_PASSES, choose_model_size, expected_passes, model_for_data,
 )
 

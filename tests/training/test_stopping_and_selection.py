@@ -10,10 +10,10 @@ import tensorflow as tf
 
 from kseq.decoding import Limits
 from kseq.decoding.constraints import source_length_limits
-from kseq.training.averaging import RecentWeights, keep_better_average
-from kseq.training.selection import all_scores, choose_metric, length_ratio_for, tune_decoding
-from kseq.training.schedules import Scaled, TransformerSchedule
-from kseq.training.stopping import KeepBest, stopping_monitor
+from kseq.training.scoring.averaging import RecentWeights, keep_better_average
+from kseq.training.scoring.selection import all_scores, choose_metric, length_ratio_for, tune_decoding
+from kseq.training.objectives.schedules import Scaled, TransformerSchedule
+from kseq.training.loop.stopping import KeepBest, stopping_monitor
 
 
 def tiny_model():

@@ -8,8 +8,8 @@ import tensorflow as tf
 from support import VOCAB, random_batch, small_model
 
 from kseq.training import recipe
-from kseq.training.losses import MaskedSparseCategoricalCrossentropy
-from kseq.training.optimizers import FusedAdam
+from kseq.training.objectives.losses import MaskedSparseCategoricalCrossentropy
+from kseq.training.objectives.optimizers import FusedAdam
 
 HOST_WAITS = {"Assert", "If", "StatelessIf"}
 

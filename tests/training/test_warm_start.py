@@ -8,10 +8,11 @@ import numpy as np
 import pytest
 
 from kseq.data.subword_tokenizer import SubwordTokenizer
-from kseq.training import options as opts, recipe
-from kseq.training.optimizers import FusedAdam
-from kseq.training.options import option
-from kseq.training.warm_start import init_weights, keep_trained
+from kseq.training.config import options as opts
+from kseq.training import recipe
+from kseq.training.objectives.optimizers import FusedAdam
+from kseq.training.config.options import option
+from kseq.training.config.warm_start import init_weights, keep_trained
 
 
 @dataclasses.dataclass(frozen=True)

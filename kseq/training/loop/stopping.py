@@ -11,10 +11,10 @@ import keras
 import numpy as np
 
 from kseq._atomic import write_json_atomic
-from kseq.training.options import AUTO, RecipeOptions, option
+from kseq.training.config.options import AUTO, RecipeOptions, option
 from kseq._validation import check_choice, check_float, check_positive_int
-from kseq.training.periods import global_step
-from kseq.training.selection import METRICS
+from kseq.training.progress import global_step
+from kseq.training.scoring.selection import METRICS
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,7 +44,7 @@ class StoppingOptions(RecipeOptions):
     def recent_weights(self):
         """`RecentWeights` to average at the end, or None: off, or several
         workers (the chief alone cannot score the average)."""
-        from kseq.training.averaging import RecentWeights
+        from kseq.training.scoring.averaging import RecentWeights
 
         if self.average_snapshots < 2 or self.strategy == "multiworker":
             return None
@@ -55,7 +55,7 @@ class KeepBest(keras.callbacks.Callback):
     """Keeps the weights of the best evaluation; stops after `patience`
     evaluations without improvement; restores the best weights at the end.
 
-    With `lr_factor` (the variable of a `kseq.training.schedules.Scaled`
+    With `lr_factor` (the variable of a `kseq.training.objectives.schedules.Scaled`
     learning rate), an evaluation that falls more than `tolerance` (a
     fraction of the best score) below the best also takes training back to
     the best weights and multiplies the learning rate by `decay`: a rate too

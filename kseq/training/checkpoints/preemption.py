@@ -26,10 +26,10 @@ class SaveOnPreemption(keras.callbacks.Callback):
     """After SIGTERM, `backup` saves at the next step every worker reaches,
     and the process exits with `PREEMPTED_EXIT_CODE`. Place it after the
     backup in the callbacks. Outside `fit` SIGTERM keeps its usual effect:
-    what ran after training is recorded as it ends (`kseq.training.phases`).
+    what ran after training is recorded as it ends (`kseq.training.checkpoints.phases`).
 
     Args:
-        backup: the run's `kseq.training.resume.ResumableBackup`.
+        backup: the run's `kseq.training.checkpoints.resume.ResumableBackup`.
         folder: a folder of the handler's own (it writes nothing there when
             the backup saves, but needs one).
     """

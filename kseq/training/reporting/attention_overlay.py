@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from kseq.training.plotting import figure_pixels
+from kseq.training.reporting.plotting import figure_pixels
 
 
 def upsample_attention(weights, height, width):

@@ -1,5 +1,5 @@
 """Keras callbacks for sequence models: samples and scores, attention maps,
-time limits, non-finite losses, and (from kseq.training.periods) evaluation
+time limits, non-finite losses, and (from kseq.training.loop.periods) evaluation
 periods on a step or time cadence."""
 
 import time
@@ -9,11 +9,11 @@ import numpy as np
 import tensorflow as tf
 
 from kseq.special_ids import BOS_ID
-from kseq.training.periods import (  # noqa: F401 (kseq.callbacks names them too)
+from kseq.training.loop.periods import (  # noqa: F401 (kseq.callbacks names them too)
     Cadence, EvaluationPeriods, StepTensorBoard, StepTimer, global_step, parse_cadence,
 )
 from kseq.extras import missing
-from kseq.training.plotting import attention_image
+from kseq.training.reporting.plotting import attention_image
 
 
 class GenerationMonitor(keras.callbacks.Callback):
@@ -24,7 +24,7 @@ class GenerationMonitor(keras.callbacks.Callback):
     Markdown table to TensorBoard (under `<logdir>/generation`, at the
     global step), and adds the scores to the epoch's logs (so they reach
     other callbacks). A time-bounded `translate` (e.g.
-    `kseq.training.evaluation.BatchTranslator(..., seconds=...)`) may return fewer
+    `kseq.training.scoring.evaluation.BatchTranslator(..., seconds=...)`) may return fewer
     outputs than sources: the scores then cover the sentences it reached.
 
     Args:

@@ -8,7 +8,7 @@ import keras
 import numpy as np
 
 from kseq._validation import check_positive_int
-from kseq.training.periods import global_step
+from kseq.training.progress import global_step
 
 
 class RecentWeights(keras.callbacks.Callback):

@@ -3,7 +3,7 @@
 import keras
 from keras import ops
 
-from kseq.training.decisions import Decision
+from kseq.training.reporting.decisions import Decision
 
 # --lr-scale auto for exact-match data (benchmarks/user_tasks.py dates, 30,000
 # pairs): at the full rate the validation exact match fell 95.5 ->
@@ -59,7 +59,7 @@ class TransformerSchedule(keras.optimizers.schedules.LearningRateSchedule):
 @keras.saving.register_keras_serializable("kseq")
 class Scaled(keras.optimizers.schedules.LearningRateSchedule):
     """`schedule(step) * factor`, with `factor` a variable that callbacks
-    lower while training runs (e.g. `kseq.training.stopping.KeepBest` on a
+    lower while training runs (e.g. `kseq.training.loop.stopping.KeepBest` on a
     plateau); the traced train step reads the variable, so no retrace.
 
     Example:

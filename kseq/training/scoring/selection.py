@@ -8,9 +8,9 @@ import time
 
 from kseq.decoding import BeamSearch, GreedySearch, Limits
 from kseq.decoding.limits import DEFAULT_LENGTH_SLACK
-from kseq.training.decisions import Decision
-from kseq.training.options import AUTO, Auto, RecipeOptions, option
-from kseq.training.evaluation import exact_match, translation_scores
+from kseq.training.reporting.decisions import Decision
+from kseq.training.config.options import AUTO, Auto, RecipeOptions, option
+from kseq.training.scoring.evaluation import exact_match, translation_scores
 
 METRICS = ("bleu", "chrf", "exact_match")
 # Targets of at most this many words (median) are labels, codes, dates or

@@ -14,7 +14,7 @@ import tensorflow as tf
 from kseq._compat import continue_after_epoch, end_epoch_early, resume_fit_at_epoch
 from kseq._atomic import write_json_atomic
 from kseq._validation import check_positive_int
-from kseq.training.periods import batches_trained
+from kseq.training.progress import batches_trained
 
 
 class TrainingPosition:
@@ -138,7 +138,7 @@ class ResumableBackup(keras.callbacks.BackupAndRestore):
       (epoch, batch), and a resumed epoch ends after the batches it had left;
     - `steps_position=True`: one pass of `fit` reads a dataset of several
       data epochs (`bucketed_pair_dataset(..., epochs=N)`) and keras epochs
-      are evaluation periods (`kseq.training.periods.EvaluationPeriods`); the
+      are evaluation periods (`kseq.training.loop.periods.EvaluationPeriods`); the
       position follows the global step.
 
     Put it last in the callback list, so that an epoch's logs are written

@@ -3,7 +3,7 @@
 import keras
 from keras import ops
 
-from kseq.training.losses import token_log_probs, token_weights
+from kseq.training.objectives.losses import token_log_probs, token_weights
 from kseq.special_ids import PAD_ID
 
 

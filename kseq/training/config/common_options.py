@@ -1,10 +1,10 @@
 """Option groups several recipes share; each recipe gives them its own
-defaults (`kseq.training.options.recipe_options`)."""
+defaults (`kseq.training.config.options.recipe_options`)."""
 
 import dataclasses
 
-from kseq.training.options import RecipeOptions, option
-from kseq.training.periods import parse_cadence
+from kseq.training.config.options import RecipeOptions, option
+from kseq.training.progress import parse_cadence
 
 
 @dataclasses.dataclass(frozen=True)

@@ -16,7 +16,7 @@ import json
 import os
 
 from kseq._atomic import write_json_atomic
-from kseq.training.options import flag
+from kseq.training.config.flags import flag
 
 TRAINED_WEIGHTS = "trained.weights.h5"
 OPTIONS_FILE = "options.json"

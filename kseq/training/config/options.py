@@ -24,9 +24,11 @@ import os
 import types
 import typing
 
-from kseq.training.config_files import checked_values, read_config
-from kseq.training.precision import PRECISIONS
-from kseq.training.xla import JIT_CHOICES
+from kseq.training.config.config_files import checked_values, read_config
+from kseq.training.config.flags import flag
+from kseq.training.config.warm_start import adopt_architecture, source_problems
+from kseq.training.devices.precision import PRECISIONS
+from kseq.training.devices.xla import JIT_CHOICES
 
 AUTO = "auto"
 # The key of a written config file that lists the options the run was given.
@@ -89,8 +91,6 @@ class RecipeOptions:
 
     def problems(self):
         """Messages for impossible combinations (empty when there is none)."""
-        from kseq.training.warm_start import source_problems
-
         try:
             self.profile_batch
         except ValueError as error:
@@ -209,8 +209,6 @@ def parse(options_class, argv=None, doc=None, presets=None):
     problems = _field_problems(options, fields) + list(options.problems())
     if problems:
         parser.error(problems[0])
-    from kseq.training.warm_start import adopt_architecture
-
     return adopt_architecture(options)
 
 
@@ -238,11 +236,6 @@ def _config_values(parser, path, options_class, fields, presets):
         return checked_values(read_config(path), kinds, path)
     except ValueError as error:
         parser.error(str(error))
-
-
-def flag(name):
-    """The command-line spelling of option `name`."""
-    return "--" + name.replace("_", "-")
 
 
 def _cli_fields(options_class):

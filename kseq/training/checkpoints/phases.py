@@ -2,7 +2,7 @@
 started again after a kill, goes on from the first unfinished one.
 
 Training ends by writing the weights it tests and exports
-(`kseq.training.warm_start.keep_trained`) and recording itself here; only
+(`kseq.training.config.warm_start.keep_trained`) and recording itself here; only
 then is its backup released. Each later step (choosing the decoding,
 testing, exporting) records its result when it ends. A restart finds them
 in `<logdir>/phases.json` (written whole or not at all) and runs only what

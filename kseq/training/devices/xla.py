@@ -16,7 +16,7 @@ import tensorflow as tf
 from kseq._compat import align_function_names
 from kseq.data.bucketing import xla_boundaries
 from kseq.data.pypi_data import cache_root
-from kseq.training.precision import device_class
+from kseq.training.devices.precision import device_class
 from kseq._validation import check_choice
 
 JIT_CHOICES = ("auto", "on", "off")
@@ -129,9 +129,9 @@ def keras_jit_status(model, decision):
 
 def jit_decision(model, decision):
     """XLA for `model`'s train step as keras will run it (`keras_jit_status`
-    of `decision`, a `JitDecision`), as a `kseq.training.decisions.Decision`
+    of `decision`, a `JitDecision`), as a `kseq.training.reporting.decisions.Decision`
     that also records what was asked for."""
-    from kseq.training.decisions import Decision
+    from kseq.training.reporting.decisions import Decision
 
     return Decision("jit_compile", *keras_jit_status(model, decision), {"jit_compile_requested": decision.requested})
 

@@ -3,7 +3,7 @@
 import dataclasses
 
 from kseq.models import RNNSeq2Seq, TransformerSeq2Seq
-from kseq.training.options import RecipeOptions, option
+from kseq.training.config.options import RecipeOptions, option
 
 ATTENTIONS = ("none", "dot", "general", "concat", "bahdanau")
 # Bible en->fr, 12 minutes on 2 cores with bfloat16 units

@@ -12,7 +12,7 @@ uninterrupted run would, because the data's order comes from the epoch
 (`kseq.data.epoch_order.epoch_ordered_batches`) and the batches already
 trained are skipped. SIGTERM exits at once (`SaveOnPreemption`), saving
 first where saves come by steps. `train_once` records a model's training
-as done (`kseq.training.phases`) once the weights the later steps use are
+as done (`kseq.training.checkpoints.phases`) once the weights the later steps use are
 written, and only then deletes the backup: a restart after training loads
 those weights instead of training again.
 """
@@ -24,12 +24,12 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from kseq.training.cadenced_fit import CadencedFit, Trained
-from kseq.training.decisions import as_metrics
-from kseq.training.periods import batches_trained, parse_cadence
-from kseq.training.resume import ResumableBackup, TrainingPosition
-from kseq.training.stopping import KeepBest
-from kseq.training.warm_start import TRAINED_WEIGHTS, keep_trained
+from kseq.training.loop.cadenced_fit import CadencedFit, Trained
+from kseq.training.reporting.decisions import as_metrics
+from kseq.training.progress import batches_trained, parse_cadence
+from kseq.training.checkpoints.resume import ResumableBackup, TrainingPosition
+from kseq.training.loop.stopping import KeepBest
+from kseq.training.config.warm_start import TRAINED_WEIGHTS, keep_trained
 
 NON_FINITE_HINT = "lower --learning-rate, or clip gradients with --clipnorm"
 

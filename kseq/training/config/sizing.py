@@ -15,7 +15,7 @@ import math
 import numpy as np
 
 from kseq._validation import check_positive_int
-from kseq.training.decisions import Decision
+from kseq.training.reporting.decisions import Decision
 
 # More expected passes than this: small data for the budget. The preset did
 # best on the Bible (7.5 counted) and 10,000 of its verses (22.3 counted),

@@ -7,15 +7,15 @@ import shutil
 
 import tensorflow as tf
 
-from kseq.training.callbacks import NonFiniteLoss, StopOnNonFiniteLoss, TimeLimit
-from kseq.training.distribution import WorkersAgree, workers
-from kseq.training.options import AUTO, RecipeOptions, option
-from kseq.training.periods import (
+from kseq.training.loop.callbacks import NonFiniteLoss, StopOnNonFiniteLoss, TimeLimit
+from kseq.training.devices.distribution import WorkersAgree, workers
+from kseq.training.config.options import AUTO, RecipeOptions, option
+from kseq.training.loop.periods import (
     DataEpochsCurve, EvaluationPeriods, FirstStepLine, ProgressLine, StepTimer, data_epochs, global_step, parse_cadence,
 )
-from kseq.training.preemption import SaveOnPreemption
-from kseq.training.resume import ResumableBackup
-from kseq.training.xla import StableFunctionNames
+from kseq.training.checkpoints.preemption import SaveOnPreemption
+from kseq.training.checkpoints.resume import ResumableBackup
+from kseq.training.devices.xla import StableFunctionNames
 
 
 # fit's epochs and steps for data of unknown length.
@@ -66,7 +66,7 @@ class CadencedFit:
     Args:
         workdir: the run's folder; the backup goes to `<workdir>/backup`.
         position: the `TrainingPosition` the train pipeline reads.
-        cadence: a `kseq.training.periods.Cadence`.
+        cadence: a `kseq.training.loop.periods.Cadence`.
         total_steps: the batches of all epochs, or None for streamed data
             (`kseq.data.streaming`), which ends when `position` says so.
         steps_per_epoch: batches per data epoch, or None for streamed data.
@@ -134,7 +134,7 @@ class CadencedFit:
 
     def release(self):
         """Deletes the backup: call it once what training produced is safely
-        written (e.g. `kseq.training.phases`); until then a restart resumes
+        written (e.g. `kseq.training.checkpoints.phases`); until then a restart resumes
         training from its last save."""
         shutil.rmtree(self.backup_dir, ignore_errors=True)
 
@@ -165,7 +165,7 @@ def counted(dataset):
 class Trained:
     """What a recipe's `train` returns, the same on every worker: the model
     with the weights to test and export, the decisions made on the way
-    (`kseq.training.decisions.Decision`), metrics.json's training part, and
+    (`kseq.training.reporting.decisions.Decision`), metrics.json's training part, and
     whether decoding compiles with XLA."""
 
     model: object

@@ -56,8 +56,8 @@ class Precision:
                 "precision_reason": self.reason, "tf32": tf32_enabled()}
 
     def as_decision(self):
-        """The same entries as a `kseq.training.decisions.Decision`."""
-        from kseq.training.decisions import Decision
+        """The same entries as a `kseq.training.reporting.decisions.Decision`."""
+        from kseq.training.reporting.decisions import Decision
 
         return Decision("precision", self.policy, self.reason,
                         {"precision_requested": self.requested, "tf32": tf32_enabled()})

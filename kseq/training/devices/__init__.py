@@ -1,0 +1,27 @@
+"""Where training runs: tf.distribute strategies and how batches reach the
+replicas, mixed precision, XLA, and the process-wide CPU runtime settings."""
+
+from kseq.training.devices.distribution import (
+    distribute_batches,
+    distribute_worker_batches,
+    make_strategy,
+    weights_fingerprint,
+    workers,
+)
+from kseq.training.devices.precision import device_class, resolve_precision
+from kseq.training.devices.xla import check_replicas, decide_for_recipe, decide_jit_compile
+from kseq.training.devices.runtime import tune_cpu_runtime
+
+__all__ = [
+    "check_replicas",
+    "decide_for_recipe",
+    "decide_jit_compile",
+    "device_class",
+    "distribute_batches",
+    "distribute_worker_batches",
+    "make_strategy",
+    "resolve_precision",
+    "tune_cpu_runtime",
+    "weights_fingerprint",
+    "workers",
+]

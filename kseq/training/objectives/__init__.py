@@ -1,0 +1,18 @@
+"""What training minimizes and how it steps: the masked losses and metrics,
+FusedAdam, and the learning-rate schedules."""
+
+from kseq.training.objectives.losses import MaskedSparseCategoricalCrossentropy
+from kseq.training.objectives.metrics import MaskedAccuracy, MaskedTokenMean, Perplexity
+from kseq.training.objectives.optimizers import FusedAdam
+from kseq.training.objectives.schedules import Scaled, TransformerSchedule, recipe_learning_rate
+
+__all__ = [
+    "FusedAdam",
+    "MaskedAccuracy",
+    "MaskedSparseCategoricalCrossentropy",
+    "MaskedTokenMean",
+    "Perplexity",
+    "Scaled",
+    "TransformerSchedule",
+    "recipe_learning_rate",
+]

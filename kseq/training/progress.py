@@ -1,0 +1,67 @@
+"""Where a run is: its global step, the batches trained, how far into the
+data, and the cadence of its evaluations. Plain functions under every part
+of kseq.training (the fit loop, resuming, averaging, options)."""
+
+import dataclasses
+import re
+
+from kseq._compat import batches_applied
+
+
+def global_step(model):
+    """The optimizer's step count, its updates (0 before it is built): the
+    x-axis of every curve kseq's callbacks write."""
+    optimizer = getattr(model, "optimizer", None)
+    return int(optimizer.iterations.numpy()) if optimizer is not None else 0
+
+
+def batches_trained(model):
+    """Batches trained on: the global step times the batches each update
+    accumulates (`gradient_accumulation_steps`), plus those of an update
+    in progress. The data position follows it."""
+    optimizer = getattr(model, "optimizer", None)
+    return batches_applied(optimizer) if optimizer is not None else 0
+
+
+@dataclasses.dataclass(frozen=True)
+class Cadence:
+    """How often evaluation runs: every `steps` train steps, `minutes` of
+    training or data epoch (`epoch`; one of the three)."""
+
+    steps: int = None
+    minutes: float = None
+    epoch: bool = False
+
+    def __str__(self):
+        if self.epoch:
+            return "every data epoch"
+        return f"every {self.steps} steps" if self.steps else f"every {self.minutes:g} min"
+
+
+def parse_cadence(text, budget_minutes=None, periods=6, open_ended_minutes=10.0):
+    """`--eval-every` -> Cadence: "500" (steps), "5m" or "5min" (minutes),
+    "epoch" (at each data epoch's end), or "auto": `periods` evaluations
+    over a `budget_minutes` budget, else every `open_ended_minutes`."""
+    text = str(text).strip().lower()
+    if text == "epoch":
+        return Cadence(epoch=True)
+    if text == "auto":
+        return Cadence(minutes=budget_minutes / periods if budget_minutes else open_ended_minutes)
+    match = re.fullmatch(r"(\d+(?:\.\d+)?)\s*(m|min|minutes?)?", text)
+    if not match or float(match.group(1)) <= 0 or (not match.group(2) and "." in match.group(1)):
+        raise ValueError(
+            f"`eval_every` must be a number of steps (e.g. 500), minutes (e.g. 5m), 'epoch' or 'auto'; got {text!r}."
+        )
+    if match.group(2):
+        return Cadence(minutes=float(match.group(1)))
+    return Cadence(steps=int(match.group(1)))
+
+
+def data_epochs(model, position=None, steps_per_epoch=None):
+    """How far `model`'s training is into its data, in epochs: from the
+    `position` of streamed data, else from fixed `steps_per_epoch`; None
+    when neither tells."""
+    batches = batches_trained(model)
+    if position is not None:
+        return position.data_epochs(batches)
+    return batches / steps_per_epoch if steps_per_epoch else None

@@ -1,0 +1,88 @@
+"""kseq.training's layout: sub-packages by concept, no import cycle among
+kseq's modules, the tasks on public names only, and each module's old path
+(before the sub-packages) still importing the same module."""
+
+import ast
+import importlib
+import os
+
+import pytest
+
+import kseq.training
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+PACKAGE = os.path.join(ROOT, "kseq")
+
+
+def module_imports():
+    """{module: the kseq modules its top level imports} (imports inside functions are lazy, and left out)."""
+    files = {}
+    for folder, _, names in os.walk(PACKAGE):
+        for name in names:
+            if name.endswith(".py"):
+                path = os.path.join(folder, name)
+                dotted = os.path.relpath(path, ROOT)[:-3].replace(os.sep, ".").removesuffix(".__init__")
+                files[dotted] = path
+    edges = {}
+    for module, path in files.items():
+        targets = set()
+        for node in ast.parse(open(path, encoding="utf-8").read()).body:
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("kseq"):
+                targets |= {f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in files else node.module
+                            for a in node.names}
+            elif isinstance(node, ast.Import):
+                targets |= {a.name for a in node.names if a.name.startswith("kseq")}
+        # A package importing its own modules is how it names them, not a dependency.
+        edges[module] = {t for t in targets if t in files and t != module and not t.startswith(module + ".")}
+    return edges
+
+
+def test_no_module_of_kseq_imports_itself_back():
+    edges, cycles = module_imports(), []
+
+    def visit(module, path):
+        for target in edges[module]:
+            if target in path:
+                cycles.append(path[path.index(target):] + [target])
+            elif target not in done:
+                visit(target, path + [target])
+        done.add(module)
+
+    done = set()
+    for module in edges:
+        if module not in done:
+            visit(module, [module])
+    assert not cycles, cycles[:3]
+
+
+def test_the_sub_packages_depend_one_way():
+    order = ["progress", "reporting", "objectives", "devices", "checkpoints", "config", "scoring", "loop", "recipe"]
+    for module, targets in module_imports().items():
+        if not module.startswith("kseq.training."):
+            continue
+        mine = module.split(".")[2]
+        for target in targets:
+            if target.startswith("kseq.training."):
+                theirs = target.split(".")[2]
+                assert mine == theirs or order.index(theirs) < order.index(mine), f"{module} imports {target}"
+
+
+def test_tasks_import_the_training_sub_packages_public_names_only():
+    tasks = os.path.join(PACKAGE, "tasks")
+    for name in os.listdir(tasks):
+        if name.endswith(".py"):
+            tree = ast.parse(open(os.path.join(tasks, name), encoding="utf-8").read())
+            deep = [node.module for node in tree.body if isinstance(node, ast.ImportFrom)
+                    and (node.module or "").startswith("kseq.training.") and node.module.count(".") > 2]
+            assert not deep, f"kseq/tasks/{name} imports from {deep}"
+
+
+@pytest.mark.parametrize("old, new", [
+    ("losses", "objectives.losses"), ("options", "config.options"), ("evaluation", "scoring.evaluation"),
+    ("warm_start", "config.warm_start"), ("cadenced_fit", "loop.cadenced_fit"), ("xla", "devices.xla"),
+    ("resume", "checkpoints.resume"), ("tensorboard", "reporting.tensorboard"), ("periods", "loop.periods"),
+    ("attention_overlay", "reporting.attention_overlay"),
+])
+def test_a_module_s_old_path_imports_the_same_module(old, new):
+    assert importlib.import_module(f"kseq.training.{old}") is importlib.import_module(f"kseq.training.{new}")
+    assert getattr(kseq.training, old) is importlib.import_module(f"kseq.training.{new}")
