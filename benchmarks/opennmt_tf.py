@@ -33,8 +33,8 @@ kseq's length buckets are about 5% and at least 2 pieces wide and pad to
 the bucket's edge (97.0% of the padded target positions are pieces),
 OpenNMT-tf's are 2 tokens wide (its default) and pad to the batch's longest
 pair; OpenNMT-tf's LayerNorm
-epsilon is 1e-6 (kseq 1e-5); kseq's recipe clips each weight's gradient
-(keras' clipnorm), OpenNMT-tf the global norm; kseq runs under a one-replica
+epsilon is 1e-6 (kseq 1e-5); both clip the gradient's global norm (kseq
+clipped each weight's gradient before 0.2.0); kseq runs under a one-replica
 MirroredStrategy, OpenNMT-tf without a strategy. Both get kseq's CPU
 runtime settings (BFC allocator, one inter- and intra-op thread per core,
 as `kseq.training.devices.runtime.tune_cpu_runtime`) unless `--opennmt-tf-defaults`.
@@ -213,7 +213,7 @@ def opennmt_config(settings, data_dir, model_dir, report_steps):
                  "source_vocabulary": vocabulary, "target_vocabulary": vocabulary},
         "params": {
             # kseq: FusedAdam(TransformerSchedule(d_model, warmup), beta_2=0.98, epsilon=1e-9,
-            # clipnorm per variable); "auto" lr_scale is 1 on chrF data such as the Bible.
+            # global_clipnorm); "auto" lr_scale is 1 on chrF data such as the Bible.
             "optimizer": "Adam",
             "optimizer_params": {"beta_1": 0.9, "beta_2": 0.98, "epsilon": 1e-9,
                                  "global_clipnorm": recipe["clipnorm"]},

@@ -52,7 +52,7 @@ from kseq.layers.rnn_decoder import ATTENTION_TYPES
 from kseq.models.image_captioner import POOLINGS
 from kseq.training import recipe
 from kseq.training.checkpoints import Phases
-from kseq.training.config import EpochCadenceOptions, RNNOptions, option
+from kseq.training.config import ClippingOptions, EpochCadenceOptions, RNNOptions, option
 from kseq.training.config import options as opts
 from kseq.training.devices import decide_jit_compile
 from kseq.training.loop import EpochFit, Trained, global_step, train_once
@@ -72,7 +72,7 @@ PRESETS = {
 
 
 @opts.recipe_options(units=256, embed_dim=64)
-class Options(RNNOptions, EpochCadenceOptions):
+class Options(RNNOptions, EpochCadenceOptions, ClippingOptions):
     models: str = option("both", "which captioners to train", choices=("both", "attention", "plain"))
     attention: str = option("general", "the attention model's attention",
                             choices=tuple(a for a in ATTENTION_TYPES if a))
@@ -89,7 +89,6 @@ class Options(RNNOptions, EpochCadenceOptions):
     batch_size: int = option(64, "captions per batch", minimum=1)
     epochs: int = option(100, "passes over the training captions at most", minimum=1)
     learning_rate: float = option(2e-3, "Adam's learning rate")
-    clipnorm: float = option(1.0, "gradient clipping by global norm")
     max_minutes: float | None = option(5.0, "training budget per model, in minutes")
     beam_size: int = option(4, "beams of the test decoding and the export", minimum=1)
     max_caption_length: int = option(40, "words per generated caption at most", minimum=1)

@@ -25,7 +25,7 @@ from kseq.data.text_pairs import text_pair_dataset
 from kseq.export import export_translator
 from kseq.training import recipe
 from kseq.training.checkpoints import Phases
-from kseq.training.config import ATTENTIONS, EpochCadenceOptions, option
+from kseq.training.config import ATTENTIONS, ClippingOptions, EpochCadenceOptions, option
 from kseq.training.config import options as opts
 from kseq.training.devices import decide_jit_compile
 from kseq.training.loop import EpochFit, GenerationMonitor, Trained, train_once
@@ -34,7 +34,7 @@ from kseq.training.scoring import exact_match
 
 
 @dataclasses.dataclass(frozen=True)
-class Options(EpochCadenceOptions):
+class Options(EpochCadenceOptions, ClippingOptions):
     ARCHITECTURE = ("arch", "attention", "cell")
 
     arch: str = option("transformer", "model", choices=("transformer", "rnn"))
@@ -117,7 +117,7 @@ def compiled_model(options, run, tokenizer, xla):
         model = build_model(options, tokenizer.vocab_size, run.precision.policy)
         model.build()  # variables before fit: a resumed run restores them
         return recipe.compile_model(
-            model, kseq.optimizers.FusedAdam(options.learning_rate, clipnorm=1.0),
+            model, kseq.optimizers.FusedAdam(options.learning_rate, global_clipnorm=options.clipnorm),
             kseq.losses.MaskedSparseCategoricalCrossentropy(),
             [kseq.metrics.MaskedAccuracy(), kseq.metrics.Perplexity()], jit_compile=xla.use,
             accumulate=options.accumulate, init_from=options.init_from,

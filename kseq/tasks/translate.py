@@ -32,6 +32,7 @@ from kseq.training.config import (
     AUTO,
     TRAINED_WEIGHTS,
     Auto,
+    ClippingOptions,
     Seq2SeqOptions,
     StreamedDataOptions,
     choose_model_size,
@@ -94,7 +95,7 @@ PRESETS = {
 
 
 @dataclasses.dataclass(frozen=True)
-class Options(Seq2SeqOptions, DecodingOptions, StoppingOptions, CadenceOptions, StreamedDataOptions,
+class Options(Seq2SeqOptions, DecodingOptions, StoppingOptions, CadenceOptions, StreamedDataOptions, ClippingOptions,
               opts.TextRecipeOptions):
     train_tsv: str | None = option(None, "training pairs, source<TAB>target: a file, a glob or several joined by "
                                    "commas, plain or gzip (default: the Bible)", files=True)
@@ -112,7 +113,6 @@ class Options(Seq2SeqOptions, DecodingOptions, StoppingOptions, CadenceOptions, 
     learning_rate: float | None = option(None, "a constant rate instead of the schedule")
     lr_scale: float | Auto = option(AUTO, "times the schedule; auto: half for exact-match data")
     label_smoothing: float = option(0.1, "label smoothing of the loss")
-    clipnorm: float = option(1.0, "clips each weight's gradient to this norm (keras' clipnorm, per variable)")
     attention_plots: int = option(3, "attention maps logged at each evaluation", minimum=0)
     max_test_sentences: int | None = option(None, "test only the first N pairs")
     export_xla: bool = option(False, "compile the exported search with XLA")
@@ -221,7 +221,8 @@ def compile_model(options, run, vocab_size, xla, metric):
         schedule, rate = recipe_learning_rate(options.arch, options.d_model, options.warmup_steps, metric,
                                               options.lr_scale, options.learning_rate)
         recipe.compile_model(
-            model, kseq.optimizers.FusedAdam(schedule, beta_2=0.98, epsilon=1e-9, clipnorm=options.clipnorm),
+            model, kseq.optimizers.FusedAdam(schedule, beta_2=0.98, epsilon=1e-9,
+                                            global_clipnorm=options.clipnorm),
             kseq.losses.MaskedSparseCategoricalCrossentropy(label_smoothing=options.label_smoothing),
             [kseq.metrics.MaskedAccuracy(), kseq.metrics.Perplexity()], jit_compile=xla.use,
             accumulate=options.accumulate, init_from=options.init_from)

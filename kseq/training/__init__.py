@@ -17,13 +17,28 @@ The names a task needs most are here too. Each module's old place
 
 import sys
 
-from kseq.training import checkpoints, config, devices, loop, objectives, reporting, scoring
-from kseq.training import recipe
+from kseq.training import (
+    checkpoints,
+    config,
+    devices,
+    loop,
+    objectives,
+    recipe,
+    reporting,
+    scoring,
+)
 from kseq.training.checkpoints import Phases
-from kseq.training.config import option, parse
-from kseq.training.config import options  # the module tasks call `opts`
+from kseq.training.config import (
+    option,
+    options,  # the module tasks call `opts`
+    parse,
+)
 from kseq.training.loop import EpochFit, GenerationMonitor, Trained, train_once
-from kseq.training.objectives import FusedAdam, MaskedAccuracy, MaskedSparseCategoricalCrossentropy
+from kseq.training.objectives import (
+    FusedAdam,
+    MaskedAccuracy,
+    MaskedSparseCategoricalCrossentropy,
+)
 from kseq.training.reporting import as_hparams, write_hparams
 
 # Before the sub-packages every module sat in kseq.training: users' imports of

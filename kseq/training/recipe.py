@@ -18,14 +18,23 @@ import tensorflow as tf
 
 from kseq._atomic import write_bytes_atomic, write_json_atomic
 from kseq._compat import accumulate_after_all_reduce
-from kseq.training.devices.distribution import clip_after_all_reduce, is_chief, make_strategy, task
 from kseq.training.config.config_files import write_config
 from kseq.training.config.options import config_values
+from kseq.training.config.warm_start import describe as describe_init
+from kseq.training.config.warm_start import (
+    init_tokenizer,
+    init_weights,
+    keep_trained,  # noqa: F401 (the recipes' call)
+)
+from kseq.training.devices.distribution import (
+    clip_after_all_reduce,
+    is_chief,
+    make_strategy,
+    task,
+)
 from kseq.training.devices.precision import describe_precision, resolve_precision
-from kseq.training.reporting.tensorboard import write_scores
-from kseq.training.config.warm_start import describe as describe_init, init_tokenizer, init_weights
-from kseq.training.config.warm_start import keep_trained  # noqa: F401 (the recipes' call)
 from kseq.training.devices.xla import enable_persistent_cache, jit_decision
+from kseq.training.reporting.tensorboard import write_scores
 
 
 class Run:

@@ -1,8 +1,8 @@
 """What a kill cannot undo: the resumable backup and the data position it
 holds, saving on preemption, and the finished phases a restart skips."""
 
-from kseq.training.checkpoints.resume import ResumableBackup, TrainingPosition
-from kseq.training.checkpoints.preemption import PREEMPTED_EXIT_CODE, SaveOnPreemption
 from kseq.training.checkpoints.phases import Phases
+from kseq.training.checkpoints.preemption import PREEMPTED_EXIT_CODE, SaveOnPreemption
+from kseq.training.checkpoints.resume import ResumableBackup, TrainingPosition
 
 __all__ = ["PREEMPTED_EXIT_CODE", "Phases", "ResumableBackup", "SaveOnPreemption", "TrainingPosition"]

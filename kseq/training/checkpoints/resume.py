@@ -11,8 +11,8 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from kseq._compat import continue_after_epoch, end_epoch_early, resume_fit_at_epoch
 from kseq._atomic import write_json_atomic
+from kseq._compat import continue_after_epoch, end_epoch_early, resume_fit_at_epoch
 from kseq._validation import check_positive_int
 from kseq.training.progress import batches_trained
 

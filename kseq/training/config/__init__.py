@@ -2,9 +2,8 @@
 presets (`parse`, `option`), the groups several tasks share, `--init-from`,
 and the model size chosen from the data."""
 
-from kseq.training.config.options import AUTO, Auto, RecipeOptions, TextRecipeOptions, option, parse
-from kseq.training.config.flags import flag
 from kseq.training.config.common_options import (
+    ClippingOptions,
     EpochCadenceOptions,
     RNNOptions,
     SamplingOptions,
@@ -12,15 +11,25 @@ from kseq.training.config.common_options import (
     TrainingOptions,
     VocabularySampleOptions,
 )
-from kseq.training.config.seq2seq_options import ATTENTIONS, Seq2SeqOptions
 from kseq.training.config.config_files import read_config, write_config
-from kseq.training.config.warm_start import TRAINED_WEIGHTS, keep_trained
+from kseq.training.config.flags import flag
+from kseq.training.config.options import (
+    AUTO,
+    Auto,
+    RecipeOptions,
+    TextRecipeOptions,
+    option,
+    parse,
+)
+from kseq.training.config.seq2seq_options import ATTENTIONS, Seq2SeqOptions
 from kseq.training.config.sizing import choose_model_size
+from kseq.training.config.warm_start import TRAINED_WEIGHTS, keep_trained
 
 __all__ = [
     "ATTENTIONS",
     "AUTO",
     "Auto",
+    "ClippingOptions",
     "EpochCadenceOptions",
     "RNNOptions",
     "RecipeOptions",

@@ -21,14 +21,22 @@ class RNNOptions(RecipeOptions):
 
 
 @dataclasses.dataclass(frozen=True)
-class TrainingOptions(RecipeOptions):
+class ClippingOptions(RecipeOptions):
+    """--clipnorm, the same in every task: one global norm over all the
+    weights' gradients (keras' `global_clipnorm`), taken after the replicas'
+    gradients are summed, so that it clips as one device would."""
+
+    clipnorm: float = option(1.0, "clip the gradient to this global norm (all weights' gradients as one vector)")
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainingOptions(ClippingOptions):
     """The vocabulary, the batches and Adam's settings of a recipe that trains on text."""
 
     vocab_size: int = option(4000, "SentencePiece pieces", minimum=1)
     batch_size: int = option(32, "examples (or parallel streams) per batch", minimum=1)
     epochs: int = option(10, "epochs at most", minimum=1)
     learning_rate: float = option(1e-3, "Adam's learning rate")
-    clipnorm: float = option(1.0, "gradient clipping by global norm")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -9,8 +9,12 @@ from kseq.training.devices.distribution import (
     workers,
 )
 from kseq.training.devices.precision import device_class, resolve_precision
-from kseq.training.devices.xla import check_replicas, decide_for_recipe, decide_jit_compile
 from kseq.training.devices.runtime import tune_cpu_runtime
+from kseq.training.devices.xla import (
+    check_replicas,
+    decide_for_recipe,
+    decide_jit_compile,
+)
 
 __all__ = [
     "check_replicas",

@@ -8,7 +8,11 @@ import numpy as np
 import tensorflow as tf
 
 from kseq._compat import (
-    batches_applied, clip_after_all_reduce, end_epoch_early, ends_epoch_only, fix_keras_multi_worker_logs,
+    batches_applied,
+    clip_after_all_reduce,
+    end_epoch_early,
+    ends_epoch_only,
+    fix_keras_multi_worker_logs,
 )
 from kseq._validation import check_choice
 

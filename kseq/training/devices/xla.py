@@ -14,10 +14,10 @@ import keras
 import tensorflow as tf
 
 from kseq._compat import align_function_names
+from kseq._validation import check_choice
 from kseq.data.bucketing import xla_boundaries
 from kseq.data.pypi_data import cache_root
 from kseq.training.devices.precision import device_class
-from kseq._validation import check_choice
 
 JIT_CHOICES = ("auto", "on", "off")
 

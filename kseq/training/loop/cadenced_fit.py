@@ -7,16 +7,22 @@ import shutil
 
 import tensorflow as tf
 
-from kseq.training.loop.callbacks import NonFiniteLoss, StopOnNonFiniteLoss, TimeLimit
-from kseq.training.devices.distribution import WorkersAgree, workers
-from kseq.training.config.options import AUTO, RecipeOptions, option
-from kseq.training.loop.periods import (
-    DataEpochsCurve, EvaluationPeriods, FirstStepLine, ProgressLine, StepTimer, data_epochs, global_step, parse_cadence,
-)
 from kseq.training.checkpoints.preemption import SaveOnPreemption
 from kseq.training.checkpoints.resume import ResumableBackup
+from kseq.training.config.options import AUTO, RecipeOptions, option
+from kseq.training.devices.distribution import WorkersAgree, workers
 from kseq.training.devices.xla import StableFunctionNames
-
+from kseq.training.loop.callbacks import NonFiniteLoss, StopOnNonFiniteLoss, TimeLimit
+from kseq.training.loop.periods import (
+    DataEpochsCurve,
+    EvaluationPeriods,
+    FirstStepLine,
+    ProgressLine,
+    StepTimer,
+    data_epochs,
+    global_step,
+    parse_cadence,
+)
 
 # fit's epochs and steps for data of unknown length.
 UNBOUNDED = 2**31 - 1

@@ -8,11 +8,16 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from kseq.extras import missing
 from kseq.special_ids import BOS_ID
 from kseq.training.loop.periods import (  # noqa: F401 (kseq.callbacks names them too)
-    Cadence, EvaluationPeriods, StepTensorBoard, StepTimer, global_step, parse_cadence,
+    Cadence,
+    EvaluationPeriods,
+    StepTensorBoard,
+    StepTimer,
+    global_step,
+    parse_cadence,
 )
-from kseq.extras import missing
 from kseq.training.reporting.plotting import attention_image
 
 

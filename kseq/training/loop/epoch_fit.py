@@ -24,12 +24,12 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from kseq.training.loop.cadenced_fit import CadencedFit, Trained
-from kseq.training.reporting.decisions import as_metrics
-from kseq.training.progress import batches_trained, parse_cadence
 from kseq.training.checkpoints.resume import ResumableBackup, TrainingPosition
-from kseq.training.loop.stopping import KeepBest
 from kseq.training.config.warm_start import TRAINED_WEIGHTS, keep_trained
+from kseq.training.loop.cadenced_fit import CadencedFit, Trained
+from kseq.training.loop.stopping import KeepBest
+from kseq.training.progress import batches_trained, parse_cadence
+from kseq.training.reporting.decisions import as_metrics
 
 NON_FINITE_HINT = "lower --learning-rate, or clip gradients with --clipnorm"
 

@@ -8,7 +8,11 @@ import numpy as np
 
 from kseq._compat import continue_after_epoch, end_epoch_early
 from kseq.training.progress import (  # noqa: F401 (kseq.callbacks and older imports name them here)
-    Cadence, batches_trained, data_epochs, global_step, parse_cadence,
+    Cadence,
+    batches_trained,
+    data_epochs,
+    global_step,
+    parse_cadence,
 )
 
 

@@ -11,8 +11,8 @@ import keras
 import numpy as np
 
 from kseq._atomic import write_json_atomic
-from kseq.training.config.options import AUTO, RecipeOptions, option
 from kseq._validation import check_choice, check_float, check_positive_int
+from kseq.training.config.options import AUTO, RecipeOptions, option
 from kseq.training.progress import global_step
 from kseq.training.scoring.selection import METRICS
 

@@ -4,7 +4,11 @@ FusedAdam, and the learning-rate schedules."""
 from kseq.training.objectives.losses import MaskedSparseCategoricalCrossentropy
 from kseq.training.objectives.metrics import MaskedAccuracy, MaskedTokenMean, Perplexity
 from kseq.training.objectives.optimizers import FusedAdam
-from kseq.training.objectives.schedules import Scaled, TransformerSchedule, recipe_learning_rate
+from kseq.training.objectives.schedules import (
+    Scaled,
+    TransformerSchedule,
+    recipe_learning_rate,
+)
 
 __all__ = [
     "FusedAdam",

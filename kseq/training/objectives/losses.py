@@ -4,8 +4,8 @@ import keras
 import tensorflow as tf
 from keras import ops
 
-from kseq.special_ids import PAD_ID
 from kseq._validation import check_rate, ids_in_range
+from kseq.special_ids import PAD_ID
 
 
 def token_log_probs(y_true, logits):

@@ -3,8 +3,8 @@
 import keras
 from keras import ops
 
-from kseq.training.objectives.losses import token_log_probs, token_weights
 from kseq.special_ids import PAD_ID
+from kseq.training.objectives.losses import token_log_probs, token_weights
 
 
 class MaskedTokenMean(keras.metrics.Metric):

@@ -2,7 +2,13 @@
 export's translate function, the decoding chosen on validation pairs,
 attention on names, and snapshot averaging kept where it scores better."""
 
-from kseq.training.scoring.evaluation import exact_match, model_translator, write_test_report
+from kseq.training.scoring.alignment import name_alignment
+from kseq.training.scoring.averaging import keep_better_average
+from kseq.training.scoring.evaluation import (
+    exact_match,
+    model_translator,
+    write_test_report,
+)
 from kseq.training.scoring.selection import (
     DecodingOptions,
     DecodingSettings,
@@ -10,8 +16,6 @@ from kseq.training.scoring.selection import (
     choose_decoding,
     choose_metric,
 )
-from kseq.training.scoring.alignment import name_alignment
-from kseq.training.scoring.averaging import keep_better_average
 
 __all__ = [
     "DecodingOptions",

@@ -8,8 +8,8 @@ import time
 
 from kseq.decoding import BeamSearch, GreedySearch, Limits
 from kseq.decoding.limits import DEFAULT_LENGTH_SLACK
-from kseq.training.reporting.decisions import Decision
 from kseq.training.config.options import AUTO, Auto, RecipeOptions, option
+from kseq.training.reporting.decisions import Decision
 from kseq.training.scoring.evaluation import exact_match, translation_scores
 
 METRICS = ("bleu", "chrf", "exact_match")
