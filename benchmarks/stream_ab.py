@@ -27,7 +27,7 @@ import keras  # noqa: E402
 from kseq.data.corpus import scan_corpus  # noqa: E402
 from kseq.data.streams import join_documents, stream_batches, streamed_stream_batches  # noqa: E402
 from kseq.data.subword_tokenizer import SubwordTokenizer  # noqa: E402
-from kseq.training.loop.epoch_fit import EpochFit  # noqa: E402
+from kseq.training.loop.fit import EpochFit  # noqa: E402
 from kseq.tasks import language_model  # noqa: E402
 from kseq.training.devices.runtime import tune_cpu_runtime  # noqa: E402
 

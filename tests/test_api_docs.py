@@ -1,11 +1,16 @@
 """The API reference builds from the docstrings (pdoc, the `docs` extra) and
-documents the public names users call."""
+documents the public names users call. Slow (pdoc imports and renders every
+module): .ci/run runs it after the default suite."""
 
 import os
 import subprocess
 import sys
 
+import pytest
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+pytestmark = pytest.mark.slow
 
 
 def test_pdoc_builds_the_reference_of_every_public_subpackage(tmp_path):

@@ -44,3 +44,16 @@ def test_readme_stays_a_manual():
     """Under 300 lines: the history of figures belongs in benchmarks/RESULTS.md."""
     lines = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read().splitlines()
     assert len(lines) <= 300, f"README.md has {len(lines)} lines"
+
+
+def test_library_code_names_a_decision_s_benchmark_not_its_day_or_issue():
+    dated = re.compile(r"\b20\d\d-\d\d-\d\d\b|\bissues? \d+|\bissue figures\b", re.I)
+    found = []
+    for folder, _, names in os.walk(os.path.join(ROOT, "kseq")):
+        for name in names:
+            if name.endswith(".py"):
+                path = os.path.join(folder, name)
+                for number, line in enumerate(open(path, encoding="utf-8"), 1):
+                    if dated.search(line) and ">>>" not in line:
+                        found.append(f"{os.path.relpath(path, ROOT)}:{number}: {line.strip()}")
+    assert not found, found[:5]

@@ -32,7 +32,7 @@ class CharacterTokenizer(tf.Module):
     array([b'cab'], dtype=object)
     """
 
-    def __init__(self, characters, name=None):
+    def __init__(self, characters: str, name: str | None = None) -> None:
         super().__init__(name=name)
         characters = list(characters)
         if not characters:

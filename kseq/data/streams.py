@@ -109,7 +109,7 @@ def streamed_stream_batches(scan, tokenizer, position, batch_size, chunk_length,
     A stream of window w + 1 does not continue the text of window w: a
     model carrying its state should zero it where each window begins
     (where `position` says a window's first batch comes; see
-    `kseq.training.loop.epoch_fit.CarriedStreams`). Resume and `shard` as in
+    `kseq.training.loop.fit.CarriedStreams`). Resume and `shard` as in
     `kseq.data.streaming.streamed_pair_dataset`.
     """
     check_positive_int("batch_size", batch_size)

@@ -4,7 +4,7 @@ import sys
 import unicodedata
 
 
-def normalize_text(text):
+def normalize_text(text: str) -> str:
     """Unicode NFC, whitespace runs collapsed to one space, ends stripped.
 
     NFC makes "é" one code point however the file spelled it, so tokenizers

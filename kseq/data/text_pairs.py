@@ -1,5 +1,7 @@
 """Text pairs to model inputs: BOS/EOS around targets, padded batches."""
 
+from collections.abc import Sequence
+
 import tensorflow as tf
 
 from kseq.data.epoch_order import epoch_ordered_batches
@@ -15,9 +17,9 @@ def add_specials(target_ids):
 
 
 def text_pair_dataset(
-    sources, targets, source_tokenizer, target_tokenizer, batch_size, shuffle=False, seed=None, position=None,
-    epochs=1,
-):
+    sources: Sequence[str], targets: Sequence[str], source_tokenizer, target_tokenizer, batch_size: int,
+    shuffle: bool = False, seed: int | None = None, position=None, epochs: int = 1,
+) -> tf.data.Dataset:
     """Batches of ({"source_ids", "target_ids"}, labels) from parallel strings.
 
     Tokenizes in the graph, adds BOS to the decoder inputs and EOS to the

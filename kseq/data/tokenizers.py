@@ -127,7 +127,7 @@ def byte_pair_tokenizer(vocabulary_file, merges_file, special_tokens=None, unkno
 BPE_FILES = (("vocab.json", "merges.txt"), ("vocabulary.json", "merges.txt"))
 
 
-def load_tokenizer(path):
+def load_tokenizer(path: str):
     """A kseq tokenizer from what is on disk, told apart by content:
 
     - a file `KerasHubTokenizer.save` wrote (JSON) or `CharacterTokenizer.save`;

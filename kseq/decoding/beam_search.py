@@ -66,9 +66,10 @@ class BeamSearch:
         penalty); Koehn, 2004 (beam search for translation).
     """
 
-    def __init__(self, max_length=None, beam_size=4, length_penalty=0.6, num_return=1,
-                 eos_id=EOS_ID, bos_id=BOS_ID, pad_id=PAD_ID, no_repeat_ngram_size=0,
-                 max_length_ratio=None, max_ngram_count=1, limits=None):
+    def __init__(self, max_length: int | None = None, beam_size: int = 4, length_penalty: float = 0.6,
+                 num_return: int = 1,
+                 eos_id: int = EOS_ID, bos_id: int = BOS_ID, pad_id: int = PAD_ID, no_repeat_ngram_size: int = 0,
+                 max_length_ratio: float | None = None, max_ngram_count: int = 1, limits=None) -> None:
         self.limits = search_limits(limits, max_length, eos_id=eos_id, no_repeat_ngram_size=no_repeat_ngram_size,
                                     max_length_ratio=max_length_ratio, max_ngram_count=max_ngram_count)
         self.beam_size = check_positive_int("beam_size", beam_size)

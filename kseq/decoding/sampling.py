@@ -45,7 +45,8 @@ class Sampler(TokenSearch):
         Fan, Lewis and Dauphin, 2018 (top-k); Holtzman et al., 2020 (top-p).
     """
 
-    def __init__(self, max_length=None, temperature=1.0, top_k=None, top_p=None, seed=None, **kwargs):
+    def __init__(self, max_length: int | None = None, temperature: float = 1.0, top_k: int | None = None,
+                 top_p: float | None = None, seed: int | None = None, **kwargs) -> None:
         super().__init__(max_length, **kwargs)
         self.temperature = check_float("temperature", temperature, low=0.0, low_open=True)
         self.top_k = None if top_k is None else check_positive_int("top_k", top_k)

@@ -62,7 +62,8 @@ def caption_function(model, tokenizer, search):
     return caption
 
 
-def export_captioner(model, tokenizer, export_dir, search=None, version=None, assets=None, warmup_image=None):
+def export_captioner(model, tokenizer, export_dir: str, search=None, version: int | None = None,
+                     assets: dict[str, bytes] | None = None, warmup_image=None) -> str:
     """Writes `export_dir/<version>/` for a kseq.models.ImageCaptioner: a
     SavedModel whose `serving_default` takes `image` tf.string (None,),
     PNG or JPEG bytes of any size (resized to the model's `image_size`),

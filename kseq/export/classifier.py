@@ -31,8 +31,8 @@ def classify_function(model, tokenizer, labels, max_length=256):
     return classify
 
 
-def export_classifier(model, tokenizer, labels, export_dir, version=None, max_length=256,
-                      assets=None):
+def export_classifier(model, tokenizer, labels, export_dir: str, version: int | None = None, max_length: int = 256,
+                      assets: dict[str, bytes] | None = None) -> str:
     """Writes `export_dir/<version>/` with `serving_default`:
     {"text": tf.string (None,)} -> {"probabilities": float32 (None, C),
     "label": tf.string (None,), "class_id": int32 (None,)}; `labels` names

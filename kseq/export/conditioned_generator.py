@@ -64,8 +64,9 @@ def generate_from_label_function(model, tokenizer, search, labels, table):
 
 
 def export_conditioned_generator(
-    model, tokenizer, export_dir, search=None, labels=None, version=None, assets=None
-):
+    model, tokenizer, export_dir: str, search=None, labels: list[str] | None = None, version: int | None = None,
+    assets: dict[str, bytes] | None = None,
+) -> str:
     """Writes `export_dir/<version>/` for a kseq.models.ConditionedGenerator,
     decoding with `search` (default greedy, 64 tokens; a seeded
     `kseq.decoding.Sampler` gives the same text for the same request).

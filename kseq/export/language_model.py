@@ -27,8 +27,9 @@ def continue_function(model, tokenizer, search, max_prompt_length=256):
 
 
 def export_language_model(
-    model, tokenizer, export_dir, search, version=None, max_prompt_length=256, assets=None
-):
+    model, tokenizer, export_dir: str, search, version: int | None = None, max_prompt_length: int = 256,
+    assets: dict[str, bytes] | None = None
+) -> str:
     """Writes `export_dir/<version>/` with `serving_default`:
     {"prompt": tf.string (None,)} -> {"continuation": tf.string (None,),
     "token_ids": int32 (None, None)} (see `continue_function`); a seeded

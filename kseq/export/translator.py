@@ -126,9 +126,10 @@ def _search_function(model, search, jit_compile):
 
 
 def export_translator(
-    model, source_tokenizer, target_tokenizer, export_dir, version=None, max_length=64,
-    max_source_length=256, search=None, assets=None, jit_compile=False, n_best=4,
-):
+    model, source_tokenizer, target_tokenizer, export_dir: str, version: int | None = None, max_length: int = 64,
+    max_source_length: int = 256, search=None, assets: dict[str, bytes] | None = None, jit_compile: bool = False,
+    n_best: int = 4,
+) -> str:
     """Writes `export_dir/<version>/`, a SavedModel whose signatures take
     `source` tf.string (None,), read as training read text:
 

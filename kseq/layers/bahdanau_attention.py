@@ -37,7 +37,7 @@ class BahdanauAttention(ScoredAttention):
         Learning to Align and Translate", appendix A.1.2.
     """
 
-    def __init__(self, units, **kwargs):
+    def __init__(self, units: int, **kwargs) -> None:
         super().__init__(**kwargs)
         self.units = check_positive_int("units", units)
 

@@ -27,7 +27,7 @@ class PositionwiseFeedForward(keras.layers.Layer):
         Vaswani et al., 2017, "Attention Is All You Need", section 3.3.
     """
 
-    def __init__(self, ff_dim, activation="relu", **kwargs):
+    def __init__(self, ff_dim: int, activation: str = "relu", **kwargs) -> None:
         super().__init__(**kwargs)
         self.ff_dim = check_positive_int("ff_dim", ff_dim)
         self.activation = keras.activations.get(activation)

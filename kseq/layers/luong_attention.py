@@ -44,7 +44,7 @@ class LuongAttention(ScoredAttention):
         Neural Machine Translation", section 3.1.
     """
 
-    def __init__(self, score="dot", units=None, **kwargs):
+    def __init__(self, score: str = "dot", units: int | None = None, **kwargs) -> None:
         super().__init__(**kwargs)
         self.score = check_choice("score", score, LUONG_SCORES)
         if units is not None and (not isinstance(units, int) or units < 1):

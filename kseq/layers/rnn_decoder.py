@@ -70,15 +70,15 @@ class RNNDecoder(keras.layers.Layer):
 
     def __init__(
         self,
-        cell="lstm",
-        units=256,
-        num_layers=1,
-        attention=None,
-        peeky=False,
-        dropout=0.0,
-        input_feeding=False,
+        cell: str = "lstm",
+        units: int = 256,
+        num_layers: int = 1,
+        attention: str | None = None,
+        peeky: bool = False,
+        dropout: float = 0.0,
+        input_feeding: bool = False,
         **kwargs,
-    ):
+    ) -> None:
         super().__init__(**kwargs)
         self.cell = check_choice("cell", cell, CELL_TYPES)
         self.units = check_positive_int("units", units)

@@ -42,8 +42,9 @@ class RNNEncoder(keras.layers.Layer):
     """
 
     def __init__(
-        self, cell="lstm", units=256, num_layers=1, bidirectional=False, dropout=0.0, **kwargs
-    ):
+        self, cell: str = "lstm", units: int = 256, num_layers: int = 1, bidirectional: bool = False,
+        dropout: float = 0.0, **kwargs
+    ) -> None:
         super().__init__(**kwargs)
         self.cell = check_choice("cell", cell, CELL_TYPES)
         self.units = check_positive_int("units", units)

@@ -33,7 +33,7 @@ class SinusoidalPositionEncoding(keras.layers.Layer):
         Vaswani et al., 2017, "Attention Is All You Need", section 3.5.
     """
 
-    def __init__(self, max_wavelength=10000, **kwargs):
+    def __init__(self, max_wavelength: float = 10000, **kwargs) -> None:
         super().__init__(**kwargs)
         if max_wavelength <= 0:
             raise ValueError(

@@ -46,15 +46,15 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
 
     def __init__(
         self,
-        vocab_size,
-        embed_dim,
-        max_length=512,
-        position="sinusoidal",
-        scale_embeddings=True,
-        mask_zero=True,
+        vocab_size: int,
+        embed_dim: int,
+        max_length: int = 512,
+        position: str = "sinusoidal",
+        scale_embeddings: bool = True,
+        mask_zero: bool = True,
         embeddings_initializer=None,
         **kwargs,
-    ):
+    ) -> None:
         super().__init__(**kwargs)
         self.vocab_size = check_positive_int("vocab_size", vocab_size)
         self.embed_dim = check_positive_int("embed_dim", embed_dim)

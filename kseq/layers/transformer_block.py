@@ -27,14 +27,14 @@ class TransformerBlock(keras.layers.Layer):
 
     def __init__(
         self,
-        num_heads,
-        ff_dim,
-        dropout=0.1,
-        norm_first=False,
-        activation="relu",
-        layer_norm_epsilon=1e-5,
+        num_heads: int,
+        ff_dim: int,
+        dropout: float = 0.1,
+        norm_first: bool = False,
+        activation: str = "relu",
+        layer_norm_epsilon: float = 1e-5,
         **kwargs,
-    ):
+    ) -> None:
         super().__init__(**kwargs)
         self.num_heads = check_positive_int("num_heads", num_heads)
         self.ff_dim = check_positive_int("ff_dim", ff_dim)

@@ -77,9 +77,10 @@ class ConditionedGenerator(Generator, KseqModel):
     input_name = "condition"
 
     def __init__(
-        self, vocab_size, condition_dim=None, num_classes=None, embed_dim=256, units=256,
-        cell="lstm", num_layers=1, peeky=False, dropout=0.0, **kwargs,
-    ):
+        self, vocab_size: int, condition_dim: int | None = None, num_classes: int | None = None, embed_dim: int = 256,
+        units: int = 256,
+        cell: str = "lstm", num_layers: int = 1, peeky: bool = False, dropout: float = 0.0, **kwargs,
+    ) -> None:
         super().__init__(**kwargs)
         if (condition_dim is None) == (num_classes is None):
             got = "both" if condition_dim is not None else "neither"

@@ -83,9 +83,11 @@ class ImageCaptioner(Generator, KseqModel):
     output_vocab_name = "vocab_size"
     input_name = "images"
 
-    def __init__(self, vocab_size, image_size=64, filters=(32, 64, 128), backbone=None, embed_dim=256,
-                 units=256, cell="lstm", num_layers=1, attention=None, peeky=False, pooling="average",
-                 dropout=0.0, **kwargs):
+    def __init__(self, vocab_size: int, image_size: int = 64, filters: tuple[int, ...] = (32, 64, 128),
+                 backbone: str | None = None, embed_dim: int = 256,
+                 units: int = 256, cell: str = "lstm", num_layers: int = 1, attention: str | None = None,
+                 peeky: bool = False, pooling: str = "average",
+                 dropout: float = 0.0, **kwargs) -> None:
         super().__init__(**kwargs)
         self.vocab_size = check_vocab_size("vocab_size", vocab_size)
         self.image_size = check_positive_int("image_size", image_size)

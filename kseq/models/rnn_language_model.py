@@ -68,9 +68,10 @@ class RNNLanguageModel(Generator, KseqModel):
                     "tie_weights", "carry_state")
 
     def __init__(
-        self, vocab_size, embed_dim=256, units=256, cell="lstm", num_layers=1, dropout=0.0,
-        tie_weights=False, carry_state=True, **kwargs,
-    ):
+        self, vocab_size: int, embed_dim: int = 256, units: int = 256, cell: str = "lstm", num_layers: int = 1,
+        dropout: float = 0.0,
+        tie_weights: bool = False, carry_state: bool = True, **kwargs,
+    ) -> None:
         super().__init__(**kwargs)
         self.vocab_size = check_vocab_size("vocab_size", vocab_size)
         self.embed_dim = check_positive_int("embed_dim", embed_dim)
@@ -193,7 +194,7 @@ class RNNLanguageModel(Generator, KseqModel):
     def fit(self, x=None, y=None, *args, callbacks=None, **kwargs):
         """keras' `fit`, zeroing the carried train state as each epoch
         begins, unless a callback with `resets_train_streams = True` takes
-        that over (`kseq.training.loop.epoch_fit.CarriedStreams`, which resets
+        that over (`kseq.training.loop.fit.CarriedStreams`, which resets
         where data epochs begin when fit's epochs are evaluation periods)."""
         if not self.carry_state:
             return super().fit(x, y, *args, callbacks=callbacks, **kwargs)

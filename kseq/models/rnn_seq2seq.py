@@ -75,21 +75,21 @@ class RNNSeq2Seq(Seq2Seq):
 
     def __init__(
         self,
-        source_vocab_size,
-        target_vocab_size,
-        embed_dim=256,
-        units=256,
-        cell="lstm",
-        num_layers=1,
-        bidirectional=False,
-        attention=None,
-        peeky=False,
-        reverse_source=False,
-        dropout=0.0,
-        input_feeding=False,
-        embedding_stddev=1.0,
+        source_vocab_size: int,
+        target_vocab_size: int,
+        embed_dim: int = 256,
+        units: int = 256,
+        cell: str = "lstm",
+        num_layers: int = 1,
+        bidirectional: bool = False,
+        attention: str | None = None,
+        peeky: bool = False,
+        reverse_source: bool = False,
+        dropout: float = 0.0,
+        input_feeding: bool = False,
+        embedding_stddev: float = 1.0,
         **kwargs,
-    ):
+    ) -> None:
         super().__init__(source_vocab_size, target_vocab_size, **kwargs)
         self.embed_dim = check_positive_int("embed_dim", embed_dim)
         self.encoder = RNNEncoder(

@@ -27,7 +27,7 @@ class Seq2Seq(Generator, KseqModel):
     input_name = "source_ids"
     has_attention = True  # False for a context-vector RNN model
 
-    def __init__(self, source_vocab_size, target_vocab_size, **kwargs):
+    def __init__(self, source_vocab_size: int, target_vocab_size: int, **kwargs) -> None:
         super().__init__(**kwargs)
         self.source_vocab_size = check_vocab_size("source_vocab_size", source_vocab_size)
         self.target_vocab_size = check_vocab_size("target_vocab_size", target_vocab_size)

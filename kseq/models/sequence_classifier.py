@@ -60,10 +60,12 @@ class SequenceClassifier(KseqModel):
                     "num_layers", "bidirectional", "num_heads", "ff_dim", "dropout", "max_length")
 
     def __init__(
-        self, vocab_size, num_classes, encoder="rnn", pooling="last", embed_dim=128, units=128,
-        cell="lstm", num_layers=1, bidirectional=False, num_heads=4, ff_dim=256, dropout=0.0,
-        max_length=512, **kwargs,
-    ):
+        self, vocab_size: int, num_classes: int, encoder: str = "rnn", pooling: str = "last", embed_dim: int = 128,
+        units: int = 128,
+        cell: str = "lstm", num_layers: int = 1, bidirectional: bool = False, num_heads: int = 4, ff_dim: int = 256,
+        dropout: float = 0.0,
+        max_length: int = 512, **kwargs,
+    ) -> None:
         super().__init__(**kwargs)
         self.vocab_size = check_vocab_size("vocab_size", vocab_size)
         self.num_classes = check_positive_int("num_classes", num_classes)

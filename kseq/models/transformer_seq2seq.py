@@ -63,19 +63,19 @@ class TransformerSeq2Seq(Seq2Seq):
 
     def __init__(
         self,
-        source_vocab_size,
-        target_vocab_size,
-        num_layers=6,
-        d_model=512,
-        num_heads=8,
-        ff_dim=2048,
-        dropout=0.1,
-        norm_first=False,
-        max_length=512,
-        position="sinusoidal",
-        share_embeddings=False,
+        source_vocab_size: int,
+        target_vocab_size: int,
+        num_layers: int = 6,
+        d_model: int = 512,
+        num_heads: int = 8,
+        ff_dim: int = 2048,
+        dropout: float = 0.1,
+        norm_first: bool = False,
+        max_length: int = 512,
+        position: str = "sinusoidal",
+        share_embeddings: bool = False,
         **kwargs,
-    ):
+    ) -> None:
         super().__init__(source_vocab_size, target_vocab_size, **kwargs)
         self.num_layers = check_positive_int("num_layers", num_layers)
         self.d_model = check_positive_int("d_model", d_model)

@@ -52,10 +52,15 @@ from kseq.layers.rnn_decoder import ATTENTION_TYPES
 from kseq.models.image_captioner import POOLINGS
 from kseq.training import recipe
 from kseq.training.checkpoints import Phases
-from kseq.training.config import ClippingOptions, EpochCadenceOptions, RNNOptions, option
+from kseq.training.config import (
+    ClippingOptions,
+    EpochCadenceOptions,
+    RNNOptions,
+    option,
+)
 from kseq.training.config import options as opts
 from kseq.training.devices import decide_jit_compile
-from kseq.training.loop import EpochFit, Trained, global_step, train_once
+from kseq.training.loop import Fit, Trained, global_step, train_once
 from kseq.training.reporting import (
     as_hparams,
     as_metrics,
@@ -226,10 +231,10 @@ def caption(model, tokenizer, images, options, method="beam", batch=100):
 
 
 def train_resumably(options, run, name, data, tokenizer, xla, phases):
-    """One captioner trained once (`kseq.training.loop.epoch_fit`): a kill resumes
+    """One captioner trained once (`kseq.training.loop.fit`): a kill resumes
     from its last save, a restart after its training loads its weights.
     -> (model, metrics.json's training figures)."""
-    fit = EpochFit(os.path.join(run.workdir, name), max_minutes=options.max_minutes, **options.fit_cadence)
+    fit = Fit(os.path.join(run.workdir, name), max_minutes=options.max_minutes, monitor="val_loss", **options.fit_cadence)
     datasets = make_datasets(options, data, tokenizer, fit.position)
 
     def build():
@@ -253,7 +258,7 @@ def train(options, run, name, datasets, valid, tokenizer, xla, build, fit):
         write_hparams(logdir, {**options.as_hparams(), "model": name} | as_hparams(decisions))
     logging = [keras.callbacks.TensorBoard(logdir, profile_batch=options.profile_batch),
                CaptionMonitor(valid, options, tokenizer, logdir)]
-    metrics = fit.fit(model, datasets, options.epochs, logging)
+    metrics = fit.fit(model, datasets["train"], datasets["valid"], options.epochs, logging)
     model.save(os.path.join(logdir, "model.keras"))  # the best epoch's weights
     return Trained(model, decisions, metrics)
 

@@ -46,7 +46,7 @@ from kseq.training.config import (
 )
 from kseq.training.config import options as opts
 from kseq.training.devices import decide_jit_compile, distribute_batches
-from kseq.training.loop import EpochFit, Trained, train_once
+from kseq.training.loop import Fit, Trained, train_once
 from kseq.training.reporting import as_hparams, write_hparams
 
 # Without --valid-tsv, every HOLD_OUT_EVERY-th training line (the first
@@ -90,7 +90,7 @@ def main(argv=None):
     xla = decide_jit_compile(options.jit_compile, num_shapes=1)
     run = recipe.start(options, xla=xla.use)
     phases = Phases(run.workdir)
-    fit = EpochFit(run.workdir, "val_accuracy", "max", options.patience, **options.fit_cadence)
+    fit = Fit(run.workdir, monitor="val_accuracy", mode="max", patience=options.patience, **options.fit_cadence)
     data, names = load_data(options)
     tokenizer = recipe.resumable_tokenizer(options, data["train"].sample[0], run.workdir,
                                            fit.resuming or phases.get("trained"))
@@ -214,7 +214,7 @@ def train(options, run, datasets, build, fit, xla):
     if not fit.resuming:  # a resumed run's curves continue the first run's
         write_hparams(options.logdir, options.as_hparams() | as_hparams(decisions))
     tensorboard = keras.callbacks.TensorBoard(options.logdir, profile_batch=options.profile_batch)
-    metrics = fit.fit(model, datasets, options.epochs, [tensorboard])
+    metrics = fit.fit(model, datasets["train"], datasets["valid"], options.epochs, [tensorboard])
     model.save(os.path.join(options.logdir, "model.keras"))  # the best epoch's weights
     return Trained(model, decisions, metrics)
 

@@ -64,7 +64,7 @@ from kseq.training.config import (
 )
 from kseq.training.config import options as opts
 from kseq.training.devices import decide_jit_compile, distribute_batches
-from kseq.training.loop import EpochFit, GenerationMonitor, Trained, counted, train_once
+from kseq.training.loop import Fit, GenerationMonitor, Trained, counted, train_once
 from kseq.training.reporting import as_hparams, write_hparams
 
 WORD = re.compile(r"[a-z']+")
@@ -105,7 +105,7 @@ def main(argv=None):
     data, names = classify.load_data(options)
     real_per_class, real_overall = classifier_ceiling(classifier, data, names)
     phases = Phases(run.workdir)
-    fit = EpochFit(run.workdir, max_minutes=options.max_minutes, **options.fit_cadence)
+    fit = Fit(run.workdir, max_minutes=options.max_minutes, monitor="val_loss", **options.fit_cadence)
     tokenizer = recipe.resumable_tokenizer(options, data["train"].sample[0], run.workdir,
                                            fit.resuming or phases.get("trained"))
     datasets = make_datasets(options, data, names, tokenizer, fit.position, run.strategy)
@@ -314,7 +314,7 @@ def train(options, run, datasets, tokenizer, names, xla, build, fit):
     monitor = GenerationMonitor(shown, None, sample_writer(model, tokenizer, names, options), {},
                                 logdir=options.logdir, samples=len(shown))
     tensorboard = keras.callbacks.TensorBoard(options.logdir, profile_batch=options.profile_batch)
-    metrics = fit.fit(model, datasets, options.epochs, [tensorboard, monitor])
+    metrics = fit.fit(model, datasets["train"], datasets["valid"], options.epochs, [tensorboard, monitor])
     model.save(os.path.join(options.logdir, "model.keras"))  # the best epoch's weights
     test = model.evaluate(datasets["test"], verbose=0, return_dict=True)
     print(f"test perplexity {test['perplexity']:.2f}")

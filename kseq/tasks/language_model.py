@@ -52,7 +52,7 @@ from kseq.training.config import (
 )
 from kseq.training.config import options as opts
 from kseq.training.devices import decide_jit_compile, distribute_batches
-from kseq.training.loop import EpochFit, GenerationMonitor, Trained, train_once
+from kseq.training.loop import Fit, GenerationMonitor, Trained, train_once
 from kseq.training.reporting import as_hparams, write_hparams
 
 # Without --valid-txt, every HOLD_OUT_EVERY-th training line (the first
@@ -226,7 +226,7 @@ def train(options, run, streams, tokenizer, xla, phases):
 
 def train_once_in(phases, name, options, run, streams, tokenizer, xla, carry_state):
     """One model trained once in `<logdir>/<name>`; the BPTT one's weights are kept."""
-    fit = EpochFit(os.path.join(run.workdir, name), max_minutes=options.max_minutes, **options.fit_cadence)
+    fit = Fit(os.path.join(run.workdir, name), max_minutes=options.max_minutes, monitor="val_loss", **options.fit_cadence)
 
     def build():
         with run.strategy.scope():
@@ -247,7 +247,7 @@ def fit_one(name, options, run, streams, tokenizer, xla, build, fit):
     continuer, _ = make_continuer(model, tokenizer, options)
     logging = [keras.callbacks.TensorBoard(logdir, profile_batch=options.profile_batch),
                GenerationMonitor(options.prompts, None, continuer, {}, logdir=logdir)]
-    metrics = fit.fit(model, {**streams, "train": streams["train"](fit.position)}, options.epochs, logging, verbose=1)
+    metrics = fit.fit(model, streams["train"](fit.position), streams["valid"], options.epochs, logging)
     model.save(os.path.join(logdir, "model.keras"))  # the best epoch's weights
     test = model.evaluate(streams["test"], verbose=0, return_dict=True)
     print(f"{name}: test perplexity {test['perplexity']:.2f}")

@@ -25,10 +25,15 @@ from kseq.data.text_pairs import text_pair_dataset
 from kseq.export import export_translator
 from kseq.training import recipe
 from kseq.training.checkpoints import Phases
-from kseq.training.config import ATTENTIONS, ClippingOptions, EpochCadenceOptions, option
+from kseq.training.config import (
+    ATTENTIONS,
+    ClippingOptions,
+    EpochCadenceOptions,
+    option,
+)
 from kseq.training.config import options as opts
 from kseq.training.devices import decide_jit_compile
-from kseq.training.loop import EpochFit, GenerationMonitor, Trained, train_once
+from kseq.training.loop import Fit, GenerationMonitor, Trained, train_once
 from kseq.training.reporting import as_hparams, write_hparams
 from kseq.training.scoring import exact_match
 
@@ -60,7 +65,7 @@ def main(argv=None):
     xla = decide_jit_compile(options.jit_compile, num_shapes=options.max_length)
     run = recipe.start(options, xla=xla.use)
     phases = Phases(run.workdir)
-    fit = EpochFit(run.workdir, **options.fit_cadence)
+    fit = Fit(run.workdir, monitor="val_loss", **options.fit_cadence)
     tokenizer = CharacterTokenizer(string.ascii_lowercase)
     train_pairs, valid_pairs = words(options, options.train_examples, 1), words(options, options.valid_examples, 2)
     data = {"train": text_pair_dataset(*train_pairs, tokenizer, tokenizer, options.batch_size, shuffle=True,
@@ -134,6 +139,6 @@ def train(options, run, tokenizer, data, valid_pairs, xla, build, fit):
     if not fit.resuming:  # a resumed run's curves continue the first run's
         write_hparams(options.logdir, options.as_hparams() | as_hparams(decisions))
     tensorboard = keras.callbacks.TensorBoard(options.logdir, profile_batch=options.profile_batch)
-    metrics = fit.fit(model, data, options.epochs, [monitor, tensorboard])
+    metrics = fit.fit(model, data["train"], data["valid"], options.epochs, [monitor, tensorboard])
     return Trained(model, decisions, metrics)  # valid_exact_match: the kept epoch's
 

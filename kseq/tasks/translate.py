@@ -27,7 +27,7 @@ from kseq.data.streaming import estimate_epoch, streamed_pair_dataset
 from kseq.decoding import GreedySearch
 from kseq.export import export_translator
 from kseq.training import recipe
-from kseq.training.checkpoints import Phases, ResumableBackup, TrainingPosition
+from kseq.training.checkpoints import Phases, ResumableBackup
 from kseq.training.config import (
     AUTO,
     TRAINED_WEIGHTS,
@@ -50,8 +50,8 @@ from kseq.training.devices import (
 )
 from kseq.training.loop import (
     AttentionMaps,
-    CadencedFit,
     CadenceOptions,
+    Fit,
     GenerationMonitor,
     StepTensorBoard,
     StoppingOptions,
@@ -233,11 +233,10 @@ def compile_model(options, run, vocab_size, xla, metric):
     return model, schedule, decisions
 
 
-def pipelines(options, data, tokenizer, xla, strategy):
-    """(train, valid, position, train report): the training pairs streamed
-    from their files for all epochs, each worker its own share of the lines
-    and of --token-budget; under XLA a few fixed shapes, remainders padded."""
-    position = TrainingPosition()
+def pipelines(options, data, tokenizer, xla, strategy, position):
+    """(train, valid, train report): the training pairs streamed from their
+    files for all epochs from `position`, each worker its own share of the
+    lines and of --token-budget; under XLA a few fixed shapes, remainders padded."""
     shapes = dict(max_length=options.max_length)
     if xla:
         shapes.update(boundaries=xla_boundaries(options.max_length), pad_remainder=True)
@@ -260,7 +259,7 @@ def pipelines(options, data, tokenizer, xla, strategy):
     report = estimate_epoch(data["train"], tokenizer, tokenizer, token_budget=options.token_budget,
                             shuffle_buffer=options.shuffle_buffer, **shapes)
     print(f"train pipeline: {report}\nvalid pipeline: {valid_report}")
-    return train, valid, position, report
+    return train, valid, report
 
 
 def train(options, run, data, tokenizer, xla, resuming, decided, phases):
@@ -272,27 +271,25 @@ def train(options, run, data, tokenizer, xla, resuming, decided, phases):
     model, schedule, decisions = compile_model(options, run, tokenizer.vocab_size, xla, metric.value)
     decisions = decided + decisions
     decode_xla = xla.use or device_class() == "gpu"
-    train_data, valid, position, report = pipelines(options, data, tokenizer, decisions[-1].value, run.strategy)
-    fit = CadencedFit(run.workdir, position, options.cadence, None, None, options.save_every,
-                      options.max_minutes, resuming, "lower --learning-rate, or clip gradients with --clipnorm")
-    print(f"evaluation and checkpoints {options.cadence}; at most {options.epochs} epochs "
-          f"of {report.describe_batches()}")
+    fit = Fit(run.workdir, options.cadence, options.save_every, options.max_minutes)
+    train_data, valid, report = pipelines(options, data, tokenizer, decisions[-1].value, run.strategy, fit.position)
     monitor, logging = chief_callbacks(options, model, tokenizer, data["valid"], decode_xla) if run.chief else (None, [])
     if run.chief and not resuming:  # a resumed run's curves continue the first run's
         write_hparams(options.logdir, options.as_hparams() | as_hparams(decisions))
     keep_best = options.keep_best(os.path.join(run.workdir, "checkpoints"), metric.value, options.eval_sentences,
                                   schedule.factor)  # resumed with the backup
     recent = options.recent_weights()
-    history = fit.fit(model, train_data, valid, logging, [keep_best] + ([recent] if recent else []))
+    trained = fit.fit(model, train_data, valid, options.epochs, logging, [keep_best] + ([recent] if recent else []),
+                      batches=report.describe_batches())
     averaging = keep_better_average(model, recent, valid_score(monitor, valid, keep_best.monitor), keep_best.mode)
-    metrics = {**fit.report(model), "weights_sha256": weights_fingerprint(model), "batch_shapes": report.batch_shapes}
+    metrics = {**trained, "weights_sha256": weights_fingerprint(model), "batch_shapes": report.batch_shapes}
     print(f"averaging: {averaging}\ntrained {metrics['steps']} steps; weights sha256 {metrics['weights_sha256']}")
-    print(f"this worker read {position.pairs_read():,} training pairs from the files")
+    print(f"this worker read {fit.position.pairs_read():,} training pairs from the files")
     if not run.chief:
         fit.release()
         return Trained(model, decisions, metrics)
     recipe.keep_trained(options, model)  # tested and exported; --init-from reads it
-    ran = history.history.get("val_loss", [])  # none in a run resumed after its last period
+    ran = fit.history.history.get("val_loss", [])  # none in a run resumed after its last period
     metrics.update(valid_loss=float(ran[-1]) if ran else model_loss(model, valid),
                    valid_bleu=monitor.history[-1]["bleu"] if monitor.history else None,
                    best_weights=keep_best.report(), averaging=averaging, eval_every=str(options.cadence),

@@ -3,8 +3,8 @@
 - `objectives`: losses, metrics, FusedAdam, learning-rate schedules;
 - `devices`: strategies and batch distribution, precision, XLA, the CPU runtime;
 - `checkpoints`: the resumable backup, preemption, the phases a restart skips;
-- `loop`: the fit drivers (`EpochFit`, `CadencedFit`), evaluation periods,
-  callbacks, stopping;
+- `loop`: `Fit`, the one fit driver (its former name `EpochFit` still works),
+  evaluation periods, callbacks, stopping;
 - `scoring`: test scores, the decoding choice, attention alignment, averaging;
 - `reporting`: TensorBoard HParams and graph, attention images, decisions;
 - `config`: typed options from flags and `--config` files, `--init-from`,
@@ -33,7 +33,7 @@ from kseq.training.config import (
     options,  # the module tasks call `opts`
     parse,
 )
-from kseq.training.loop import EpochFit, GenerationMonitor, Trained, train_once
+from kseq.training.loop import EpochFit, Fit, GenerationMonitor, Trained, train_once
 from kseq.training.objectives import (
     FusedAdam,
     MaskedAccuracy,
@@ -46,15 +46,17 @@ from kseq.training.reporting import as_hparams, write_hparams
 _MOVED = {
     name.rsplit(".", 1)[1]: module
     for name, module in list(sys.modules.items())
-    if name.count(".") == 3 and name.split(".")[2] in ("checkpoints", "config", "devices", "loop", "objectives",
-                                                        "reporting", "scoring")
+    if name.startswith(__name__ + ".") and name.count(".") == 3
+    and name.split(".")[2] in ("checkpoints", "config", "devices", "loop", "objectives", "reporting", "scoring")
 }
+_MOVED["epoch_fit"] = loop.fit  # the module's name before `Fit`
 for _name, _module in _MOVED.items():
     sys.modules.setdefault(f"{__name__}.{_name}", _module)
     globals().setdefault(_name, _module)
 
 __all__ = [
     "EpochFit",
+    "Fit",
     "FusedAdam",
     "GenerationMonitor",
     "MaskedAccuracy",

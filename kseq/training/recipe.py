@@ -3,7 +3,7 @@
 A recipe declares its options (a dataclass, kseq.training.config.options) and
 runs: `start` (strategy, precision, seed and logdir, in the order TensorFlow
 needs), `compile_model` (under the strategy, clipping the gradient summed
-over replicas), its own training (`kseq.training.loop.epoch_fit` or
+over replicas), its own training (`kseq.training.loop.fit` or
 `cadenced_fit`, each resumable after a kill) and evaluation, `write_metrics` (atomic
 metrics.json with what ran, `Run.decisions` among it) and `serve_sample`
 (the export, loaded back and called). A user's TSV reading and the run's tokenizer (`--tokenizer PATH`,

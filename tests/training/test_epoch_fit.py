@@ -1,5 +1,6 @@
-"""EpochFit: the best epoch kept, and a killed fit resumed to the
-uninterrupted one's weights and metrics; train_once trains a phase once."""
+"""Fit (and EpochFit, its former name and call): the best epoch kept, and a
+killed fit resumed to the uninterrupted one's weights and metrics; without a
+monitor its stopping callbacks decide; train_once trains a phase once."""
 
 import os
 
@@ -11,7 +12,7 @@ import tensorflow as tf
 from kseq.data.epoch_order import epoch_ordered_batches
 from kseq.data.streams import stream_batches
 from kseq.training.loop.cadenced_fit import Trained
-from kseq.training.loop.epoch_fit import EpochFit, train_once
+from kseq.training.loop.fit import EpochFit, Fit, train_once
 from kseq.training.checkpoints.phases import Phases
 from support import KillAt
 
@@ -45,6 +46,38 @@ def test_epoch_fit_ends_with_the_best_epoch_and_keeps_its_backup_until_released(
     assert os.path.exists(tmp_path / "backup" / "latest.json"), "kept until what training made is written"
     fit.release()
     assert not os.path.exists(tmp_path / "backup")
+
+
+TIMES = ("train_seconds", "train_step_seconds", "fit_seconds")
+
+
+def test_epoch_fit_is_fit_under_its_former_arguments_and_call(tmp_path):
+    old = EpochFit(str(tmp_path / "old"), "val_loss", "min", patience=3)
+    model, data = regression(old.position)
+    before = old.fit(model, data, epochs=6, verbose=0)
+    new = Fit(str(tmp_path / "new"), monitor="val_loss", patience=3)
+    again, same = regression(new.position)
+    after = new.fit(again, same["train"], same["valid"], 6, verbose=False)
+    assert {k: v for k, v in before.items() if k not in TIMES} == {k: after[k] for k in before if k not in TIMES}
+    assert set(after) - set(before) == set(EpochFit.FORMER_ONLY)
+    assert np.array_equal(model.get_weights()[0], again.get_weights()[0])
+
+
+def test_fit_without_a_monitor_leaves_stopping_to_its_callbacks_and_ends_on_the_last_weights(tmp_path, capsys):
+    fit = Fit(str(tmp_path), eval_every="3", save_every=2)
+    model, data = regression(fit.position, epochs=2)
+    seen = []
+
+    class Scores(keras.callbacks.Callback):
+        def on_epoch_end(self, epoch, logs=None):
+            seen.append(logs["val_loss"])
+
+    metrics = fit.fit(model, data["train"], data["valid"], 2, stopping=[Scores()], batches="8 fixed batches")
+    out = capsys.readouterr().out
+    assert "evaluation and checkpoints every 3 steps, saves every 2 steps; at most 2 epochs of 8 fixed batches" in out
+    assert metrics["steps"] == 16 and metrics["epochs_run"] == 2 and "best_step" not in metrics
+    assert len(seen) == metrics["evaluations"] == len(fit.history.history["val_loss"]) > 1
+    assert np.isclose(model.evaluate(data["valid"], verbose=0), seen[-1], rtol=1e-5)
 
 
 def test_epoch_fit_stops_after_patience_on_a_score(tmp_path):

@@ -108,11 +108,11 @@ class MaskedSparseCategoricalCrossentropy(keras.losses.Loss):
 
     def __init__(
         self,
-        label_smoothing=0.0,
-        pad_id=PAD_ID,
-        name="masked_sparse_categorical_crossentropy",
+        label_smoothing: float = 0.0,
+        pad_id: int = PAD_ID,
+        name: str = "masked_sparse_categorical_crossentropy",
         dtype=None,
-    ):
+    ) -> None:
         super().__init__(name=name, reduction="none", dtype=dtype)
         self.label_smoothing = check_rate("label_smoothing", label_smoothing)
         self.pad_id = pad_id

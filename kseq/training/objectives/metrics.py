@@ -10,7 +10,7 @@ from kseq.training.objectives.losses import token_log_probs, token_weights
 class MaskedTokenMean(keras.metrics.Metric):
     """Running mean of a per-token value over real (non-PAD) label tokens."""
 
-    def __init__(self, pad_id=PAD_ID, name=None, dtype=None):
+    def __init__(self, pad_id: int = PAD_ID, name: str | None = None, dtype=None) -> None:
         super().__init__(name=name, dtype=dtype)
         self.pad_id = pad_id
         self.total = self.add_variable(shape=(), initializer="zeros", name="total")
@@ -45,7 +45,7 @@ class MaskedAccuracy(MaskedTokenMean):
     0.5
     """
 
-    def __init__(self, pad_id=PAD_ID, name="masked_accuracy", dtype=None):
+    def __init__(self, pad_id: int = PAD_ID, name: str = "masked_accuracy", dtype=None) -> None:
         super().__init__(pad_id=pad_id, name=name, dtype=dtype)
 
     def token_values(self, y_true, y_pred):
@@ -67,7 +67,7 @@ class Perplexity(MaskedTokenMean):
     8.0
     """
 
-    def __init__(self, pad_id=PAD_ID, name="perplexity", dtype=None):
+    def __init__(self, pad_id: int = PAD_ID, name: str = "perplexity", dtype=None) -> None:
         super().__init__(pad_id=pad_id, name=name, dtype=dtype)
 
     def token_values(self, y_true, y_pred):

@@ -37,7 +37,7 @@ class TransformerSchedule(keras.optimizers.schedules.LearningRateSchedule):
         Vaswani et al., 2017, "Attention Is All You Need", section 5.3.
     """
 
-    def __init__(self, d_model, warmup_steps=4000, scale=1.0):
+    def __init__(self, d_model: int, warmup_steps: int = 4000, scale: float = 1.0) -> None:
         if d_model <= 0 or warmup_steps <= 0:
             raise ValueError(
                 "`d_model` and `warmup_steps` must be positive; got "
@@ -69,7 +69,7 @@ class Scaled(keras.optimizers.schedules.LearningRateSchedule):
     0.5
     """
 
-    def __init__(self, schedule, factor=1.0):
+    def __init__(self, schedule, factor: float = 1.0) -> None:
         self.schedule = schedule
         self.factor = keras.Variable(factor, trainable=False, dtype="float32", name="lr_factor")
 

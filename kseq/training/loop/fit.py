@@ -1,24 +1,24 @@
-"""`model.fit` over data epochs that a kill cannot undo: what the recipes
-that train in epochs (classify, language_model, generate_reviews, reverse,
-caption) share, on the same driver as translate (`CadencedFit`).
+"""`Fit`: the one fit driver every task uses, `model.fit` that a kill
+cannot undo.
 
-Evaluation runs at every data epoch's end by default, or every so many
-steps or minutes (`eval_every`), so that an epoch of hours is evaluated and
-logged inside the epoch; saves (`ResumableBackup`: the weights, the
-optimizer, `KeepBest`'s best evaluation and patience count, published
-together) come at every evaluation and every `save_every` steps. The same
-command started again goes on from the last save and ends as the
-uninterrupted run would, because the data's order comes from the epoch
-(`kseq.data.epoch_order.epoch_ordered_batches`) and the batches already
-trained are skipped. SIGTERM exits at once (`SaveOnPreemption`), saving
-first where saves come by steps. `train_once` records a model's training
-as done (`kseq.training.checkpoints.phases`) once the weights the later steps use are
-written, and only then deletes the backup: a restart after training loads
-those weights instead of training again.
+Evaluation runs every data epoch's end, or every so many steps or minutes
+(`eval_every`), so that an epoch of hours is evaluated and logged inside
+the epoch; saves (`ResumableBackup`: the weights, the optimizer, the
+stopping callbacks' state and the data position, published together) come
+at every evaluation and every `save_every` steps. The same command started
+again goes on from the last save and ends as the uninterrupted run would,
+because the data's order comes from the position (`fit.position`, which
+the training pipeline reads) and the batches already trained are skipped.
+SIGTERM saves and exits (`SaveOnPreemption`). `train_once` records a
+model's training as done (`kseq.training.checkpoints.phases`) once the
+weights the later steps use are written, and only then deletes the
+backup: a restart after training loads those weights instead of training
+again. Under it, `CadencedFit` cuts one `model.fit` into the periods.
 """
 
 import os
 import shutil
+from collections.abc import Sequence
 
 import keras
 import numpy as np
@@ -28,76 +28,88 @@ from kseq.training.checkpoints.resume import ResumableBackup, TrainingPosition
 from kseq.training.config.warm_start import TRAINED_WEIGHTS, keep_trained
 from kseq.training.loop.cadenced_fit import CadencedFit, Trained
 from kseq.training.loop.stopping import KeepBest
-from kseq.training.progress import batches_trained, parse_cadence
+from kseq.training.progress import Cadence, batches_trained, parse_cadence
 from kseq.training.reporting.decisions import as_metrics
 
 NON_FINITE_HINT = "lower --learning-rate, or clip gradients with --clipnorm"
 
 
-class EpochFit:
-    """Fits for at most `epochs` and `max_minutes` (counting the runs
-    before a resume), keeping the weights of the best evaluation's `monitor`
-    and stopping after `patience` evaluations without a better one (0:
-    never).
+class Fit:
+    """Fits for at most `epochs` and `max_minutes` (counting the runs before
+    a resume), evaluated and saved on a cadence; with a `monitor`, keeps the
+    weights of the best evaluation and stops after `patience` evaluations
+    without a better one (0: never).
 
-    Build the training data from `position` with `epoch_ordered_batches(...,
-    position, ..., epochs=epochs)` or stream it from files
+    Build the training data from `fit.position`: `epoch_ordered_batches(...,
+    position, ..., epochs=epochs)`, a stream from files
     (`kseq.data.streaming.streamed_examples(..., position, epochs=epochs)`,
-    a language model's `kseq.data.streams.streamed_stream_batches`):
-    batches that a resumed run can skip; or give one epoch's batches in a
-    fixed order. A language model's carried state is kept by
-    `CarriedStreams`. Create this object outside `strategy.scope()`.
+    `streamed_pair_dataset`, a language model's
+    `kseq.data.streams.streamed_stream_batches`), or one epoch's batches in
+    a fixed order. A language model's carried state is kept
+    (`CarriedStreams`). Create this object outside `strategy.scope()`.
 
     Args:
         workdir: the model's folder; its backup goes to `<workdir>/backup`.
-        monitor: the validation log key, e.g. "val_loss" or "val_accuracy".
+        eval_every: "epoch" (each data epoch's end), steps ("500"), minutes
+            ("5m"), "auto" (6 in `max_minutes`), or a `Cadence`.
+        save_every: steps between saves, or "epoch": at evaluations only.
+        max_minutes: the training budget, or None.
+        monitor: the validation log key to keep the best of, e.g. "val_loss"
+            or "val_accuracy"; None: the `stopping` callbacks decide.
         mode: "min" (a loss) or "max" (a score).
         patience: evaluations without improvement before stopping.
-        max_minutes: the training budget, or None.
-        eval_every: "epoch" (each data epoch's end), steps ("500") or
-            minutes ("5m") between evaluations.
-        save_every: steps between saves, or "epoch": at evaluations only.
     """
 
-    def __init__(self, workdir, monitor="val_loss", mode="min", patience=0, max_minutes=None, eval_every="epoch",
-                 save_every="epoch"):
+    def __init__(self, workdir: str, eval_every: str | Cadence = "epoch", save_every: int | str = "epoch",
+                 max_minutes: float | None = None, monitor: str | None = None, mode: str = "min",
+                 patience: int = 0) -> None:
         self.workdir, self.backup_dir = workdir, os.path.join(workdir, "backup")
         self.resuming = ResumableBackup.saved_state(self.backup_dir)
         self.position = TrainingPosition()
-        self.best = KeepBest(monitor, os.path.join(workdir, "best"), mode=mode, patience=patience)
-        self.cadence = parse_cadence(eval_every, max_minutes)
+        self.best = monitor and KeepBest(monitor, os.path.join(workdir, "best"), mode=mode, patience=patience)
+        self.cadence = eval_every if isinstance(eval_every, Cadence) else parse_cadence(eval_every, max_minutes)
         self.save_every, self.max_minutes = save_every, max_minutes
+        self.history = None
 
-    def fit(self, model, data, epochs, callbacks=(), verbose=2):
-        """Trains on `data["train"]`, validated on `data["valid"]` at each
-        evaluation, with `callbacks` (logging: they run before the best
-        evaluation is chosen and the backup saves); `verbose` 0 prints no
-        line per evaluation. The model ends with the best evaluation's
-        weights. Returns metrics.json's entries on the training."""
-        train = self._all_epochs(data["train"], epochs)
+    def fit(self, model: keras.Model, train: tf.data.Dataset, valid: tf.data.Dataset, epochs: int,
+            logging: Sequence[keras.callbacks.Callback] = (), stopping: Sequence[keras.callbacks.Callback] = (),
+            batches: str | None = None, verbose: bool = True) -> dict:
+        """Trains on `train`, validated on `valid` at each evaluation, with the
+        chief's `logging` callbacks (scores, curves: they run before the best
+        evaluation is chosen and the backup saves) and `stopping` ones (their
+        state is saved with the backup's). `batches` describes an epoch's
+        batches in the opening line; `verbose` False prints no line per
+        evaluation. With a `monitor` the model ends with the best
+        evaluation's weights. Returns metrics.json's entries on the training;
+        `fit.history` holds keras' history."""
+        train = self._all_epochs(train, epochs)
         per_epoch = self.position.steps_per_epoch  # None for streamed data: it ends when the position says so
         run = CadencedFit(self.workdir, self.position, self.cadence, per_epoch and per_epoch * epochs, per_epoch,
                           self.save_every, self.max_minutes, self.resuming, NON_FINITE_HINT, show=bool(verbose))
         saves = "" if self.save_every == "epoch" else f", saves every {self.save_every} steps"
-        of = f" of {per_epoch} batches" if per_epoch else ""
-        print(f"evaluation and checkpoints {self.cadence}{saves}; at most {epochs} epochs{of}")
+        batches = batches or (per_epoch and f"{per_epoch} batches")
+        print(f"evaluation and checkpoints {self.cadence}{saves}; at most {epochs} epochs"
+              f"{f' of {batches}' if batches else ''}")
         carries = getattr(model, "carry_state", False) and hasattr(model, "carried_state")
         carried = [CarriedStreams(self.position)] if carries else []
-        run.fit(model, train, data["valid"], logging=callbacks, stopping=[self.best, *carried])
+        best = [self.best] if self.best else []
+        self.history = run.fit(model, train, valid, logging=logging, stopping=[*best, *stopping, *carried])
         self.resuming = run.resuming
-        state, report = self.best.state, run.report(model)
+        return {**run.report(model), **self._best_entries(),
+                "resumed_from_epoch": self.resuming["epoch"] if self.resuming else None}
+
+    def _best_entries(self):
+        if not self.best:
+            return {}
+        state = self.best.state
         return {
             **{valid(key): value for key, value in state["best_logs"].items()},
             "best_epoch": state["best_evaluation"] if self.cadence.epoch else None,
             "best_evaluation": state["best_evaluation"],
             "best_step": state["best_step"],
-            "epochs_run": report["epochs_run"],
             "evaluations": state["evaluations"],
             f"{valid(self.best.monitor)}_by_epoch": state["scores"],
-            "steps": report["steps"],
             "stopped_early": state["stopped_early"],
-            "resumed_from_epoch": self.resuming["epoch"] if self.resuming else None,
-            "train_seconds": report["train_seconds"],
         }
 
     def _all_epochs(self, train, epochs):
@@ -111,15 +123,31 @@ class EpochFit:
             return train
         self.position.steps_per_epoch = int(train.cardinality())
         if self.position.steps_per_epoch <= 0:
-            raise ValueError("`data['train']` must have a known, non-zero number of batches (one epoch in a fixed "
-                             "order), or be built with `epoch_ordered_batches`.")
+            raise ValueError("the training data must have a known, non-zero number of batches (one epoch in a "
+                             "fixed order), or be built with `epoch_ordered_batches`.")
         left = tf.data.Dataset.range(epochs).take_while(lambda index: self.position.epoch + index < epochs)
         return left.flat_map(lambda index: train.skip(tf.where(index == 0, self.position.skip, 0)))
 
     def release(self):
-        """Deletes the backup (and `KeepBest`'s emptied folder), once what training produced is written."""
+        """Deletes the backup (and the best weights' emptied folder), once what training produced is written."""
         shutil.rmtree(self.backup_dir, ignore_errors=True)
         shutil.rmtree(os.path.join(self.workdir, "best"), ignore_errors=True)
+
+
+class EpochFit(Fit):
+    """`Fit` under its former name and arguments (monitor first, "val_loss" by
+    default), and its former call: `fit(model, {"train": ..., "valid": ...},
+    epochs, callbacks, verbose)`."""
+
+    def __init__(self, workdir, monitor="val_loss", mode="min", patience=0, max_minutes=None, eval_every="epoch",
+                 save_every="epoch"):
+        super().__init__(workdir, eval_every, save_every, max_minutes, monitor, mode, patience)
+
+    FORMER_ONLY = ("resumed_from_step", "train_step_seconds", "fit_seconds")  # what its result did not hold
+
+    def fit(self, model, data, epochs, callbacks=(), verbose=2):
+        metrics = super().fit(model, data["train"], data["valid"], epochs, logging=callbacks, verbose=verbose)
+        return {key: value for key, value in metrics.items() if key not in self.FORMER_ONLY}
 
 
 class CarriedStreams(keras.callbacks.Callback):
