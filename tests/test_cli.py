@@ -306,14 +306,15 @@ def test_a_closed_pipe_ends_the_command_quietly(exports, tmp_path):
     assert "kseq-generate:" not in err, err  # quiet: no message of its own
 
 
-def test_kseq_train_names_its_tasks_and_refuses_an_unknown_one():
-    listing = subprocess.run([script("kseq-train"), "--help"], capture_output=True, text=True, env=subprocess_env(),
-                             timeout=120)
-    assert listing.returncode == 0 and all(f"- {task}:" in listing.stdout for task in train.TASKS)
-    unknown = subprocess.run([script("kseq-train"), "translation"], capture_output=True, text=True,
-                             env=subprocess_env(), timeout=120)
-    assert unknown.returncode == 2 and "Traceback" not in unknown.stderr
-    assert unknown.stderr.splitlines()[-1] == (
+def test_kseq_train_names_its_tasks_and_refuses_an_unknown_one(capsys):
+    with pytest.raises(SystemExit) as listed:
+        train.main(["--help"])
+    listing = capsys.readouterr().out
+    assert listed.value.code == 0 and all(f"- {task}:" in listing for task in train.TASKS)
+    with pytest.raises(SystemExit) as unknown:
+        train.main(["translation"])
+    assert unknown.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1] == (
         "kseq-train: error: TASK must be one of translate, language_model, classify, generate_reviews, caption, "
         "reverse; got 'translation'")
 
