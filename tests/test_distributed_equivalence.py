@@ -219,3 +219,38 @@ def test_clipping_under_two_replicas_matches_one_device(clip, fixed):
     if not np.allclose(results[0], [-0.6, -0.8]):  # not an AssertionError: no xfail
         raise RuntimeError(f"one device should clip (3, 4) to (0.6, 0.8); got {results[0]}")
     np.testing.assert_allclose(results[1], results[0], atol=1e-6)
+
+
+@pytest.mark.parametrize("split", [0, 2], ids=["an empty shard", "shards of 2 and 3"])
+def test_a_classifiers_loss_is_the_global_mean_over_texts_however_the_rows_split(split):
+    """The classifier's loss (pad_id=None: class 0 counts) on replica shards
+    of rows [0, split) and [split, 5): the replicas' gradients add up to one
+    device's keras sparse cross-entropy gradient, and their values to its
+    loss, as when a worker whose share of the lines ended trains on empty
+    batches. Each replica's own mean would halve the empty shard's case."""
+    rng = np.random.default_rng(0)
+    features, labels = rng.normal(size=(5, 3)).astype("float32"), np.array([0, 2, 1, 0, 2], "int32")
+    start = rng.normal(size=(3, 4)).astype("float32")
+
+    def loss_and_gradient(loss, weights, rows):
+        with tf.GradientTape() as tape:
+            value = loss(tf.gather(labels, rows), tf.matmul(tf.gather(features, rows), weights))
+        return value, tape.gradient(value, weights)
+
+    weights = tf.Variable(start)
+    expected = loss_and_gradient(keras.losses.SparseCategoricalCrossentropy(from_logits=True), weights,
+                                 tf.range(5))
+    strategy = tf.distribute.MirroredStrategy(DEVICES)
+    with strategy.scope():
+        mirrored = tf.Variable(start)
+
+    def replica_step():
+        first = tf.equal(tf.distribute.get_replica_context().replica_id_in_sync_group, 0)
+        rows = tf.where(first, tf.range(5) < split, tf.range(5) >= split)
+        return loss_and_gradient(MaskedSparseCategoricalCrossentropy(pad_id=None), mirrored,
+                                 tf.where(rows)[:, 0])
+
+    values, gradients = tf.function(lambda: strategy.run(replica_step))()
+    np.testing.assert_allclose(sum(strategy.experimental_local_results(values)), expected[0], rtol=1e-6)
+    np.testing.assert_allclose(sum(strategy.experimental_local_results(gradients)), expected[1], rtol=1e-5,
+                               atol=1e-7)

@@ -99,6 +99,19 @@ def test_loss_sample_weights_and_empty_batch(batch):
     assert float(loss(np.zeros((2, 4), "int32"), logits)) == 0.0
 
 
+def test_a_classifiers_loss_counts_every_class_id_and_weighs_rows():
+    """pad_id=None: (B,) class ids, 0 among them, against (B, C) logits:
+    keras' sparse cross-entropy, with (B,) sample weights too."""
+    rng = np.random.default_rng(1)
+    labels, logits = np.array([0, 3, 0, 1], "int32"), rng.normal(size=(4, 5)).astype("float32")
+    weights = np.array([1.0, 0.0, 2.0, 1.0], "float32")
+    loss, reference = MaskedSparseCategoricalCrossentropy(pad_id=None), keras.losses.SparseCategoricalCrossentropy(
+        from_logits=True, reduction="sum")
+    assert_close(loss(labels, logits), reference(labels, logits) / 4)
+    assert_close(loss(labels, logits, sample_weight=weights), reference(labels, logits, weights) / weights.sum())
+    assert float(loss(labels[:0], logits[:0])) == 0.0
+
+
 def test_loss_round_trip_and_bad_smoothing():
     loss = MaskedSparseCategoricalCrossentropy(label_smoothing=0.1)
     clone = keras.losses.deserialize(keras.losses.serialize(loss))

@@ -92,7 +92,8 @@ def streamed_pair_dataset(
         seed: the shuffle seed.
         epochs: epochs in all (a resumed run starts at `position.epoch`).
         shard: (workers, this worker's index): each takes every workers-th
-            line, so no worker tokenizes another's data.
+            training line (held-out lines skipped), so no worker tokenizes
+            another's data and the shares differ by a line at most.
 
     Returns:
         A tf.data.Dataset of batches (its length unknown).
@@ -167,9 +168,15 @@ def streamed_examples(scan, position, examples, batch_count, batches, shuffle_bu
             lambda k, chunk: (offsets[file] + k * CHUNK_LINES + tf.range(tf.size(chunk, tf.int64)), chunk))
 
     def chunk_examples(numbers, lines):  # this worker's training examples of a chunk
-        mine = tf.equal(numbers % shards, worker)
+        training = numbers
         if hold_out is not None:
-            mine &= ~(tf.equal(numbers % hold_out.every, 0) & (numbers < hold_out.below))
+            held = tf.equal(numbers % hold_out.every, 0) & (numbers < hold_out.below)
+            # Workers take turns over the training lines, not all lines: held-out
+            # lines (every `every`-th) would otherwise all come from one worker's turns.
+            training = numbers - (tf.minimum(numbers, hold_out.below) + hold_out.every - 1) // hold_out.every
+        mine = tf.equal(training % shards, worker)
+        if hold_out is not None:
+            mine &= ~held
         return tuple(examples(tf.boolean_mask(lines, mine)))
 
     def merged(*chunks):  # a window's chunks as one tensor per part

@@ -202,13 +202,13 @@ class RNNLanguageModel(Generator, KseqModel):
         if not any(getattr(callback, "resets_train_streams", False) for callback in callbacks):
             callbacks.insert(0, keras.callbacks.LambdaCallback(
                 on_epoch_begin=lambda epoch, logs=None: self.reset_streams("train")))
-        with self.streaming("train", _stream_count(x)):
+        with self.streaming("train", _stream_count(x, self.distribute_strategy)):
             return super().fit(x, y, *args, callbacks=callbacks, **kwargs)
 
     def evaluate(self, x=None, y=None, *args, **kwargs):
         if not self.carry_state:
             return super().evaluate(x, y, *args, **kwargs)
-        with self.streaming("eval", _stream_count(x)):
+        with self.streaming("eval", _stream_count(x, self.distribute_strategy)):
             self.reset_streams("eval")
             return super().evaluate(x, y, *args, **kwargs)
 
@@ -286,19 +286,21 @@ class _Streams:
                 variable.assign(tf.cast(value, variable.dtype))
 
 
-def _stream_count(data):
-    """The fixed number of streams B in a dataset's batches."""
-    if not isinstance(data, tf.data.Dataset):
+def _stream_count(data, strategy):
+    """The fixed number of streams B in a dataset's batches: over all
+    replicas for a distributed dataset (whose elements are a replica's)."""
+    distributed = isinstance(data, tf.distribute.DistributedDataset)
+    if not (distributed or isinstance(data, tf.data.Dataset)):
         raise ValueError(
             "A language model with `carry_state=True` trains and evaluates on a "
             "tf.data.Dataset of stream batches (kseq.data.stream_batches); got "
             f"{type(data).__name__}. Use carry_state=False for independent sequences."
         )
-    spec = tf.nest.flatten(data.element_spec)[0]
+    spec = tf.nest.flatten(data.element_spec, expand_composites=distributed)[0]
     batch = spec.shape[0] if spec.shape.rank else None
     if batch is None:
         raise ValueError(
             "Truncated BPTT needs the same number of streams in every batch (a static "
             "batch dimension); build the dataset with kseq.data.stream_batches."
         )
-    return batch
+    return batch * strategy.num_replicas_in_sync if distributed else batch

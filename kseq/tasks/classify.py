@@ -45,7 +45,7 @@ from kseq.training.config import (
     option,
 )
 from kseq.training.config import options as opts
-from kseq.training.devices import decide_jit_compile, distribute_batches
+from kseq.training.devices import decide_jit_compile, share_per_worker, worker_batches
 from kseq.training.loop import Fit, Trained, train_once
 from kseq.training.reporting import as_hparams, write_hparams
 
@@ -167,13 +167,15 @@ def train_dataset(corpus, names, tokenizer, options, position, strategy):
     """Padded batches of the training texts streamed from their files, every
     epoch's (each window shuffled whole by its epoch and place; see
     `kseq.data.labelled_texts`), from `position`. Under multiworker each
-    worker reads the same batches and keeps its replicas' rows."""
+    worker reads its own share of the lines, in batches of its share of
+    --batch-size."""
     def examples(texts, class_ids):
         return tokenizer.tokenize(texts)[:, : options.max_length], class_ids
 
-    train = labelled_dataset(corpus, names, position, examples, *padded_batches(options.batch_size),
-                             shuffle_buffer=options.shuffle_buffer, seed=options.seed, epochs=options.epochs)
-    return distribute_batches(strategy, train) if options.strategy == "multiworker" else train
+    batch_size = share_per_worker("--batch-size", options.batch_size, strategy)
+    return worker_batches(strategy, lambda shard: labelled_dataset(
+        corpus, names, position, examples, *padded_batches(batch_size), shuffle_buffer=options.shuffle_buffer,
+        seed=options.seed, epochs=options.epochs, shard=shard))
 
 
 def make_dataset(texts, labels, tokenizer, options):
@@ -196,7 +198,7 @@ def build_model(options, vocab_size, num_classes, precision="float32", jit_compi
     model.build()
     return recipe.compile_model(
         model, kseq.optimizers.FusedAdam(options.learning_rate, global_clipnorm=options.clipnorm),
-        keras.losses.SparseCategoricalCrossentropy(from_logits=True), ["accuracy"], jit_compile=jit_compile,
+        kseq.losses.MaskedSparseCategoricalCrossentropy(pad_id=None), ["accuracy"], jit_compile=jit_compile,
         accumulate=options.accumulate, init_from=options.init_from,
     )
 
@@ -215,6 +217,7 @@ def train(options, run, datasets, build, fit, xla):
         write_hparams(options.logdir, options.as_hparams() | as_hparams(decisions))
     tensorboard = keras.callbacks.TensorBoard(options.logdir, profile_batch=options.profile_batch)
     metrics = fit.fit(model, datasets["train"], datasets["valid"], options.epochs, [tensorboard])
+    print(f"this worker read {fit.position.pairs_read():,} training texts from the files")
     model.save(os.path.join(options.logdir, "model.keras"))  # the best epoch's weights
     return Trained(model, decisions, metrics)
 

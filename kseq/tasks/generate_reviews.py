@@ -63,7 +63,7 @@ from kseq.training.config import (
     option,
 )
 from kseq.training.config import options as opts
-from kseq.training.devices import decide_jit_compile, distribute_batches
+from kseq.training.devices import decide_jit_compile, share_per_worker, worker_batches
 from kseq.training.loop import Fit, GenerationMonitor, Trained, counted, train_once
 from kseq.training.reporting import as_hparams, write_hparams
 
@@ -219,23 +219,25 @@ def agreement(predicted, wanted, names):
 def make_datasets(options, data, names, tokenizer, position, strategy):
     """{split: batches}: the training snippets streamed from their files for
     every epoch from `position` (see `kseq.data.labelled_texts`; under
-    multiworker each worker reads the same batches and keeps its replicas'
-    rows), the others from their lists, in order."""
+    multiworker each worker reads its own share of the lines, in batches
+    of its share of --batch-size), the others from their lists, in order."""
+    batch_size = share_per_worker("--batch-size", options.batch_size, strategy)
+
     def examples(texts, class_ids):
         pieces = tokenizer.tokenize(texts)
         keep = pieces.row_lengths() < options.max_length
         return (tf.boolean_mask(class_ids, keep), *add_specials(tf.ragged.boolean_mask(pieces, keep)))
 
     def batch_count(window):
-        return count_batches(window[2].row_lengths(), BUCKETS, [options.batch_size] * (len(BUCKETS) + 1))
+        return count_batches(window[2].row_lengths(), BUCKETS, [batch_size] * (len(BUCKETS) + 1))
 
     def batches(window, order):
         class_ids, target_in, target_out = (tf.gather(part, order) for part in window)
-        return bucketed(tf.data.Dataset.from_tensor_slices(((class_ids, target_in), target_out)), options)
+        return bucketed(tf.data.Dataset.from_tensor_slices(((class_ids, target_in), target_out)), batch_size)
 
-    train = labelled_dataset(data["train"], names, position, examples, batch_count, batches,
-                             shuffle_buffer=options.shuffle_buffer, seed=options.seed, epochs=options.epochs)
-    datasets = {"train": distribute_batches(strategy, train) if options.strategy == "multiworker" else train}
+    datasets = {"train": worker_batches(strategy, lambda shard: labelled_dataset(
+        data["train"], names, position, examples, batch_count, batches, shuffle_buffer=options.shuffle_buffer,
+        seed=options.seed, epochs=options.epochs, shard=shard))}
     within = np.mean(tokenizer.tokenize(data["train"].sample[0]).row_lengths().numpy() < options.max_length)
     print(f"train: {data['train'].pairs:,} snippets, {within:.1%} within {options.max_length} pieces (those "
           "in the vocabulary's sample); longer ones are left out")
@@ -255,16 +257,16 @@ def make_dataset(texts, class_ids, tokenizer, options):
     target_in, target_out = add_specials(tf.ragged.boolean_mask(pieces, keep))
     examples = tf.data.Dataset.from_tensor_slices(
         ((tf.constant(np.asarray(class_ids, np.int32)[keep]), target_in), target_out))
-    return counted(bucketed(examples, options).prefetch(tf.data.AUTOTUNE)), int(keep.sum())
+    return counted(bucketed(examples, options.batch_size).prefetch(tf.data.AUTOTUNE)), int(keep.sum())
 
 
-def bucketed(examples, options):
-    """Batches of `options.batch_size` examples of similar length (cut at
+def bucketed(examples, batch_size):
+    """Batches of `batch_size` examples of similar length (cut at
     `BUCKETS`), each padded to its longest."""
     # Rows of a ragged tensor come out ragged; padded_batch needs them dense.
     dense = examples.map(lambda inputs, labels: ((inputs[0], tf.identity(inputs[1])), tf.identity(labels)))
     return dense.bucket_by_sequence_length(
-        lambda inputs, labels: tf.shape(labels)[0], BUCKETS, [options.batch_size] * (len(BUCKETS) + 1))
+        lambda inputs, labels: tf.shape(labels)[0], BUCKETS, [batch_size] * (len(BUCKETS) + 1))
 
 
 def build_model(options, vocab_size, num_classes, precision="float32", jit_compile=False):
@@ -315,6 +317,7 @@ def train(options, run, datasets, tokenizer, names, xla, build, fit):
                                 logdir=options.logdir, samples=len(shown))
     tensorboard = keras.callbacks.TensorBoard(options.logdir, profile_batch=options.profile_batch)
     metrics = fit.fit(model, datasets["train"], datasets["valid"], options.epochs, [tensorboard, monitor])
+    print(f"this worker read {fit.position.pairs_read():,} training texts from the files")
     model.save(os.path.join(options.logdir, "model.keras"))  # the best epoch's weights
     test = model.evaluate(datasets["test"], verbose=0, return_dict=True)
     print(f"test perplexity {test['perplexity']:.2f}")

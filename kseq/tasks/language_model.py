@@ -51,7 +51,7 @@ from kseq.training.config import (
     option,
 )
 from kseq.training.config import options as opts
-from kseq.training.devices import decide_jit_compile, distribute_batches
+from kseq.training.devices import decide_jit_compile, share_per_worker, worker_batches
 from kseq.training.loop import Fit, GenerationMonitor, Trained, train_once
 from kseq.training.reporting import as_hparams, write_hparams
 
@@ -164,7 +164,8 @@ def load_texts(options):
 def make_streams(options, texts, tokenizer, strategy):
     """{split: batches of parallel token streams} of the held-out splits,
     and "train": `position -> the training streams` (from their files, every
-    epoch's; each replica gets the same rows of every batch)."""
+    epoch's; under multiworker each worker its own share of the lines, cut
+    into its share of the streams)."""
     streams = {}
     for split in ("valid", "test"):
         tokens = join_documents(tokenizer.tokenize(texts[split]))
@@ -177,10 +178,13 @@ def make_streams(options, texts, tokenizer, strategy):
     print(f"train: {options.batch_size} streams read {options.bptt} tokens at a time, "
           f"{'one window' if windows == 1 else f'{windows:,} windows of {options.window_lines:,} lines'} an epoch")
 
+    # Under multiworker each worker cuts its own share of the lines into its share of the streams.
+    streams_here = share_per_worker("--batch-size", options.batch_size, strategy)
+
     def train(position):
-        batches = streamed_stream_batches(corpus, tokenizer, position, options.batch_size, options.bptt,
-                                          window_lines=options.window_lines, epochs=options.epochs)
-        return distribute_batches(strategy, batches) if options.strategy == "multiworker" else batches
+        return worker_batches(strategy, lambda shard: streamed_stream_batches(
+            corpus, tokenizer, position, streams_here, options.bptt, window_lines=options.window_lines,
+            epochs=options.epochs, shard=shard), filler_rows=streams_here)
 
     streams["train"] = train
     return streams
@@ -248,6 +252,7 @@ def fit_one(name, options, run, streams, tokenizer, xla, build, fit):
     logging = [keras.callbacks.TensorBoard(logdir, profile_batch=options.profile_batch),
                GenerationMonitor(options.prompts, None, continuer, {}, logdir=logdir)]
     metrics = fit.fit(model, streams["train"](fit.position), streams["valid"], options.epochs, logging)
+    print(f"{name}: this worker read {fit.position.pairs_read():,} training tokens from the files")
     model.save(os.path.join(logdir, "model.keras"))  # the best epoch's weights
     test = model.evaluate(streams["test"], verbose=0, return_dict=True)
     print(f"{name}: test perplexity {test['perplexity']:.2f}")

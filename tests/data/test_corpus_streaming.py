@@ -170,6 +170,17 @@ def test_workers_stream_disjoint_halves_of_the_lines(tmp_path):
     assert len(set(shares[0]) | set(shares[1])) == len(sources)
 
 
+def test_workers_share_the_training_lines_evenly_when_every_tenth_line_validates(tmp_path):
+    """Held-out lines (0, 10, 20, ...) are all even: workers taking every
+    other line by number would get 3 of every 8 and 5 of every 8 of the rest."""
+    sources = words(400)
+    path = write(tmp_path / "p.tsv", pair_lines(sources))
+    scan = scan_corpus([path], hold_out=HoldOut(every=10, limit=40), cache_dir=tmp_path)
+    shares = [rows(stream(scan, shard=(2, worker), max_length=24)[0]) for worker in (0, 1)]
+    assert len(shares[0]) == len(shares[1]) == 180
+    assert not set(shares[0]) & set(shares[1]) and len(set(shares[0]) | set(shares[1])) == 360
+
+
 def test_held_out_lines_never_train(tmp_path):
     sources = words(500)
     path = write(tmp_path / "p.tsv", pair_lines(sources))

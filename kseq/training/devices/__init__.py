@@ -5,7 +5,9 @@ from kseq.training.devices.distribution import (
     distribute_batches,
     distribute_worker_batches,
     make_strategy,
+    share_per_worker,
     weights_fingerprint,
+    worker_batches,
     workers,
 )
 from kseq.training.devices.precision import device_class, resolve_precision
@@ -25,7 +27,9 @@ __all__ = [
     "distribute_worker_batches",
     "make_strategy",
     "resolve_precision",
+    "share_per_worker",
     "tune_cpu_runtime",
     "weights_fingerprint",
+    "worker_batches",
     "workers",
 ]

@@ -15,10 +15,12 @@ from kseq._compat import (
     fix_keras_multi_worker_logs,
 )
 from kseq._validation import check_choice
+from kseq.special_ids import PAD_ID
 
 __all__ = [
     "STRATEGIES", "WorkersAgree", "clip_after_all_reduce", "distribute_batches", "distribute_worker_batches",
-    "fix_keras_multi_worker_logs", "is_chief", "make_strategy", "task", "weights_fingerprint", "workers",
+    "fix_keras_multi_worker_logs", "is_chief", "make_strategy", "share_per_worker", "task", "weights_fingerprint",
+    "worker_batches", "workers",
 ]
 
 STRATEGIES = ("default", "mirrored", "multiworker")
@@ -81,7 +83,7 @@ def distribute_batches(strategy, dataset):
     return strategy.distribute_datasets_from_function(worker_dataset)
 
 
-def distribute_worker_batches(strategy, make):
+def distribute_worker_batches(strategy, make, filler_rows=0):
     """A distributed dataset in which every worker reads its own data:
     `make((workers, index))` builds this worker's dataset (e.g.
     `kseq.data.streaming.streamed_pair_dataset(..., shard=...)`), whose
@@ -89,14 +91,17 @@ def distribute_worker_batches(strategy, make):
 
     Workers' shares make different numbers of batches, and collectives
     need every worker to step together: after its share a worker yields
-    empty batches, which add nothing to kseq's losses (they divide by the
-    global count of real tokens), until `WorkersAgree` ends training once
-    every share is done.
+    filler batches, `filler_rows` rows (0: empty) of one PAD position each,
+    which add nothing to kseq's losses (they divide by the global count of
+    real tokens), until `WorkersAgree` ends training once every share is
+    done. A model that carries its state from batch to batch needs its
+    batch's rows: pass them as `filler_rows`.
     """
     def worker_dataset(context):
         dataset = make((context.num_input_pipelines, context.input_pipeline_id))
-        empty = tf.nest.map_structure(lambda spec: tf.zeros([0] + [1] * (spec.shape.rank - 1), spec.dtype),
-                                      dataset.element_spec)
+        empty = tf.nest.map_structure(
+            lambda spec: tf.fill([filler_rows] + [1] * (spec.shape.rank - 1), tf.constant(PAD_ID, spec.dtype)),
+            dataset.element_spec)
         dataset = dataset.concatenate(tf.data.Dataset.from_tensors(empty).repeat())
         local = context.num_replicas_in_sync // context.num_input_pipelines
         if local > 1:
@@ -104,6 +109,26 @@ def distribute_worker_batches(strategy, make):
         return dataset.with_options(_unsharded())
 
     return strategy.distribute_datasets_from_function(worker_dataset)
+
+
+def worker_batches(strategy, make, filler_rows=0):
+    """This process's training batches: under a MultiWorkerMirroredStrategy
+    each worker reads its own share, `make((workers, index))`, through
+    `distribute_worker_batches` (and its `filler_rows`); otherwise
+    `make((1, 0))`, whose batches keras splits among the local replicas."""
+    if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+        return distribute_worker_batches(strategy, make, filler_rows)
+    return make((1, 0))
+
+
+def share_per_worker(flag, value, strategy):
+    """Each worker's share of a batch-size option (`value` examples or
+    tokens a global batch), which every worker's own batches then hold;
+    the option's `flag` is named when there are more workers than that."""
+    count = workers(strategy)
+    if value < count:
+        raise SystemExit(f"{flag} {value} shared by {count} workers leaves some none: raise it to {count} or more")
+    return value // count
 
 
 def _split_rows(dataset, first, local, replicas):

@@ -19,11 +19,15 @@ def token_log_probs(y_true, logits):
 
 
 def token_weights(y_true, sample_weight=None, pad_id=PAD_ID):
-    """(B, T) float32 weights: 0 at PAD labels, times (B,) or (B, T) sample weights."""
-    weights = ops.cast(ops.not_equal(ops.cast(y_true, "int32"), pad_id), "float32")
+    """(B, T) float32 weights: 0 at PAD labels (none with `pad_id` None),
+    times (B,) or (B, T) sample weights; (B,) labels get (B,) weights."""
+    if pad_id is None:
+        weights = ops.ones_like(y_true, "float32")
+    else:
+        weights = ops.cast(ops.not_equal(ops.cast(y_true, "int32"), pad_id), "float32")
     if sample_weight is not None:
         sample_weight = ops.cast(sample_weight, "float32")
-        if len(sample_weight.shape) == 1:
+        if len(sample_weight.shape) < len(weights.shape):
             sample_weight = ops.expand_dims(sample_weight, -1)
         weights = weights * sample_weight
     return weights
@@ -84,11 +88,12 @@ class MaskedSparseCategoricalCrossentropy(keras.losses.Loss):
 
     Args:
         label_smoothing: e in [0, 1). Defaults to 0.
-        pad_id: label id to ignore. Defaults to kseq.PAD_ID (0).
+        pad_id: label id to ignore. Defaults to kseq.PAD_ID (0); None: every
+            label counts (a classifier's class ids, where 0 is a class).
 
     Call arguments:
-        y_true: (B, T) int labels.
-        y_pred: (B, T, V) logits.
+        y_true: (B, T) int labels, or (B,) (one label a row, e.g. a class).
+        y_pred: (B, T, V) logits, or (B, V).
         sample_weight: optional (B,) or (B, T) weights.
 
     Returns:
