@@ -19,7 +19,7 @@ import keras
 import pytest
 import tensorflow as tf
 
-from kseq.cli import classify, generate, generate_from_label, servable, train, translate
+from kseq.cli import classify, command, generate, generate_from_label, servable, train, translate
 from kseq.data import CharacterTokenizer
 from kseq.decoding import BeamSearch, GreedySearch, Limits
 from kseq.export import export_classifier, export_conditioned_generator, export_language_model, export_translator
@@ -89,13 +89,38 @@ def run(module, tmp_path, argv, data=RAW):
     return target.read_text(encoding="utf-8").split("\n")[:-1]
 
 
-@pytest.mark.parametrize("batch_size", ["1", "4", "32"])
+@pytest.mark.parametrize("batch_size", [["1"], ["4"], ["32"], ["4", "--no-sort"]], ids=" ".join)
 def test_translations_are_the_signatures_line_for_line_in_any_batch_size(exports, tmp_path, batch_size):
-    """Each batch size gives the answers of one call on all lines, so all sizes give the same."""
-    out = run(translate, tmp_path, ["--model", exports["translate"], "--batch-size", batch_size])
+    """Each batch size, lines sorted by length or not, gives the answers of
+    one call on all lines, so all give the same, in input order."""
+    out = run(translate, tmp_path, ["--model", exports["translate"], "--batch-size", *batch_size])
     expected = served(exports["translate"] + "/1", source=LINES)
     assert out == blanked([[text] for text in texts(expected["translation"])])
     assert len(out) == len(LINES) and any(out)
+
+
+@pytest.mark.parametrize("no_sort", [False, True], ids=["sorted", "--no-sort"])
+def test_a_window_of_lines_is_batched_by_length_and_answered_in_input_order(tmp_path, capsys, no_sort):
+    lengths = [7, 2, 9, 0, 1, 5, 3, 8, 4, 6]  # 0: a blank line, answered without a call
+    (tmp_path / "in.txt").write_text("".join("x" * n + "\n" for n in lengths), encoding="utf-8")
+    calls = []
+
+    def answer(requests):
+        calls.append([len(request) for request in requests])
+        return [[str(len(request))] for request in requests]
+
+    args = command.parser("kseq-test", "", "texts").parse_args(
+        ["--model", "m", "--input", str(tmp_path / "in.txt"), "--batch-size", "3", *(["--no-sort"] if no_sort else [])])
+    command.serve(args, answer)
+    assert capsys.readouterr().out.split("\n")[:-1] == [str(n) if n else "" for n in lengths]
+    # --no-sort: batches of 3 input lines, blank ones left out; sorted: 3 real lines of like length a batch.
+    assert calls == ([[7, 2, 9], [1, 5], [3, 8, 4], [6]] if no_sort else [[1, 2, 3], [4, 5, 6], [7, 8, 9]])
+
+
+def test_a_refused_batch_names_its_lines_consecutive_or_not():
+    assert command.named_lines([5, 3, 4]) == "lines 3-5"
+    assert command.named_lines([9, 2, 40]) == "lines 2, 9, 40"
+    assert command.named_lines(list(range(1, 20, 2))) == "lines 1, 3, 5, 7, 9 and 5 more"
 
 
 def test_scores_and_n_best_formats(exports, tmp_path):
@@ -215,6 +240,9 @@ def test_usage_errors_exit_2_naming_the_option(exports, tmp_path, capsys, name, 
 FAILURES = [
     ("kseq-translate", [], b"keras\nseq\n\xff\xfe\nzz\n", r"in.txt line 3 is not UTF-8 \(byte 1: invalid start byte\)"),
     ("kseq-generate-from-label", ["--batch-size", "4"], b"positive\n\nneutral\nnegative\nbad\n",
+     r"in.txt line 3: `label` must be one of: negative, positive; unknown labels: neutral$"),
+    # Sorted by length, line 5 ("bad") is asked before line 3: the first bad line is still the one named.
+    ("kseq-generate-from-label", ["--batch-size", "1"], b"positive\n\nneutral\nnegative\nbad\n",
      r"in.txt line 3: `label` must be one of: negative, positive; unknown labels: neutral$"),
     ("kseq-translate", ["--score-pairs"], b"a\tb\nab\n", r"in.txt line 2: --score-pairs takes source<TAB>target "
                                                           r"lines; this one has no tab"),

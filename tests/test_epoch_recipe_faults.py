@@ -144,7 +144,7 @@ def uninterrupted(tmp_path_factory):
     return get
 
 
-@pytest.mark.slow  # the SIGTERM test below resumes reverse from an epoch's save in the default suite
+@pytest.mark.slow  # test_fault_tolerance.py and training/test_consistent_save.py resume killed fits by default
 @pytest.mark.parametrize("name", RUNS)
 def test_a_recipe_killed_mid_training_resumes_from_its_last_epoch(name, uninterrupted, tmp_path):
     """SIGKILL once the first epoch is saved: the restart resumes there and
@@ -199,6 +199,7 @@ def test_a_recipe_killed_after_training_trains_nothing_again(name, uninterrupted
     assert all(listed == ["1"] for listed in versions(tmp_path / "export"))
 
 
+@pytest.mark.slow  # every task's Fit saves on SIGTERM: test_translate_faults.py's SIGTERM test runs by default
 def test_sigterm_mid_epoch_exits_with_the_preemption_code_and_the_epoch_runs_again(uninterrupted, tmp_path):
     """SIGTERM once the first epoch is saved: the run exits at once with
     PREEMPTED_EXIT_CODE, keeping that save (its data cannot resume

@@ -8,6 +8,11 @@ import sys
 from kseq.cli import lines, servable
 from kseq.cli.errors import Failure, UsageError
 
+# Lines read at a time, in batches: sorted by length, a window's batches
+# pad their lines to similar lengths; more batches sort better and hold
+# back the first answers longer.
+WINDOW_BATCHES = 64
+
 
 def parser(prog, description, what, epilog=None):
     """The options every command takes; `what` names what one input line holds."""
@@ -22,6 +27,10 @@ def parser(prog, description, what, epilog=None):
                                 "left as it was (default, or -: stdout)")
     arguments.add_argument("--batch-size", type=positive, default=32, metavar="N",
                            help="lines a call of the export (default: 32; 1 when stdin is a terminal)")
+    arguments.add_argument("--no-sort", action="store_true",
+                           help=f"call the export on lines in their order; by default {WINDOW_BATCHES} batches' "
+                                "lines are read at a time and batched by length (less padding), the answers "
+                                "written in input order")
     return arguments
 
 
@@ -81,18 +90,32 @@ def load(args, inputs, command):
 
 
 def serve(args, answer, width=1, parse=None):
-    """Streams --input to --output: each batch's non-blank lines go to
-    `answer` (a list of requests -> a list with, for each, its `width`
-    output lines); a blank line (whitespace only: the exports read it as
+    """Streams --input to --output: the non-blank lines of each window of
+    `WINDOW_BATCHES` batches, sorted by length (unless --no-sort), go to
+    `answer` a batch at a time (a list of requests -> a list with, for
+    each, its `width` output lines), and the window's answers are written
+    in input order; a blank line (whitespace only: the exports read it as
     empty) gets `width` blank lines without a call. `parse(text)` turns a
     line into a request, raising ValueError with the reason it cannot."""
     size = 1 if lines.interactive(args.input) else args.batch_size
+    window = size if size == 1 or args.no_sort else size * WINDOW_BATCHES
     with lines.output_stream(args.output) as stream:
-        for batch in lines.batches(lines.read_lines(args.input), size):
-            requests = [(number, parsed(args.input, number, text, parse)) for number, text in batch if text.strip()]
-            answers = iter(answered(args.input, requests, answer))
-            lines.write_lines(stream, [out for _, text in batch
-                                       for out in (next(answers) if text.strip() else [""] * width)])
+        for chunk in lines.batches(lines.read_lines(args.input), window):
+            requests = [(number, text, parsed(args.input, number, text, parse))
+                        for number, text in chunk if text.strip()]
+            if not args.no_sort:
+                requests.sort(key=lambda request: len(request[1]))  # stable: equal lengths keep their order
+            answers, failures = {}, []
+            for start in range(0, len(requests), size):
+                batch = [(number, request) for number, _, request in requests[start:start + size]]
+                try:
+                    answers.update(zip((number for number, _ in batch), answered(args.input, batch, answer)))
+                except Failure as failure:  # sorted batches: the window's first bad line is named
+                    failures.append(failure)
+            if failures:
+                raise min(failures, key=lambda failure: failure.line)
+            lines.write_lines(stream, [out for number, text in chunk
+                                       for out in (answers[number] if text.strip() else [""] * width)])
 
 
 def parsed(path, number, text, parse):
@@ -117,14 +140,25 @@ def answered(path, requests, answer):
     except tf.errors.InvalidArgumentError as error:
         if len(requests) == 1:
             raise Failure(f"{lines.input_name(path)} line {requests[0][0]}: "
-                          f"{servable.graph_error(error.message)}") from None
-        for one in requests:
+                          f"{servable.graph_error(error.message)}", line=requests[0][0]) from None
+        for one in sorted(requests, key=lambda request: request[0]):  # the first bad line is named
             answered(path, [one], answer)
         refused = error
     except tf.errors.OpError as error:  # out of memory, ...: the batch, not a line
         refused = error
-    raise Failure(f"{lines.input_name(path)} lines {requests[0][0]}-{requests[-1][0]}: "
-                  f"{servable.graph_error(refused.message)}")
+    numbers = [number for number, _ in requests]
+    raise Failure(f"{lines.input_name(path)} {named_lines(numbers)}: {servable.graph_error(refused.message)}",
+                  line=min(numbers))
+
+
+def named_lines(numbers):
+    """"lines 3-9" for consecutive line numbers, else "lines 3, 17, 40" (at
+    most 5 named): a batch of lines sorted by length is rarely consecutive."""
+    numbers = sorted(numbers)
+    if numbers == list(range(numbers[0], numbers[-1] + 1)):
+        return f"lines {numbers[0]}-{numbers[-1]}"
+    more = f" and {len(numbers) - 5} more" if len(numbers) > 5 else ""
+    return "lines " + ", ".join(map(str, numbers[:5])) + more
 
 
 def number(value):

@@ -10,4 +10,9 @@ class UsageError(Exception):
 class Failure(Exception):
     """The input or the run fails (a line that is not UTF-8, an unknown
     label, a model that cannot load): one line naming the file and the
-    line, exit 1, as the recipes' SystemExit messages."""
+    line, exit 1, as the recipes' SystemExit messages. `line`: the first
+    input line it names, if any."""
+
+    def __init__(self, message, line=None):
+        super().__init__(message)
+        self.line = line
