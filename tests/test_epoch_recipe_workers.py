@@ -5,25 +5,15 @@ chief's results written."""
 
 import json
 import re
-import socket
 import subprocess
 
 import pytest
 
 from support import subprocess_env
 from test_epoch_recipe_faults import command, read_json
+from test_translate_faults import free_ports
 
 pytestmark = pytest.mark.long
-
-
-def free_ports(count):
-    sockets = [socket.socket() for _ in range(count)]
-    for s in sockets:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in sockets]
-    for s in sockets:
-        s.close()
-    return ports
 
 
 def run_workers(argv):
