@@ -97,8 +97,9 @@ def serve(args, answer, width=1, parse=None):
     in input order; a blank line (whitespace only: the exports read it as
     empty) gets `width` blank lines without a call. `parse(text)` turns a
     line into a request, raising ValueError with the reason it cannot."""
-    size = 1 if lines.interactive(args.input) else args.batch_size
-    window = size if size == 1 or args.no_sort else size * WINDOW_BATCHES
+    interactive = lines.interactive(args.input)  # each line answered as it is typed
+    size = 1 if interactive else args.batch_size
+    window = size if interactive or args.no_sort else size * WINDOW_BATCHES
     with lines.output_stream(args.output) as stream:
         for chunk in lines.batches(lines.read_lines(args.input), window):
             requests = [(number, text, parsed(args.input, number, text, parse))
