@@ -44,8 +44,8 @@ from kseq.training.devices import (
     decide_for_recipe,
     device_class,
     distribute_batches,
-    distribute_worker_batches,
     weights_fingerprint,
+    worker_batches,
     workers,
 )
 from kseq.training.loop import (
@@ -252,10 +252,9 @@ def pipelines(options, data, tokenizer, xla, strategy, position):
 
     valid, valid_report = bucketed_pair_dataset(*data["valid"], tokenizer, tokenizer, shuffle=False,
                                                 token_budget=options.token_budget, **shapes)
+    train = worker_batches(strategy, train_shard)
     if options.strategy == "multiworker":
-        train, valid = distribute_worker_batches(strategy, train_shard), distribute_batches(strategy, valid)
-    else:
-        train = train_shard((1, 0))
+        valid = distribute_batches(strategy, valid)
     report = estimate_epoch(data["train"], tokenizer, tokenizer, token_budget=options.token_budget,
                             shuffle_buffer=options.shuffle_buffer, **shapes)
     print(f"train pipeline: {report}\nvalid pipeline: {valid_report}")
