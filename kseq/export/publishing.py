@@ -68,31 +68,33 @@ def write_servable(export_dir, endpoints, resources, version=None, assets=None, 
         archive.track(resource)
     for name, (function, signature) in endpoints.items():
         archive.add_endpoint(name, function, input_signature=signature)
+
+    def write(folder):
+        archive.write_out(folder, verbose=False)
+        for name, content in (assets or {}).items():
+            os.makedirs(os.path.join(folder, "assets"), exist_ok=True)
+            with open(os.path.join(folder, "assets", name), "wb") as f:
+                f.write(content)
+        if warmup and not missing("serving", "no TF Serving warm-up requests written"):
+            write_warmup_requests(folder, os.path.basename(os.path.normpath(export_dir)), warmup)
+
+    return publish(export_dir, version, write)
+
+
+def publish(export_dir, version, write):
+    """Calls `write(folder)` on a new folder beside the versions, then renames
+    it to `export_dir/<version>` (the next free one when `version` is None)
+    and returns that path: a reader never sees a half-written version."""
+    if version is not None:
+        version = _check_version(export_dir, version)
     os.makedirs(export_dir, exist_ok=True)
     temporary = os.path.join(export_dir, f".tmp-{'next' if version is None else version}-{os.getpid()}")
     shutil.rmtree(temporary, ignore_errors=True)
     try:
-        archive.write_out(temporary, verbose=False)
-        for name, content in (assets or {}).items():
-            os.makedirs(os.path.join(temporary, "assets"), exist_ok=True)
-            with open(os.path.join(temporary, "assets", name), "wb") as f:
-                f.write(content)
-        if warmup and not missing("serving", "no TF Serving warm-up requests written"):
-            write_warmup_requests(temporary, os.path.basename(os.path.normpath(export_dir)), warmup)
+        write(temporary)
         return _publish(temporary, export_dir, version)
     finally:
         shutil.rmtree(temporary, ignore_errors=True)
-
-
-def _check_not_bare_keras_hub(resource):
-    """A keras-hub tokenizer numbers its own vocabulary (no PAD/BOS/EOS/UNK
-    at 0-3): a model trained on kseq's ids would get the wrong ones."""
-    if type(resource).__module__.startswith("keras_hub") and hasattr(resource, "detokenize"):
-        raise ValueError(
-            f"Got a bare keras-hub {type(resource).__name__} as a tokenizer; wrap it with "
-            "kseq.data.tokenizers.from_keras_hub(tokenizer) (the same wrapper the model's "
-            "training data went through) so that ids 0-3 are kseq's PAD, BOS, EOS, UNK."
-        )
 
 
 def _check_version(export_dir, version):
