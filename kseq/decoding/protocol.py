@@ -16,6 +16,7 @@ class Decoder(abc.ABC):
       state before the first step (a nest of batch-major tensors, the
       encoded source included) and the (B,) tokens the first step reads
       (BOS for a translator, each prompt's last token for a language model).
+      `max_length` sizes a state of fixed shapes; None lets it grow.
       The Seq2Seq models build it with `encode` and `initial_state`.
     - `step_with_attention(token_ids, state, index) -> (logits (B, V),
       state, attention (B, S) or None)`: one step; `index` is the position
@@ -51,11 +52,16 @@ class Decoder(abc.ABC):
         """The search's (ids, scores), adjusted to the inputs (a hook)."""
         return ids, scores
 
-    def search(self, input_ids, search):
+    def search(self, input_ids, search, fixed_shapes=False):
         """Runs a kseq.decoding search on a batch, in TensorFlow ops (callable
-        inside any tf.function); returns its fixed-shape (ids, scores)."""
+        inside any tf.function); returns its fixed-shape (ids, scores).
+
+        `fixed_shapes`: keep every loop tensor's shape fixed across steps, as
+        XLA needs (a Transformer then preallocates its cache for the search's
+        `max_length`); without it, a state may grow with the steps, which
+        costs less where shapes may change."""
         with portable_recurrence(self):
-            state, start_tokens = self.begin_decoding(input_ids, search.max_length)
+            state, start_tokens = self.begin_decoding(input_ids, search.max_length if fixed_shapes else None)
             ids, scores = search(
                 self.step, state, tf.shape(input_ids)[0], reorder_state=self.reorder_state,
                 start_tokens=start_tokens, length_limits=self.length_limits(input_ids, search),

@@ -97,6 +97,17 @@ def publish(export_dir, version, write):
         shutil.rmtree(temporary, ignore_errors=True)
 
 
+def _check_not_bare_keras_hub(resource):
+    """A keras-hub tokenizer numbers its own vocabulary (no PAD/BOS/EOS/UNK
+    at 0-3): a model trained on kseq's ids would get the wrong ones."""
+    if type(resource).__module__.startswith("keras_hub") and hasattr(resource, "detokenize"):
+        raise ValueError(
+            f"Got a bare keras-hub {type(resource).__name__} as a tokenizer; wrap it with "
+            "kseq.data.tokenizers.from_keras_hub(tokenizer) (the same wrapper the model's "
+            "training data went through) so that ids 0-3 are kseq's PAD, BOS, EOS, UNK."
+        )
+
+
 def _check_version(export_dir, version):
     """An explicit version: an int >= 0 (or its digits) whose folder is
     absent or empty; a version is never overwritten."""

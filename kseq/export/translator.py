@@ -120,7 +120,7 @@ def _search_function(model, search, jit_compile):
     if not jit_compile:
         return lambda ids: model.search(ids, search)
     return tf.function(
-        lambda ids: model.search(ids, search),
+        lambda ids: model.search(ids, search, fixed_shapes=True),
         input_signature=[tf.TensorSpec([None, None], tf.int32)], jit_compile=True, autograph=False,
     )
 

@@ -1,6 +1,7 @@
 """keras MultiHeadAttention with fused projections and a key/value cache."""
 
 import keras
+import tensorflow as tf
 from keras import ops
 
 from kseq.layers.masking import causal_mask
@@ -133,33 +134,58 @@ class CachedMultiHeadAttention(keras.layers.MultiHeadAttention):
         output = self._output_dense(output)
         return (output, weights) if return_attention_scores else output
 
-    def init_cache(self, batch_size, max_length):
-        """Zeroed self-attention cache: {"key", "value"} of (B, H, L, D/H)."""
+    def init_cache(self, batch_size, max_length=None):
+        """Zeroed self-attention cache: {"key", "value"} of (B, H, L, D/H).
+
+        With `max_length` (an int), L = max_length positions, written in
+        place at each step's index: fixed shapes, as XLA needs. Without it
+        (inside a tf.function only), an empty cache of unknown length to which
+        each step appends its keys/values: a step then copies, reorders and
+        attends over the positions decoded so far, not over all L.
+        """
         value_dim = self.value_dim or self.key_dim
+        heads = self.num_heads
+        if max_length is not None:
+            return {
+                "key": ops.zeros((batch_size, heads, max_length, self.key_dim), self.compute_dtype),
+                "value": ops.zeros((batch_size, heads, max_length, value_dim), self.compute_dtype),
+            }
+        if tf.executing_eagerly():
+            raise ValueError("A cache without `max_length` grows inside a tf.function only; pass `max_length`.")
+        # The static length None is what marks the cache as growing.
         return {
-            "key": ops.zeros((batch_size, self.num_heads, max_length, self.key_dim), self.compute_dtype),
-            "value": ops.zeros((batch_size, self.num_heads, max_length, value_dim), self.compute_dtype),
+            name: tf.compat.v1.placeholder_with_default(
+                ops.zeros((batch_size, heads, 0, width), self.compute_dtype), (None, heads, None, width))
+            for name, width in (("key", self.key_dim), ("value", value_dim))
         }
 
     def cached_self_attention(self, query, cache, index, training=None):
         """Causal self-attention of the (B, T, D) steps at positions index.. .
 
         Writes their keys/values into `cache` at `index` (an in-place
-        dynamic-update-slice under XLA) and attends over cache positions <=
-        each step's own. Returns (output, updated cache).
+        dynamic-update-slice under XLA), or appends them to a growing cache
+        (`init_cache` without `max_length`), and attends over cache positions
+        <= each step's own. Returns (output, updated cache).
         """
         # Separate projections: with a few rows per step, concatenating the
         # kernels at every step costs more than the one matmul saves (about
         # 5% slower greedy search at batch 32).
         new = {"key": _heads_first(self._key_dense(query)),
                "value": _heads_first(self._value_dense(query))}
+        steps = ops.shape(query)[1]
+        if cache["key"].shape[2] is None:
+            cache = {name: ops.concatenate([cache[name], ops.cast(new[name], cache[name].dtype)], axis=2)
+                     for name in ("key", "value")}
+            # One step sees every position so far: no mask to build or apply.
+            mask = None if query.shape[1] == 1 else causal_mask(steps, ops.shape(cache["key"])[2], index)
+            return self.attend(query, cache, mask, training), cache
         cache = {
             name: ops.slice_update(
                 cache[name], (0, 0, index, 0), ops.cast(new[name], cache[name].dtype)
             )
             for name in ("key", "value")
         }
-        mask = causal_mask(ops.shape(query)[1], ops.shape(cache["key"])[2], index)
+        mask = causal_mask(steps, ops.shape(cache["key"])[2], index)
         return self.attend(query, cache, mask, training), cache
 
 

@@ -98,7 +98,8 @@ class TransformerDecoderBlock(TransformerBlock):
 
     def initial_decoding_state(self, encoder_outputs, max_length):
         """{"cache": a zeroed (B, H, L, D/H) self-attention key/value cache
-        for L = `max_length` positions, "memory": the source's
+        for L = `max_length` positions (None: one that grows, see
+        `CachedMultiHeadAttention.init_cache`), "memory": the source's
         cross-attention keys/values, computed once per source}."""
         batch = ops.shape(encoder_outputs)[0]
         return {

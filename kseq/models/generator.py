@@ -134,7 +134,7 @@ class Generator(Decoder):
                 jit_compile=jit_compile,
             )
             def function(source_ids, seed):
-                return self.search(source_ids, search_for(seed))
+                return self.search(source_ids, search_for(seed), fixed_shapes=jit_compile)
 
             self._generate_cache.put((key, jit_compile), function)
         return function

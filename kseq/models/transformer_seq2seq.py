@@ -1,6 +1,7 @@
 """The Transformer encoder-decoder."""
 
 import keras
+import tensorflow as tf
 from keras import ops
 
 from kseq.decoding.state import gather_beams
@@ -185,10 +186,14 @@ class TransformerSeq2Seq(Seq2Seq):
         return self._project(x)
 
     def initial_state(self, encoder_outputs, source_padding_mask, max_length=None):
-        """Per decoder layer: an empty (B, H, L, D/H) self-attention cache for
-        L = max_length positions and the source's cross-attention keys/values."""
+        """Per decoder layer: an empty (B, H, L, D/H) self-attention cache and
+        the source's cross-attention keys/values. The cache holds L =
+        `max_length` positions (fixed shapes, as XLA needs); without
+        `max_length` it grows a step at a time inside a tf.function (each
+        step's cost then follows the positions so far) and holds the model's
+        `max_length` when run eagerly."""
         memory = encoder_outputs["memory"]
-        length = max_length or self.max_length
+        length = self.max_length if max_length is None and tf.executing_eagerly() else max_length
         return {
             "source_mask": ops.cast(source_padding_mask, "bool"),
             "layers": [block.initial_decoding_state(memory, length) for block in self.decoder_blocks],

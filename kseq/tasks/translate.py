@@ -14,6 +14,8 @@ The same command continues a killed run from its last save.
 """
 
 import dataclasses
+import importlib.util
+import json
 import os
 import shutil
 import time
@@ -25,11 +27,12 @@ from kseq.data.bucketing import bucketed_pair_dataset, xla_boundaries
 from kseq.data.corpus import HoldOut, corpus_files, scan_corpus
 from kseq.data.streaming import estimate_epoch, streamed_pair_dataset
 from kseq.decoding import GreedySearch
-from kseq.export import export_translator
+from kseq.export import export_ctranslate2, export_translator
 from kseq.training import recipe
 from kseq.training.checkpoints import Phases, ResumableBackup
 from kseq.training.config import (
     AUTO,
+    OPTIONS_FILE,
     TRAINED_WEIGHTS,
     Auto,
     ClippingOptions,
@@ -116,6 +119,8 @@ class Options(Seq2SeqOptions, DecodingOptions, StoppingOptions, CadenceOptions, 
     attention_plots: int = option(3, "attention maps logged at each evaluation", minimum=0)
     max_test_sentences: int | None = option(None, "test only the first N pairs")
     export_xla: bool = option(False, "compile the exported search with XLA")
+    export_ctranslate2: str | None = option(None, "also write a CTranslate2 model of the Transformer to "
+                                            "<dir>/<next version>/ (pip install 'kseq[ctranslate2]')")
     logdir: str = option("runs/translate", "TensorBoard logs, metrics.json, checkpoints and backup")
     export_dir: str = option("savedmodels/translate", "the SavedModel goes to <export-dir>/<next version>/")
 
@@ -124,6 +129,10 @@ class Options(Seq2SeqOptions, DecodingOptions, StoppingOptions, CadenceOptions, 
             (self.token_budget < self.max_length, "--token-budget must be >= --max-length"),
             (self.lr_scale != AUTO and not self.lr_scale > 0, "--lr-scale must be auto or > 0"),
             (self.learning_rate is not None and not self.learning_rate > 0, "--learning-rate must be > 0"),
+            (self.export_ctranslate2 and self.arch != "transformer",
+             "--export-ctranslate2 needs --arch transformer: a recurrent model has no CTranslate2 form"),
+            (self.export_ctranslate2 and importlib.util.find_spec("ctranslate2") is None,
+             "--export-ctranslate2 needs ctranslate2: pip install 'kseq[ctranslate2]'"),
         ) if broken]
 
 
@@ -173,9 +182,39 @@ def main(argv=None):
         trained.model, tokenizer, tokenizer, options.export_dir, search=search, max_source_length=options.max_length,
         assets=recipe.tokenizer_files(tokenizer), jit_compile=options.export_xla)})
     recipe.serve_sample(export["path"], {"source": data["test"][0][:1]})
+    if options.export_ctranslate2:
+        converted = phases.once("export_ctranslate2", lambda: {"path": export_ctranslate2(
+            trained.model, tokenizer, tokenizer, options.export_ctranslate2, assets=recipe.tokenizer_files(tokenizer))})
+        print(f"CTranslate2 model: {converted['path']}")
     print(f"train steps took {metrics['train_step_share']:.0%} of {metrics['wall_seconds']:.0f} s of wall time")
     print(f"TensorBoard: tensorboard --logdir {options.logdir}")
     return metrics
+
+
+def trained_model(logdir, dtype=None):
+    """(model, tokenizer) of a translate run whose training finished: the
+    weights, options and tokenizer it kept in `logdir` (as `--init-from`
+    reads them), to export again, e.g. with `kseq.export.export_ctranslate2`.
+    `dtype`: the model's dtype policy (default: keras' global one), e.g.
+    "mixed_bfloat16" as the run's export computes on a CPU with bfloat16 units."""
+    from kseq.data.tokenizers import load_tokenizer
+
+    missing = [name for name in (OPTIONS_FILE, TRAINED_WEIGHTS) if not os.path.isfile(os.path.join(logdir, name))]
+    if missing:
+        raise ValueError(f"{logdir} holds no finished translate run (no {' or '.join(missing)}; a run writes them "
+                         "when its training ends).")
+    with open(os.path.join(logdir, OPTIONS_FILE), encoding="utf-8") as f:
+        saved = json.load(f)
+    if saved.get("recipe") != "translate":
+        raise ValueError(f"{logdir} holds a run of recipe {saved.get('recipe')!r}, not 'translate'.")
+    options = Options(**{field.name: saved[field.name] for field in dataclasses.fields(Options)
+                         if field.name in saved})
+    files = [os.path.join(logdir, name) for name in ("spm.model", "tokenizer.json")]
+    tokenizer = load_tokenizer(next(path for path in files if os.path.isfile(path)))
+    model = options.build(tokenizer.vocab_size, options.max_length + 1, dtype=dtype)
+    model.build()
+    model.load_weights(os.path.join(logdir, TRAINED_WEIGHTS))
+    return model, tokenizer
 
 
 def load_data(options):

@@ -4,8 +4,10 @@ import functools
 
 import numpy as np
 import pytest
+import tensorflow as tf
 
-from kseq.decoding import length_penalty
+from kseq.decoding import BeamSearch, length_penalty
+from kseq.layers.cached_multi_head_attention import CachedMultiHeadAttention
 from support import assert_close, config_id, small_model, uncached_greedy
 
 CONFIGS = [
@@ -233,3 +235,23 @@ def test_max_length_ratio_ends_each_row_by_its_source_length(method):
     # ceil(0.5 x source tokens) + 5, at most MAX_LENGTH; the last token is EOS.
     assert output_lengths(limited) == [min(-(-n // 2) + 5, MAX_LENGTH) for n in SOURCE_LENGTHS]
     assert all(row[length - 1] == EOS for row, length in zip(limited, output_lengths(limited)))
+
+
+@pytest.mark.parametrize("entry", CONFIGS[:2], ids=config_id)
+def test_a_transformer_cache_that_grows_decodes_as_a_preallocated_one(entry):
+    model, source = eos_prone_model(entry)
+    search = BeamSearch(MAX_LENGTH, beam_size=3, num_return=2)
+    grown, grown_scores = tf.function(lambda ids: model.search(ids, search))(source)
+    fixed, fixed_scores = tf.function(lambda ids: model.search(ids, search, fixed_shapes=True))(source)
+    assert np.array_equal(grown, fixed)
+    assert_close(grown_scores, fixed_scores, atol=1e-5)
+
+
+def test_a_cache_grows_only_where_shapes_may_change():
+    attention = CachedMultiHeadAttention(num_heads=2, key_dim=4)
+    grown = tf.function(lambda: attention.init_cache(3))()
+    assert grown["key"].shape == (3, 2, 0, 4)
+    traced = tf.function(lambda: attention.init_cache(3)).get_concrete_function().structured_outputs
+    assert traced["key"].shape.as_list() == [None, 2, None, 4]  # unknown length: the step appends
+    with pytest.raises(ValueError, match="grows inside a tf.function only"):
+        attention.init_cache(3)

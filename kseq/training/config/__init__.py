@@ -23,7 +23,7 @@ from kseq.training.config.options import (
 )
 from kseq.training.config.seq2seq_options import ATTENTIONS, Seq2SeqOptions
 from kseq.training.config.sizing import choose_model_size
-from kseq.training.config.warm_start import TRAINED_WEIGHTS, keep_trained
+from kseq.training.config.warm_start import OPTIONS_FILE, TRAINED_WEIGHTS, keep_trained
 
 __all__ = [
     "ATTENTIONS",
@@ -36,6 +36,7 @@ __all__ = [
     "SamplingOptions",
     "Seq2SeqOptions",
     "StreamedDataOptions",
+    "OPTIONS_FILE",
     "TRAINED_WEIGHTS",
     "TextRecipeOptions",
     "TrainingOptions",
