@@ -128,7 +128,8 @@ def test_a_recurrent_model_is_refused_by_name(tokenizer, tmp_path):
 def test_a_tokenizer_of_another_size_and_an_unknown_quantization_are_refused(tokenizer, tmp_path):
     model = TransformerSeq2Seq(50, 50, num_layers=1, d_model=8, num_heads=2, ff_dim=8)
     model.build()
-    with pytest.raises(ValueError, match=f"source tokenizer has {tokenizer.vocab_size} tokens; the model.s source vocabulary has 50"):
+    expected = f"source tokenizer has {tokenizer.vocab_size} tokens; the model.s source vocabulary has 50"
+    with pytest.raises(ValueError, match=expected):
         export_ctranslate2(model, tokenizer, tokenizer, str(tmp_path / "ct2"))
     with pytest.raises(ValueError, match="`quantization` must be one of"):
         export_ctranslate2(model, tokenizer, tokenizer, str(tmp_path / "ct2"), quantization="int4")

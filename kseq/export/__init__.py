@@ -20,7 +20,8 @@ from kseq.export.translator import SOURCE_SPEC, export_translator, translate_fun
 __all__ = [
     "IMAGE_SPEC", "caption_function", "export_captioner",
     "CLASS_ID_SPEC", "LABEL_SPEC", "PROMPT_SPEC", "SOURCE_SPEC", "TEXT_SPEC", "classify_function",
-    "continue_function", "export_classifier", "export_ctranslate2", "export_conditioned_generator", "export_language_model",
+    "continue_function", "export_classifier", "export_ctranslate2", "export_conditioned_generator",
+    "export_language_model",
     "export_translator", "generate_from_condition_function", "generate_from_label_function", "id_matrix",
     "label_lookup", "latest_version", "next_version", "translate_function", "write_servable",
 ]
