@@ -11,6 +11,7 @@ import tensorflow as tf
 from kseq.data import CharacterTokenizer
 from kseq.decoding import BeamSearch, GreedySearch, Sampler
 from kseq.export import export_conditioned_generator, export_translator, latest_version, next_version
+from kseq.export.compute_dtype import in_compute_dtype
 from kseq.models import ConditionedGenerator, RNNSeq2Seq
 from support import serve_with_text_ops, small_model, subprocess_env
 
@@ -219,3 +220,21 @@ def test_latest_version_keeps_a_zero_padded_folder_name(tmp_path):
         os.makedirs(tmp_path / name)
     (tmp_path / "0002" / "saved_model.pb").write_bytes(b"")
     assert latest_version(str(tmp_path)) == str(tmp_path / "0002"), "10 holds no SavedModel"
+
+
+def test_a_mixed_precision_translator_is_served_with_weights_in_its_compute_dtype(tmp_path):
+    model = small_model("transformer", {}, dropout=0.0, dtype="mixed_bfloat16")
+    assert in_compute_dtype(small_model("transformer", {}, dropout=0.0)).dtype_policy.name == "float32"
+    served_model = in_compute_dtype(model)
+    assert {v.dtype for v in model.weights} == {"float32"}
+    assert {v.dtype for v in served_model.weights} == {"bfloat16"}
+    inputs = {"source_ids": np.array([[5, 6, 7, 0], [8, 9, 10, 11]]), "target_ids": np.array([[1, 5, 6], [1, 8, 0]])}
+    # The same bfloat16 products; only the LayerNorms' float32 parameters are rounded.
+    np.testing.assert_allclose(np.asarray(served_model(inputs), "float32"), np.asarray(model(inputs), "float32"),
+                               atol=0.1)
+    tokenizer = CharacterTokenizer(string.ascii_lowercase)
+    path = export_translator(model, tokenizer, tokenizer, str(tmp_path / "m"), max_length=10)
+    loaded = tf.saved_model.load(path)
+    assert {v.dtype for v in loaded.variables if v.dtype.is_floating} == {tf.bfloat16}
+    expected = served_model.generate(tokenizer.tokenize(["keras", "abc"]).to_tensor(), max_length=10)
+    assert serve_in_subprocess(path, ["keras", "abc"])["token_ids"] == np.asarray(expected).tolist()

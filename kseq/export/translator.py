@@ -4,6 +4,7 @@ import tensorflow as tf
 
 from kseq.decoding import BeamSearch, GreedySearch
 from kseq.decoding.output import best_hypotheses, decoded_text
+from kseq.export.compute_dtype import in_compute_dtype
 from kseq.export.publishing import write_servable
 from kseq.export.requests import few_shapes, id_matrix, length_within, normalized
 
@@ -145,6 +146,9 @@ def export_translator(
     - `score`, also taking `target` tf.string (None,) -> `log_probability`
       float32 (None,): the target's log-probability given the source.
 
+    A model under a mixed dtype policy is served with its weights stored in
+    its compute dtype (`in_compute_dtype`): no cast at each step.
+
     `assets` ({file name: bytes}, e.g. the vocabulary) go to the version's
     `assets/` folder; TF Serving's warm-up requests, one a signature, to
     `assets.extra/`. Written atomically (see `write_servable`).
@@ -152,7 +156,7 @@ def export_translator(
     Returns:
         The path of the new version.
     """
-    model._ensure_built()
+    model = in_compute_dtype(model)
     search = search or GreedySearch(max_length)
     tokenizers = (source_tokenizer, target_tokenizer)
     endpoints = {"serving_default": (translate_function(model, *tokenizers, max_length, max_source_length, search,

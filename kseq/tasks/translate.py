@@ -28,6 +28,7 @@ from kseq.data.corpus import HoldOut, corpus_files, scan_corpus
 from kseq.data.streaming import estimate_epoch, streamed_pair_dataset
 from kseq.decoding import GreedySearch
 from kseq.export import export_ctranslate2, export_translator
+from kseq.export.compute_dtype import in_compute_dtype
 from kseq.training import recipe
 from kseq.training.checkpoints import Phases, ResumableBackup
 from kseq.training.config import (
@@ -168,7 +169,9 @@ def main(argv=None):
     decoding = phases.once("decoding", lambda: choose_decoding(options, trained, tokenizer, data["valid"],
                                                                  metric.value))
     search = DecodingSettings(**decoding["settings"]).search(options.max_length)
-    tested = phases.once("test", lambda: evaluate(options, trained, tokenizer, data["test"], search))
+    served = in_compute_dtype(trained.model)  # the weights the export serves: the test scores them
+    tested = phases.once("test", lambda: evaluate(options, served, trained.decode_xla, tokenizer, data["test"],
+                                                  search))
     if options.has_attention:
         aligned = phases.once("alignment", lambda: probe_alignment(options, trained, tokenizer, data["test"]))
         tested = {**tested, **aligned}
@@ -179,7 +182,7 @@ def main(argv=None):
     metrics["train_step_share"] = round(metrics["train_step_seconds"] / metrics["wall_seconds"], 3)
     recipe.write_metrics(options.logdir, metrics, scores=("test_bleu", "test_chrf", "test_exact_match"))
     export = phases.once("export", lambda: {"path": export_translator(
-        trained.model, tokenizer, tokenizer, options.export_dir, search=search, max_source_length=options.max_length,
+        served, tokenizer, tokenizer, options.export_dir, search=search, max_source_length=options.max_length,
         assets=recipe.tokenizer_files(tokenizer), jit_compile=options.export_xla)})
     recipe.serve_sample(export["path"], {"source": data["test"][0][:1]})
     if options.export_ctranslate2:
@@ -400,11 +403,11 @@ def probe_alignment(options, trained, tokenizer, test):
     return {"name_alignment": found}
 
 
-def evaluate(options, trained, tokenizer, test, search):
+def evaluate(options, model, decode_xla, tokenizer, test, search):
     """Test scores of `search`, through the export's translate function."""
     sources, references = (texts[: options.max_test_sentences] for texts in test)
     start = time.time()
-    hypotheses = model_translator(trained.model, tokenizer, options.max_length, search, trained.decode_xla)(sources)
+    hypotheses = model_translator(model, tokenizer, options.max_length, search, decode_xla)(sources)
     return {**write_test_report(sources, hypotheses, references, options.logdir),
             "test_seconds": round(time.time() - start, 1)}
 

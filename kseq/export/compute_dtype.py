@@ -1,0 +1,33 @@
+"""A model's weights stored in the dtype it computes in, for serving."""
+
+from keras import ops
+
+
+def in_compute_dtype(model):
+    """`model` itself, or under a mixed policy (float32 weights, bfloat16 or
+    float16 arithmetic) a copy that stores its weights in the compute dtype.
+
+    A mixed model casts every weight at every use: a search's step casts
+    each kernel and the output table again, the step after too (a loop
+    keeps them out of TensorFlow's constant folding). The copy computes the
+    same products from weights cast once, and its SavedModel is half the
+    size. Only LayerNorm scales and offsets, which kseq applies in float32,
+    differ: rounded to the compute dtype.
+    """
+    policy = model.dtype_policy
+    if policy.compute_dtype == policy.variable_dtype:
+        return model
+    model._ensure_built()
+    copy = type(model).from_config({**model.get_config(), "dtype": policy.compute_dtype})
+    copy._ensure_built()
+    if [_local(v.path) for v in copy.weights] != [_local(v.path) for v in model.weights]:
+        raise ValueError(f"{type(model).__name__} rebuilt in {policy.compute_dtype} holds other weights than "
+                         "the model; export it as it is.")
+    for target, source in zip(copy.weights, model.weights):
+        target.assign(ops.cast(source, target.dtype))
+    return copy
+
+
+def _local(path):
+    """A weight's path without the model's own name."""
+    return path.split("/", 1)[-1]
