@@ -86,7 +86,7 @@ class BeamSearch:
         return self.limits.max_length
 
     def __call__(self, step_fn, state, batch_size, reorder_state=None, start_tokens=None,
-                 length_limits=None):
+                 length_limits=None, tile_state=None):
         """Decodes a batch.
 
         Args:
@@ -98,6 +98,9 @@ class BeamSearch:
                 (a model can skip parts that are equal across beams, such as
                 the source); defaults to gathering every tensor.
             start_tokens: (B,) int32 tokens fed at the first step (default BOS).
+            tile_state: `(state, K) -> state` for the B*K beams (a model can
+                keep parts that are equal across a row's beams once a row);
+                defaults to repeating every tensor's rows.
             length_limits: (B,) int32, the most tokens of each row's
                 hypotheses (EOS included), or None (`max_length`).
 
@@ -111,7 +114,7 @@ class BeamSearch:
         # The most any continuation can be divided by: penalties grow with
         # length for alpha >= 0 and shrink for alpha < 0.
         best_penalty_at_max = length_penalty(length, alpha)
-        state = tile_beams(state, beams)
+        state = (tile_state or tile_beams)(state, beams)
         positions = tf.range(length)
         row_offsets = tf.range(batch_size)[:, None] * beams  # (B, 1)
         neg_inf = tf.constant(-float("inf"))

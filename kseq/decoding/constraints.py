@@ -29,34 +29,52 @@ def repeated_ngram_tokens(history, index, size, vocab_size, max_count=1):
     (windows are static slices, bans one scatter), so searches keep
     compiling with XLA.
     """
-    length = history.shape[1]
-    windows = length - size + 1
-    if size < 1 or windows < 1:
+    matches, following = _ngram_matches(history, index, size)
+    if matches is None:
         return tf.zeros([tf.shape(history)[0], vocab_size], tf.bool)
+    return _ngram_counts(matches, following, vocab_size) >= max_count
+
+
+def _ngram_matches(history, index, size):
+    """((R, W) bool, (R, W) int32): for each window j of `size` tokens
+    complete before `index`, whether its first size-1 tokens are the row's
+    last size-1, and the token that ends it; (None, None) without windows."""
+    windows = history.shape[1] - size + 1
+    if size < 1 or windows < 1:
+        return None, None
     # Window j (tokens j..j+size-1) counts once it is complete before `index`.
     complete = tf.range(windows)[None, :] + size - 1 < index
     matches = tf.broadcast_to(complete, tf.shape(history[:, :windows]))
     for offset in range(size - 1):
         suffix_token = tf.gather(history, tf.maximum(index - size + 1 + offset, 0), axis=1)
         matches &= tf.equal(history[:, offset:offset + windows], suffix_token[:, None])
-    rows = tf.broadcast_to(tf.range(tf.shape(history)[0])[:, None], tf.shape(matches))
-    following = history[:, size - 1:]  # the token that ends window j
+    return matches, history[:, size - 1:]
+
+
+def _ngram_counts(matches, following, vocab_size):
+    """(R, V) int32: how often each token ends a matching window."""
+    rows = tf.broadcast_to(tf.range(tf.shape(matches)[0])[:, None], tf.shape(matches))
     indices = tf.stack([rows, following], axis=-1)
-    counts = tf.scatter_nd(
+    return tf.scatter_nd(
         tf.reshape(indices, [-1, 2]), tf.reshape(tf.cast(matches, tf.int32), [-1]),
-        tf.stack([tf.shape(history)[0], vocab_size]),
+        tf.stack([tf.shape(matches)[0], vocab_size]),
     )
-    return counts >= max_count
 
 
 def block_repeated_ngrams(logits, history, index, size, max_count=1):
     """`logits` with the tokens that would repeat an n-gram of `size` more
     than `max_count` times at -inf (see `repeated_ngram_tokens`); `size` 0
     changes nothing."""
-    if not size:
+    matches, following = _ngram_matches(history, index, size) if size else (None, None)
+    if matches is None:
         return logits
-    banned = repeated_ngram_tokens(history, index, size, tf.shape(logits)[-1], max_count)
-    return tf.where(banned, tf.cast(-float("inf"), logits.dtype), logits)
+
+    def block():
+        banned = _ngram_counts(matches, following, tf.shape(logits)[-1]) >= max_count
+        return tf.where(banned, tf.cast(-float("inf"), logits.dtype), logits)
+
+    # Most steps of most rows repeat nothing: skip the (R, V) passes then.
+    return tf.cond(tf.reduce_any(matches), block, lambda: logits)
 
 
 def source_length_limits(source_ids, limits, pad_id=PAD_ID):
@@ -85,6 +103,11 @@ def end_rows_at_limits(logits, index, limits, eos_id):
         return logits
     per_row = tf.shape(logits)[0] // tf.shape(limits)[0]
     at_limit = tf.repeat(index + 1 >= limits, per_row)
-    not_eos = tf.not_equal(tf.range(tf.shape(logits)[-1]), eos_id)
-    banned = tf.logical_and(at_limit[:, None], not_eos[None, :])
-    return tf.where(banned, tf.cast(-float("inf"), logits.dtype), logits)
+
+    def end():
+        not_eos = tf.not_equal(tf.range(tf.shape(logits)[-1]), eos_id)
+        banned = tf.logical_and(at_limit[:, None], not_eos[None, :])
+        return tf.where(banned, tf.cast(-float("inf"), logits.dtype), logits)
+
+    # Until some row reaches its limit nothing is banned: skip the (R, V) passes.
+    return tf.cond(tf.reduce_any(at_limit), end, lambda: logits)

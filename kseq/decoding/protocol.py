@@ -4,7 +4,7 @@ import abc
 
 import tensorflow as tf
 
-from kseq.decoding.state import gather_beams
+from kseq.decoding.state import gather_beams, tile_beams
 from kseq.layers.recurrent import portable_recurrence
 
 
@@ -23,8 +23,9 @@ class Decoder(abc.ABC):
       of `token_ids`. The attention is over the source, for plots.
 
     and inherits `step(token_ids, state, index) -> (logits, state)` (what a
-    search calls), `reorder_state` (beam search's row gathering; a model can
-    skip the parts that are equal across a row's beams), `search` (runs a
+    search calls), `reorder_state` and `tile_state` (beam search's row
+    gathering and tiling; a model can skip the parts that are equal across a
+    row's beams), `search` (runs a
     search in TensorFlow ops, with recurrent layers on their portable loop so
     that it compiles with XLA and exports to any device) and
     `attention_by_steps` (the attention of every step of a teacher-forced
@@ -48,6 +49,11 @@ class Decoder(abc.ABC):
         """Row i of the new state is row indices[i] of `state`."""
         return gather_beams(state, indices)
 
+    def tile_state(self, state, beam_size):
+        """The state of `beam_size` beams a row, each row's beams side by
+        side (beam search's start): every tensor's rows repeated."""
+        return tile_beams(state, beam_size)
+
     def finish_search(self, input_ids, ids, scores):
         """The search's (ids, scores), adjusted to the inputs (a hook)."""
         return ids, scores
@@ -65,6 +71,7 @@ class Decoder(abc.ABC):
             ids, scores = search(
                 self.step, state, tf.shape(input_ids)[0], reorder_state=self.reorder_state,
                 start_tokens=start_tokens, length_limits=self.length_limits(input_ids, search),
+                tile_state=self.tile_state,
             )
         return self.finish_search(input_ids, ids, scores)
 

@@ -4,7 +4,7 @@ from keras import ops
 
 
 def in_compute_dtype(model):
-    """`model` itself, or under a mixed policy (float32 weights, bfloat16 or
+    """`model` itself (built), or under a mixed policy (float32 weights, bfloat16 or
     float16 arithmetic) a copy that stores its weights in the compute dtype.
 
     A mixed model casts every weight at every use: a search's step casts
@@ -14,10 +14,10 @@ def in_compute_dtype(model):
     size. Only LayerNorm scales and offsets, which kseq applies in float32,
     differ: rounded to the compute dtype.
     """
+    model._ensure_built()
     policy = model.dtype_policy
     if policy.compute_dtype == policy.variable_dtype:
         return model
-    model._ensure_built()
     copy = type(model).from_config({**model.get_config(), "dtype": policy.compute_dtype})
     copy._ensure_built()
     if [_local(v.path) for v in copy.weights] != [_local(v.path) for v in model.weights]:

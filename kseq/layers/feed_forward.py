@@ -1,6 +1,7 @@
 """The Transformer's position-wise feed-forward network."""
 
 import keras
+import tensorflow as tf
 
 from kseq._validation import check_positive_int
 
@@ -44,7 +45,16 @@ class PositionwiseFeedForward(keras.layers.Layer):
         self.built = True
 
     def call(self, inputs):
-        return self.outer_dense(self.inner_dense(inputs))
+        layers = (self.inner_dense, self.outer_dense)
+        if any(layer.quantization_mode is not None or layer.lora_enabled for layer in layers):
+            return self.outer_dense(self.inner_dense(inputs))
+        # Plain 2-D matmuls: keras' Dense on (B, T, D) inputs builds a
+        # tensordot, a dozen shape ops per layer at every decoding step.
+        x = tf.reshape(inputs, (-1, inputs.shape[-1]))
+        for layer in layers:
+            x = tf.nn.bias_add(tf.matmul(x, tf.cast(layer.kernel, x.dtype)), tf.cast(layer.bias, x.dtype))
+            x = layer.activation(x)
+        return tf.reshape(x, tf.shape(inputs))
 
     def compute_output_shape(self, inputs_shape):
         return inputs_shape

@@ -111,15 +111,16 @@ class TransformerDecoderBlock(TransformerBlock):
         """Runs the (B, T, D) inputs at positions index..index+T-1.
 
         Args:
-            inputs: (B, T, D), usually T = 1.
-            state: from `initial_decoding_state` (or a previous step).
+            inputs: (R, T, D), usually T = 1: R = B rows, or B*K beams, each
+                row's K beams side by side.
+            state: from `initial_decoding_state` (or a previous step), its
+                cache of R rows, its memory of B rows.
             index: position of the first input (scalar int or tensor).
             encoder_padding_mask: (B, S) bool.
 
         Returns:
-            (outputs (B, T, D), state, cross-attention weights (B, H, T, S)).
+            (outputs (R, T, D), state, cross-attention weights (R, H, T, S)).
         """
-        cross_mask = attention_mask(encoder_padding_mask, ops.shape(inputs)[1])
         found = {}
 
         def self_attend(x):
@@ -129,10 +130,19 @@ class TransformerDecoderBlock(TransformerBlock):
             return output
 
         def cross_attend(x):
-            output, found["weights"] = self.cross_attention.attend(
-                x, state["memory"], cross_mask, training=training, return_attention_scores=True
+            # A source's K beams attend to it as K queries of one row: one
+            # (K, S) product a row and head, and the memory is kept once.
+            rows, steps, width = ops.shape(x)[0], ops.shape(x)[1], x.shape[-1]
+            sources = ops.shape(encoder_padding_mask)[0]
+            queries = ops.reshape(x, (sources, -1, width))
+            mask = attention_mask(encoder_padding_mask, ops.shape(queries)[1])
+            output, weights = self.cross_attention.attend(
+                queries, state["memory"], mask, training=training, return_attention_scores=True
             )
-            return output
+            heads, length = weights.shape[1], ops.shape(weights)[-1]
+            weights = ops.reshape(weights, (sources, heads, -1, steps, length))
+            found["weights"] = ops.reshape(ops.transpose(weights, (0, 2, 1, 3, 4)), (rows, heads, steps, length))
+            return ops.reshape(output, (rows, steps, width))
 
         outputs = self._forward(inputs, self_attend, cross_attend, training)
         return outputs, dict(state, cache=found["cache"]), found["weights"]

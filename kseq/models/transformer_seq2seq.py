@@ -4,7 +4,7 @@ import keras
 import tensorflow as tf
 from keras import ops
 
-from kseq.decoding.state import gather_beams
+from kseq.decoding.state import gather_beams, tile_beams
 from kseq.layers.masking import padding_mask
 from kseq.layers.layer_norm import LayerNorm
 from kseq.layers.token_and_position_embedding import TokenAndPositionEmbedding
@@ -210,6 +210,13 @@ class TransformerSeq2Seq(Seq2Seq):
         if self.decoder_norm is not None:
             x = self.decoder_norm(x)
         return self._project(x)[:, 0], dict(state, layers=layers), ops.mean(weights[:, :, 0], axis=1)
+
+    def tile_state(self, state, beam_size):
+        """Tiles the self-attention caches only: the source mask and its
+        keys/values stay one a row (`TransformerDecoderBlock.step` attends
+        with a row's beams together)."""
+        layers = [dict(layer, cache=tile_beams(layer["cache"], beam_size)) for layer in state["layers"]]
+        return dict(state, layers=layers)
 
     def reorder_state(self, state, indices):
         """Reorders the self-attention caches only: the source mask and its
