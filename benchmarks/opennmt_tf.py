@@ -50,6 +50,7 @@ toolkit can reach. Each run's share of it is reported.
     .venv/bin/python benchmarks/opennmt_tf.py compare --rounds 3 --minutes 12   # about 90 minutes
     .venv/bin/python benchmarks/opennmt_tf.py run-opennmt --minutes 1 --report-steps 20   # smoke test
     .venv/bin/python benchmarks/opennmt_tf.py ceiling    # the ceiling alone (25 s)
+    .venv/bin/python benchmarks/opennmt_tf.py serving-models --work DIR   # 12 min, exported for translate_speed.py
 """
 
 import argparse
@@ -61,6 +62,7 @@ import os
 import pathlib
 import re
 import shlex
+import shutil
 import signal
 import statistics
 import subprocess
@@ -201,8 +203,9 @@ def model():
 """
 
 
-def opennmt_config(settings, data_dir, model_dir, report_steps):
-    """onmt-main's configuration, without its auto_config."""
+def opennmt_config(settings, data_dir, model_dir, report_steps, save_steps=10**9):
+    """onmt-main's configuration, without its auto_config; `save_steps`
+    apart, a checkpoint (by default none inside the timed intervals)."""
     recipe = settings["recipe"]
     if recipe["lr_scale"] not in ("auto", 1.0):
         raise SystemExit(f"lr_scale {recipe['lr_scale']}: the config below assumes the Bible's 1.0")
@@ -222,6 +225,11 @@ def opennmt_config(settings, data_dir, model_dir, report_steps):
             "decay_params": {"model_dim": recipe["d_model"], "warmup_steps": recipe["warmup_steps"]},
             "label_smoothing": recipe["label_smoothing"],
             "average_loss_in_time": True,
+            # The search its exports serve (benchmarks/translate_speed.py): beam 4 and the
+            # GNMT length penalty the recipe chose on the Bible, at most the recipe's length.
+            "beam_width": 4,
+            "length_penalty": 1.0,
+            "maximum_decoding_length": recipe["max_length"],
         },
         "train": {
             # Token batches count max(source, target + EOS) padded tokens per side, as kseq's budget.
@@ -232,21 +240,22 @@ def opennmt_config(settings, data_dir, model_dir, report_steps):
             "maximum_labels_length": recipe["max_length"],
             "sample_buffer_size": -1,  # shuffle all pairs, as kseq
             "save_summary_steps": report_steps,
-            "save_checkpoints_steps": 10**9,  # no saves inside the timed intervals
+            "save_checkpoints_steps": save_steps,
             "keep_checkpoint_max": 1,
             "max_step": 10**9,  # stopped by the clock
         },
     }
 
 
-def run_opennmt(venv, data_dir, work, minutes, report_steps=100, tf_defaults=False, startup_minutes=10):
+def run_opennmt(venv, data_dir, work, minutes, report_steps=100, tf_defaults=False, startup_minutes=10,
+                save_steps=10**9):
     """Trains OpenNMT-tf for `minutes` from its "Training on" line (as
     kseq's clock starts as `fit` begins, before the first step traces),
     then stops it; returns its throughput (`opennmt_throughput`)."""
     settings = load_settings(data_dir)
     work.mkdir(parents=True, exist_ok=True)
     (work / "transformer_quick.py").write_text(opennmt_model_file(settings["recipe"]))
-    config = opennmt_config(settings, data_dir, work / "model", report_steps)
+    config = opennmt_config(settings, data_dir, work / "model", report_steps, save_steps)
     # Dumped by the PyYAML that reads it (json.dumps writes 1e-09, which YAML 1.1 reads as a string).
     subprocess.run([str(venv / "bin" / "python"), "-c", "import json, sys, yaml; yaml.safe_dump(json.load(sys.stdin), "
                     f"open({str(work / 'config.yml')!r}, 'w'), sort_keys=False)"], input=json.dumps(config),
@@ -264,6 +273,21 @@ def run_opennmt(venv, data_dir, work, minutes, report_steps=100, tf_defaults=Fal
     result = opennmt_throughput(log.read_text())
     return {"side": "opennmt-tf", "load_before": round(load, 2), "load_after": round(os.getloadavg()[0], 2),
             "runtime": "tensorflow defaults" if tf_defaults else "tune_cpu_runtime's", "log": str(log), **result}
+
+
+def serving_models(venv, data_dir, work, minutes):
+    """Trains OpenNMT-tf as `run_opennmt` does, saving every 200 steps, then
+    exports its last checkpoint twice: a SavedModel (`<work>/saved_model`)
+    and with its own converter a CTranslate2 model (`<work>/ctranslate2`),
+    what benchmarks/translate_speed.py --opennmt-dir times."""
+    trained = run_opennmt(venv, data_dir, work, minutes, save_steps=200)
+    command = [str(venv / "bin" / "onmt-main"), "--model", str(work / "transformer_quick.py"),
+               "--config", str(work / "config.yml")]
+    for form in ("saved_model", "ctranslate2"):
+        shutil.rmtree(work / form, ignore_errors=True)
+        subprocess.run(command + ["export", "--output_dir", str(work / form), "--format", form], check=True)
+    (work / "vocab.txt").write_bytes((data_dir / "vocab.txt").read_bytes())
+    return {**trained, "saved_model": str(work / "saved_model"), "ctranslate2": str(work / "ctranslate2")}
 
 
 def opennmt_throughput(log_text, discard=1):
@@ -519,7 +543,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0], epilog=__doc__.split("\n", 2)[2],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("command", choices=["setup", "prepare", "run-opennmt", "run-kseq", "compare",
-                                            "count-kseq-tokens", "ceiling"])
+                                            "count-kseq-tokens", "ceiling", "serving-models"])
     cache = cache_root()
     parser.add_argument("--venv", type=pathlib.Path, default=cache / "opennmt-tf-2.32",
                         help="OpenNMT-tf's virtual environment (default: %(default)s)")
@@ -547,6 +571,8 @@ def main():
     elif args.command == "run-opennmt":
         print(json.dumps(run_opennmt(args.venv, args.data, work_dir(args.work), args.minutes, args.report_steps,
                                      args.opennmt_tf_defaults), indent=2))
+    elif args.command == "serving-models":
+        print(json.dumps(serving_models(args.venv, args.data, work_dir(args.work), args.minutes), indent=2))
     elif args.command == "run-kseq":
         print(json.dumps(run_kseq(args.data, work_dir(args.work), args.minutes, shlex.split(args.kseq_args)), indent=2))
     elif args.command == "count-kseq-tokens":

@@ -1,6 +1,7 @@
 """recipes/translate.py end to end on a tiny TSV: logs, metrics, export."""
 
 import contextlib
+import importlib.util
 import io
 import json
 import os
@@ -55,8 +56,10 @@ def run(tmp_path_factory):
     train = write_pairs(root / "train.tsv", 300, 0, bad_lines=[(3, "no tab here"), (7, "\tempty source")])
     valid = write_pairs(root / "valid.tsv", 12, 1)
     logdir, export_dir = str(root / "runs"), str(root / "export")
+    ctranslate2 = ["--export-ctranslate2", str(root / "ct2")] if importlib.util.find_spec("ctranslate2") else []
     metrics = translate.main(
         ["--train-tsv", train, "--valid-tsv", valid, "--logdir", logdir, "--export-dir", export_dir] + TINY
+        + ctranslate2
     )
     return dict(metrics=metrics, logdir=logdir, export_dir=export_dir, root=root)
 
@@ -188,6 +191,22 @@ def test_export_serves_with_tensorflow_and_text_only_and_matches_python(run):
     assert served["token_ids"][0][: np.asarray(expected).shape[1]] == np.asarray(expected)[0].tolist()
 
 
+def test_the_run_writes_a_ctranslate2_model_that_decodes_as_its_weights(run):
+    ctranslate2 = pytest.importorskip("ctranslate2", reason="the ctranslate2 extra is not installed")
+    import sentencepiece
+
+    path = os.path.join(run["root"], "ct2", "1")
+    processor = sentencepiece.SentencePieceProcessor(model_file=os.path.join(path, "spm.model"))
+    model, tokenizer = translate.trained_model(run["logdir"])
+    sources = ["the red cat", "big dog eats the small house", "blue"]
+    expected = np.asarray(model.generate(tokenizer.tokenize(sources).to_tensor(), max_length=24)).tolist()
+    expected = [row[: row.index(2)] if 2 in row else row for row in expected]  # up to EOS
+    results = ctranslate2.Translator(path).translate_batch(
+        [processor.encode(source, out_type=str) for source in sources], beam_size=1, min_decoding_length=0,
+        max_decoding_length=24)
+    assert [[processor.piece_to_id(t) for t in r.hypotheses[0]] for r in results] == expected
+
+
 def test_the_export_reads_requests_as_training_read_text(run):
     """NFC or NFD accents, tabs, newlines and runs of spaces: one translation;
     a blank request: ""."""
@@ -302,6 +321,7 @@ def test_recipe_rejects_bad_arguments(tmp_path, capsys):
         (["--patience", "-2"], "--patience must be >= 0"),
         (["--beam-size", "0"], "--beam-size must be auto or >= 1"),
         (["--metric", "rouge"], "--metric: invalid choice: 'rouge'"),
+        (["--export-ctranslate2", "ct2", "--arch", "rnn"], "--export-ctranslate2 needs --arch transformer"),
     ]
     for argv, message in cases:
         with pytest.raises(SystemExit):
