@@ -73,8 +73,11 @@ def block_repeated_ngrams(logits, history, index, size, max_count=1):
         banned = _ngram_counts(matches, following, tf.shape(logits)[-1]) >= max_count
         return tf.where(banned, tf.cast(-float("inf"), logits.dtype), logits)
 
-    # Most steps of most rows repeat nothing: skip the (R, V) passes then.
-    return tf.cond(tf.reduce_any(matches), block, lambda: logits)
+    # A token is banned once max_count windows end with it, so a row needs
+    # that many matching windows; most steps of most rows have none: skip
+    # the (R, V) passes then.
+    possible = tf.reduce_sum(tf.cast(matches, tf.int32), axis=1) >= max_count
+    return tf.cond(tf.reduce_any(possible), block, lambda: logits)
 
 
 def source_length_limits(source_ids, limits, pad_id=PAD_ID):
