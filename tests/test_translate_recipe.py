@@ -366,7 +366,8 @@ def test_xla_trains_every_pair_in_few_shapes_and_repeated_or_resumed_runs_compil
     # The tests' two logical CPUs cannot hold XLA replicas: a named error.
     with pytest.raises(SystemExit, match="--jit-compile on cannot train 2 replicas on CPU"):
         translate.main(argv("refused"))
-    command = lambda name: [sys.executable, translate.__file__, *argv(name), "--strategy", "default"]  # noqa: E731
+    recipe_file = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "recipes", "translate.py")
+    command = lambda name: [sys.executable, recipe_file, *argv(name), "--strategy", "default"]  # noqa: E731
     environment = {k: v for k, v in os.environ.items() if k != "TF_XLA_FLAGS"}
     environment.update(TF_CPP_MIN_LOG_LEVEL="0", TF_CPP_VMODULE="device_executable_persistor=3")
 
