@@ -6,7 +6,7 @@ measured in the same run. Sized for a GPU by default (the base model);
 Every configuration runs in a fresh process (a dtype policy and XLA are
 process-wide choices): it builds the model, compiles it as
 recipes/translate.py does (kseq's FusedAdam, keras' Adam for KerasHub's layers, on
-the Transformer schedule with clipping,
+the Transformer schedule with one global gradient norm clipped to 1,
 label-smoothed masked cross-entropy), trains `--warmup` steps (tracing,
 compilation, allocator) and then times `--steps` steps on one random batch of
 fixed shape. Configurations are `<model>-<precision>[-xla]`: model `kseq`
@@ -49,6 +49,7 @@ SIZES = {  # layers, d_model, heads, ff, vocab, batch, source length, target len
     "quick": dict(layers=2, d=192, heads=4, ff=768, vocab=4000, batch=64, source=40, target=40, dropout=0.0),
     "tiny": dict(layers=1, d=32, heads=2, ff=64, vocab=500, batch=8, source=12, target=12, dropout=0.1),
 }
+PROFILED_STEPS = 5
 POLICIES = {"float32": "float32", "bfloat16": "mixed_bfloat16", "float16": "mixed_float16"}
 DEFAULT_CONFIGS = ("kseq-float32", "kseq-bfloat16", "kseq-float32-xla", "kseq-bfloat16-xla",
                    "hub-float32", "hub-bfloat16-xla")
@@ -113,7 +114,7 @@ def build(model_name, size, policy):
     return keras.Model({"source_ids": source, "target_ids": target}, logits)
 
 
-def child(config, size, steps, warmup, profile, clip="variable"):
+def child(config, size, steps, warmup, profile, clip="global"):
     import numpy as np
     import tensorflow as tf
 
@@ -158,10 +159,35 @@ def child(config, size, steps, warmup, profile, clip="variable"):
                   parameters=model.count_params())
     if profile:
         tf.profiler.experimental.start(profile)
-        model.fit(data, steps_per_epoch=5, epochs=1, verbose=0)
+        start = time.perf_counter()
+        model.fit(data, steps_per_epoch=PROFILED_STEPS, epochs=1, verbose=0)
+        result["profiled_ms_per_step"] = round(1000 * (time.perf_counter() - start) / PROFILED_STEPS, 1)
         tf.profiler.experimental.stop()
         result["top_ops"] = top_ops(profile)
+        result.update(kernel_time(profile))
     return result
+
+
+def kernel_time(logdir):
+    """A GPU's kernels per profiled step: how many, and their milliseconds
+    summed over its streams. Far fewer milliseconds than the step's means
+    the GPU waits for the host to launch them."""
+    from tensorflow.tsl.profiler.protobuf import xplane_pb2
+
+    path = sorted(glob.glob(os.path.join(logdir, "plugins", "profile", "*", "*.xplane.pb")))[-1]
+    space = xplane_pb2.XSpace()
+    with open(path, "rb") as f:
+        space.ParseFromString(f.read())
+    count, picoseconds = 0, 0
+    for plane in space.planes:
+        if plane.name.startswith("/device:GPU"):
+            for line in plane.lines:
+                if line.name.startswith("Stream") and "Memcpy" not in line.name:
+                    count += len(line.events)
+                    picoseconds += sum(event.duration_ps for event in line.events)
+    if not count:
+        return {}
+    return dict(kernels_per_step=round(count / PROFILED_STEPS), kernel_ms_per_step=round(picoseconds / 1e9 / PROFILED_STEPS, 1))
 
 
 def top_ops(logdir, count=15):
@@ -198,8 +224,9 @@ def main():
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--peak-size", type=int, help="matmul size for the peaks (8192 on a GPU)")
-    parser.add_argument("--clip", choices=("variable", "global", "none"), default="variable",
-                        help="clip each gradient to norm 1 (keras' clipnorm), all of them together (global_clipnorm), or none")
+    parser.add_argument("--clip", choices=("variable", "global", "none"), default="global",
+                        help="clip all gradients together to norm 1 (global_clipnorm, as the recipes do), "
+                             "each to norm 1 (clipnorm), or none")
     parser.add_argument("--no-tf32", action="store_true", help="float32 matmuls without TF32")
     parser.add_argument("--profile", help="trace the first configuration's steps into this folder")
     parser.add_argument("--config-timeout", type=float,
@@ -260,7 +287,10 @@ def main():
               f"{row['model_tflops']:7.2f} TFLOP/s  MFU {row['mfu']:.1%} of {compute} peak  "
               f"XLA ran: {row['jit_compile']}  warm-up {row['warmup_s']} s", flush=True)
         for name, ms in row.get("top_ops", []):
-            print(f"    {name:50s} {ms:10.1f} ms over 5 steps")
+            print(f"    {name:50s} {ms:10.1f} ms over {PROFILED_STEPS} steps")
+        if "kernels_per_step" in row:
+            print(f"    profiled: {row['profiled_ms_per_step']} ms a step, {row['kernels_per_step']} kernels "
+                  f"taking {row['kernel_ms_per_step']} ms", flush=True)
         write_output()
     write_output()
 

@@ -17,7 +17,9 @@ class FusedAdam(keras.optimizers.Adam):
     lr * sqrt(1 - b2^t) / (1 - b1^t), epsilon added to sqrt(v)), so
     checkpoints and `.keras` files move between the two. Falls back to
     keras' update with `amsgrad=True`, outside the TensorFlow backend, and
-    for variables that are not float32 or float64.
+    for variables that are not float32 or float64. The scalars every
+    variable's update shares (beta^t, the rate) are made once a step, and
+    clipping takes one op a gradient for its norm.
 
     Example:
     >>> model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
@@ -28,21 +30,69 @@ class FusedAdam(keras.optimizers.Adam):
     """
 
     def update_step(self, gradient, variable, learning_rate):
-        if (self.amsgrad or keras.backend.backend() != "tensorflow"
-                or variable.dtype not in ("float32", "float64")):
+        if not self._fuses(variable):
             return super().update_step(gradient, variable, learning_rate)
-        dtype = variable.dtype
+        self._fused_update(gradient, variable, self._step_scalars(learning_rate, variable.dtype))
+
+    def _distributed_tf_update_step(self, distribution, grads_and_vars, learning_rate):
+        # keras' TensorFlow backend calls `update_step` once a variable, and
+        # each call would raise beta^t and cast the rate again: ~5 ops a
+        # variable that a GPU pays for in launches. Here they are made once a step.
+        if self.amsgrad or keras.backend.backend() != "tensorflow":
+            return super()._distributed_tf_update_step(distribution, grads_and_vars, learning_rate)
+        scalars = {}
+
+        def update(variable, gradient):
+            if not self._fuses(variable):
+                return self.update_step(gradient, variable, learning_rate)
+            return self._fused_update(gradient, variable, scalars[variable.dtype])
+
+        for gradient, variable in grads_and_vars:
+            if self._fuses(variable) and variable.dtype not in scalars:
+                scalars[variable.dtype] = self._step_scalars(learning_rate, variable.dtype)
+            distribution.extended.update(variable, update, args=(gradient,), group=False)
+
+    def _clip_gradients(self, grads):
+        """keras' `clipnorm` and `global_clipnorm` with one `L2Loss` op a
+        gradient for its squared norm, where keras' own runs 2 (global) to
+        9 (per variable), each a kernel launch on a GPU."""
+        clipping = (self.clipnorm or 0) > 0 or (self.global_clipnorm or 0) > 0
+        if not clipping or keras.backend.backend() != "tensorflow":
+            return super()._clip_gradients(grads)
+        # A sparse gradient's rows are summed first, so that repeated ids
+        # count as the dense gradient's norm does.
+        present = [tf.convert_to_tensor(g) for g in grads if g is not None]
+        if not present:
+            return grads
+        squares = 2.0 * tf.stack([tf.cast(tf.nn.l2_loss(g), "float32") for g in present])
+        if (self.clipnorm or 0) > 0:
+            scales = tf.unstack(self.clipnorm / tf.maximum(tf.sqrt(squares), self.clipnorm))
+        else:
+            norm = tf.sqrt(tf.reduce_sum(squares))
+            # keras' formula: NaN, not a silent no-op, for a non-finite norm.
+            scale = self.global_clipnorm * tf.minimum(1.0 / norm, 1.0 / self.global_clipnorm) + (norm - norm)
+            scales = [scale] * len(present)
+        clipped = iter(g * tf.cast(s, g.dtype) for g, s in zip(present, scales))
+        return [None if g is None else next(clipped) for g in grads]
+
+    def _fuses(self, variable):
+        return (not self.amsgrad and keras.backend.backend() == "tensorflow"
+                and variable.dtype in ("float32", "float64"))
+
+    def _step_scalars(self, learning_rate, dtype):
+        """The inputs of `ResourceApplyAdam` that are the same for every variable of a step."""
         step = tf.cast(self.iterations + 1, dtype)
+        beta_1, beta_2 = tf.cast(self.beta_1, dtype), tf.cast(self.beta_2, dtype)
+        return dict(beta1_power=tf.pow(beta_1, step), beta2_power=tf.pow(beta_2, step),
+                    lr=tf.cast(learning_rate, dtype), beta1=beta_1, beta2=beta_2,
+                    epsilon=tf.cast(self.epsilon, dtype))
+
+    def _fused_update(self, gradient, variable, scalars):
         index = self._get_variable_index(variable)
         momentum, velocity = self._momentums[index], self._velocities[index]
-        gradient = tf.cast(tf.convert_to_tensor(gradient), dtype)  # IndexedSlices too
-        tf.raw_ops.ResourceApplyAdam(
-            var=_handle(variable), m=_handle(momentum), v=_handle(velocity),
-            beta1_power=tf.pow(tf.cast(self.beta_1, dtype), step),
-            beta2_power=tf.pow(tf.cast(self.beta_2, dtype), step),
-            lr=tf.cast(learning_rate, dtype), beta1=tf.cast(self.beta_1, dtype),
-            beta2=tf.cast(self.beta_2, dtype), epsilon=tf.cast(self.epsilon, dtype),
-            grad=gradient)
+        gradient = tf.cast(tf.convert_to_tensor(gradient), variable.dtype)  # IndexedSlices too
+        return tf.raw_ops.ResourceApplyAdam(
+            var=_handle(variable), m=_handle(momentum), v=_handle(velocity), grad=gradient, **scalars)
 
 
 def _handle(variable):
