@@ -48,11 +48,17 @@
 #     no timed step within 135 s of starting on an H100 (RESULTS.md)
 #   - benchmarks/gpu_suite.sh recipe                 RECIPE_MINUTES=3 with what is left
 #   gpu-tests, decode and suite need a lease of their own.
-#   The bundle has no CUPTI, which the TensorFlow profiler needs to see GPU ops: carry the wheel
-#   (`pip download --no-deps ... -d .whl nvidia-cuda-cupti-cu12==12.5.82`, 14 MB: with the last,
-#   smaller part, as a full one leaves no room in the 64 MiB) and
-#   run `python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl; export
-#   LD_LIBRARY_PATH=/tmp/site/nvidia/cuda_cupti/lib:$LD_LIBRARY_PATH` before `train_step.py --profile`.
+#   The bundle has no CUPTI, which the TensorFlow profiler needs to see GPU ops, and its ptxas
+#   (12.5.82) is older than the 12.6.85 that XLA asks for on Hopper (it warns of miscompiled
+#   clamping). Carry both wheels in one call of their own, after the parts (together 35 MB, too
+#   much beside a full part): `pip download --no-deps ... -d .whl nvidia-cuda-cupti-cu12==12.5.82
+#   nvidia-cuda-nvcc-cu12==12.6.85`, then `python3 -m pip install -q --no-index --no-deps --target
+#   /root/extra .whl/*.whl` and, after sourcing env.sh, `export
+#   LD_LIBRARY_PATH=/root/extra/nvidia/cuda_cupti/lib:$LD_LIBRARY_PATH
+#   XLA_FLAGS=--xla_gpu_cuda_data_dir=/root/extra/nvidia/cuda_nvcc PATH=/root/extra/nvidia/cuda_nvcc/bin:$PATH`.
+#   `train_step.py --profile` keeps the profiler's own messages (`profiler_messages`), so a trace
+#   without GPU events says why. In the second lease (2026-11-26) the non-XLA rows, the rows of the
+#   code before, PyTorch and one XLA row (stopped at 181 s) took one 550 s call after the parts.
 # Only what is under $OUT comes back, and the device empties it before each call: collect
 # after each.
 #

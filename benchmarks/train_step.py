@@ -23,6 +23,7 @@ float32 (or TF32) and bfloat16/float16 square matmuls measured first.
     .venv/bin/python benchmarks/train_step.py --size quick --configs kseq-float32,kseq-bfloat16
     .venv/bin/python benchmarks/train_step.py --size tiny --steps 3 --warmup 1   # smoke test
     .venv/bin/python benchmarks/train_step.py --configs kseq-bfloat16 --profile /tmp/trace
+    .venv/bin/python benchmarks/train_step.py --size deep-tiny --configs kseq-float32 --profile /tmp/ops  # ops a step
 
 --profile DIR also traces 5 timed steps of the first configuration with the
 TensorFlow profiler (open DIR in TensorBoard's Profile tab) and prints the
@@ -48,6 +49,8 @@ SIZES = {  # layers, d_model, heads, ff, vocab, batch, source length, target len
     # The translation recipe's quick preset, which trains without dropout.
     "quick": dict(layers=2, d=192, heads=4, ff=768, vocab=4000, batch=64, source=40, target=40, dropout=0.0),
     "tiny": dict(layers=1, d=32, heads=2, ff=64, vocab=500, batch=8, source=12, target=12, dropout=0.1),
+    # base's depth and variables at tiny widths: its profile on a CPU counts the ops a GPU would launch.
+    "deep-tiny": dict(layers=6, d=64, heads=8, ff=128, vocab=1000, batch=8, source=12, target=12, dropout=0.1),
 }
 PROFILED_STEPS = 5
 POLICIES = {"float32": "float32", "bfloat16": "mixed_bfloat16", "float16": "mixed_float16"}
@@ -164,6 +167,7 @@ def child(config, size, steps, warmup, profile, clip="global"):
         result["profiled_ms_per_step"] = round(1000 * (time.perf_counter() - start) / PROFILED_STEPS, 1)
         tf.profiler.experimental.stop()
         result["top_ops"] = top_ops(profile)
+        result["ops_per_step"] = round(op_count(profile) / PROFILED_STEPS)
         result.update(kernel_time(profile))
     return result
 
@@ -190,6 +194,28 @@ def kernel_time(logdir):
     return dict(kernels_per_step=round(count / PROFILED_STEPS), kernel_ms_per_step=round(picoseconds / 1e9 / PROFILED_STEPS, 1))
 
 
+def op_count(logdir):
+    """TensorFlow op executions in a profile: a GPU's "TensorFlow Ops" events, else the CPU's."""
+    from tensorflow.tsl.profiler.protobuf import xplane_pb2
+
+    path = sorted(glob.glob(os.path.join(logdir, "plugins", "profile", "*", "*.xplane.pb")))[-1]
+    space = xplane_pb2.XSpace()
+    with open(path, "rb") as f:
+        space.ParseFromString(f.read())
+    gpu = [plane for plane in space.planes if plane.name.startswith("/device:GPU")]
+    count = 0
+    for plane in gpu or [plane for plane in space.planes if plane.name.startswith("/host:CPU")]:
+        for line in plane.lines:
+            if gpu and line.name != "TensorFlow Ops" or not gpu and not line.name.startswith("tf_Compute"):
+                continue
+            count += sum(1 for event in line.events if gpu or _is_op(plane.event_metadata[event.metadata_id].name))
+    return count
+
+
+def _is_op(name):
+    return ":" in name and "::" not in name and not name.startswith("__")
+
+
 def top_ops(logdir, count=15):
     """(op type, milliseconds) summed over a profile's op events: a GPU's
     "TensorFlow Ops"/"XLA Ops" lines, else the CPU's op executions
@@ -210,7 +236,7 @@ def top_ops(logdir, count=15):
                 continue
             for event in line.events:
                 name = plane.event_metadata[event.metadata_id].name
-                if gpu or (":" in name and "::" not in name):
+                if gpu or _is_op(name):
                     totals[name.split(":")[-1]] += event.duration_ps / 1e9
     return [(name, round(ms, 1)) for name, ms in totals.most_common(count)]
 
@@ -261,10 +287,12 @@ def main():
     for index, config in enumerate(args.configs.split(",")):
         command = [sys.executable, __file__, "--child", config, "--size", args.size, "--steps", str(args.steps),
                    "--warmup", str(args.warmup), "--clip", args.clip] + (["--no-tf32"] if args.no_tf32 else [])
+        environment = None
         if args.profile and index == 0:
             command += ["--profile", args.profile]
+            environment = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="0")  # the profiler's own messages
         try:
-            done = subprocess.run(command, capture_output=True, text=True, timeout=args.config_timeout)
+            done = subprocess.run(command, capture_output=True, text=True, timeout=args.config_timeout, env=environment)
         except subprocess.TimeoutExpired as stopped:
             # A stopped configuration must not cost the ones after it their turn.
             error = stopped.stderr.decode(errors="replace") if isinstance(stopped.stderr, bytes) else stopped.stderr
@@ -280,6 +308,10 @@ def main():
             write_output()
             continue
         row = json.loads(lines[-1][7:])
+        if args.profile and index == 0:
+            # Why a trace holds no GPU events (CUPTI not found, say) is only in the child's log.
+            row["profiler_messages"] = [line[-300:] for line in done.stderr.splitlines()
+                                        if any(word in line.lower() for word in ("cupti", "profiler", "tracer"))][-20:]
         compute = config.split("-")[1]
         row["mfu"] = round(row["model_tflops"] / peaks[compute], 3)
         rows.append(row)
@@ -288,6 +320,10 @@ def main():
               f"XLA ran: {row['jit_compile']}  warm-up {row['warmup_s']} s", flush=True)
         for name, ms in row.get("top_ops", []):
             print(f"    {name:50s} {ms:10.1f} ms over {PROFILED_STEPS} steps")
+        for message in row.get("profiler_messages", []):
+            print(f"    profiler: {message}")
+        if "ops_per_step" in row:
+            print(f"    {row['ops_per_step']} TensorFlow ops a step (profiled)")
         if "kernels_per_step" in row:
             print(f"    profiled: {row['profiled_ms_per_step']} ms a step, {row['kernels_per_step']} kernels "
                   f"taking {row['kernel_ms_per_step']} ms", flush=True)
