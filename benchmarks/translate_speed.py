@@ -10,8 +10,10 @@ excluded) and the pass's test BLEU and chrF against the references.
   batches' lines) and in input order (`--no-sort`).
 - `--run LOGDIR`: a finished `kseq-train translate` run; exported here as a
   SavedModel with the run's search (the beam search the recipe chose;
-  `--batch-sizes` adds other batch sizes) and with greedy search, and as a
-  CTranslate2 model timed in float32 and int8.
+  `--batch-sizes` adds other batch sizes; `--patience P` adds the same
+  search stopping a verse at ceil(P x beams) finished hypotheses, as
+  CTranslate2 does with its default patience 1) and with greedy search, and
+  as a CTranslate2 model timed in float32 and int8.
 - `--opennmt-dir DIR`: what `benchmarks/opennmt_tf.py serving-models`
   wrote (OpenNMT-tf's SavedModel runs in its own virtual environment).
 
@@ -150,8 +152,11 @@ def ctranslate2_rows(engine, path, pieces_of, text_of, sources, searches=((4, "f
         [row(beam, compute, False) for beam, compute in input_order]
 
 
-def kseq_run_rows(run_dir, sources, folder, other_batches=()):
-    """Exports `run_dir`'s model (the run's search, and greedy) and its CTranslate2 form into `folder`."""
+def kseq_run_rows(run_dir, sources, folder, other_batches=(), patience=None):
+    """Exports `run_dir`'s model (the run's search, with `patience` if given, and greedy) and its
+    CTranslate2 form into `folder`."""
+    import dataclasses
+
     import sentencepiece
 
     from kseq.decoding import GreedySearch
@@ -170,9 +175,13 @@ def kseq_run_rows(run_dir, sources, folder, other_batches=()):
     search = settings.search(MAX_LENGTH)
     weights = "bfloat16" if dtype else "float32"
     rows = []
-    for name, chosen in ((f"the run's: {settings.beam_size} beams", search),
-                         ("greedy", GreedySearch(limits=search.limits))):
-        path = export_translator(model, tokenizer, tokenizer, os.path.join(folder, "kseq", name.split()[0]),
+    searches = [(f"the run's: {settings.beam_size} beams", search)]
+    if patience is not None:
+        searches.append((f"the run's: {settings.beam_size} beams, patience {patience}",
+                         dataclasses.replace(settings, patience=patience).search(MAX_LENGTH)))
+    searches.append(("greedy", GreedySearch(limits=search.limits)))
+    for index, (name, chosen) in enumerate(searches):
+        path = export_translator(model, tokenizer, tokenizer, os.path.join(folder, "kseq", str(index)),
                                  search=chosen, max_source_length=MAX_LENGTH)
         beam = chosen is search
         rows += kseq_savedmodel_rows(name, weights, path, sources, (True, False) if beam else (True,),
@@ -225,6 +234,8 @@ def main(argv=None):
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--batch-sizes", type=lambda text: [int(n) for n in text.split(",")], default=[],
                         help="more batch sizes for the run's SavedModel and search, sorted (e.g. 8,16,64)")
+    parser.add_argument("--patience", type=float,
+                        help="with --run, also the run's beam search stopping at this patience (BeamSearch)")
     parser.add_argument("--output", help="write the rows as JSON here")
     args = parser.parse_args(argv)
     if not (args.model or args.run or args.opennmt_dir):
@@ -234,7 +245,7 @@ def main(argv=None):
         rows = [row for path in args.model for row in
                 kseq_savedmodel_rows("serving_default", f"as exported: {path}", path, sources, (True, False))]
         if args.run:
-            rows += kseq_run_rows(args.run, sources, folder, args.batch_sizes)
+            rows += kseq_run_rows(args.run, sources, folder, args.batch_sizes, args.patience)
         if args.opennmt_dir:
             spm_model = args.spm_model or os.path.join(args.run or "", "spm.model")
             rows += opennmt_rows(args.opennmt_dir, args.opennmt_venv, sources, spm_model)

@@ -2,7 +2,7 @@
 
 Every search is a small object called as `search(step_fn, state,
 batch_size, reorder_state=None, start_tokens=None, length_limits=None,
-tile_state=None)` with
+tile_state=None, select_rows=None)` with
 `step_fn(token_ids, state, index) -> (logits, state)`; it returns fixed-shape ids (B, max_length) — (B, N,
 max_length) for beam search — and scores, all in TensorFlow ops so it traces
 once, compiles under XLA and exports. Every search holds its `Limits` (length,

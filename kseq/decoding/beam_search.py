@@ -1,5 +1,7 @@
 """Beam search with the GNMT length penalty and a pool of finished hypotheses."""
 
+import math
+
 import tensorflow as tf
 
 from kseq.decoding.constraints import apply_limits, suppress_special_tokens
@@ -25,8 +27,9 @@ class BeamSearch:
     finished one (log-probabilities only fall, so the best an alive
     hypothesis can reach is its log-probability over the largest penalty
     still reachable); every row stops at `max_length`, where unfinished
-    hypotheses are scored as they are. All state lives in fixed-shape loop
-    variables of one `tf.while_loop`.
+    hypotheses are scored as they are. All state lives in loop variables of
+    one `tf.while_loop`: of fixed shapes, or, given `select_rows`, losing the
+    rows that are done.
 
     Finishing only the EOS extensions ranked within the best K (as fairseq
     does) makes `beam_size=1` exactly greedy search when
@@ -69,7 +72,8 @@ class BeamSearch:
     def __init__(self, max_length: int | None = None, beam_size: int = 4, length_penalty: float = 0.6,
                  num_return: int = 1,
                  eos_id: int = EOS_ID, bos_id: int = BOS_ID, pad_id: int = PAD_ID, no_repeat_ngram_size: int = 0,
-                 max_length_ratio: float | None = None, max_ngram_count: int = 1, limits=None) -> None:
+                 max_length_ratio: float | None = None, max_ngram_count: int = 1, limits=None,
+                 patience: float | None = None) -> None:
         self.limits = search_limits(limits, max_length, eos_id=eos_id, no_repeat_ngram_size=no_repeat_ngram_size,
                                     max_length_ratio=max_length_ratio, max_ngram_count=max_ngram_count)
         self.beam_size = check_positive_int("beam_size", beam_size)
@@ -80,13 +84,17 @@ class BeamSearch:
                 f"`num_return` ({num_return}) must be <= `beam_size` ({beam_size})."
             )
         self.bos_id, self.pad_id = int(bos_id), int(pad_id)
+        if patience is not None and not 0 < patience <= 1:
+            raise ValueError(f"`patience` must be in (0, 1] or None; got {patience!r}.")
+        # The finished hypotheses that end a row's search (None: the bound alone).
+        self.finished_to_stop = None if patience is None else max(self.num_return, math.ceil(patience * self.beam_size))
 
     @property
     def max_length(self):
         return self.limits.max_length
 
     def __call__(self, step_fn, state, batch_size, reorder_state=None, start_tokens=None,
-                 length_limits=None, tile_state=None):
+                 length_limits=None, tile_state=None, select_rows=None):
         """Decodes a batch.
 
         Args:
@@ -103,6 +111,12 @@ class BeamSearch:
                 defaults to repeating every tensor's rows.
             length_limits: (B,) int32, the most tokens of each row's
                 hypotheses (EOS included), or None (`max_length`).
+            select_rows: `(state, rows (A,)) -> state` keeping the rows
+                `rows` of the parts `tile_state` left one a row. Given, a row
+                that is done leaves the loop, so that the rows still
+                searching carry no finished ones (shapes then change between
+                steps, which XLA cannot compile); `reorder_state` picks the
+                remaining rows' beams. None: every row runs every step.
 
         Returns:
             (ids, scores): ids (B, N, max_length) int32, best first, no BOS,
@@ -110,44 +124,74 @@ class BeamSearch:
             log-probabilities.
         """
         reorder_state = reorder_state or gather_beams
-        beams, length, alpha = self.beam_size, self.max_length, self.length_penalty
+        beams, length, alpha, returned = self.beam_size, self.max_length, self.length_penalty, self.num_return
         # The most any continuation can be divided by: penalties grow with
         # length for alpha >= 0 and shrink for alpha < 0.
         best_penalty_at_max = length_penalty(length, alpha)
-        state = (tile_state or tile_beams)(state, beams)
         positions = tf.range(length)
-        row_offsets = tf.range(batch_size)[:, None] * beams  # (B, 1)
         neg_inf = tf.constant(-float("inf"))
+        pad = tf.constant(self.pad_id, tf.int32)
 
-        alive_ids = tf.fill([batch_size, beams, length], tf.constant(self.pad_id, tf.int32))
-        # Only the first beam is live at the start: the others would repeat it.
-        alive_logp = tf.tile(
-            tf.concat([[0.0], tf.fill([beams - 1], neg_inf)], 0)[None, :], [batch_size, 1]
-        )
-        finished_ids = alive_ids
-        finished_scores = tf.fill([batch_size, beams], neg_inf)
+        def searching(index, alive_logp, finished_scores):
+            """(rows,): whether a row's alive hypotheses can still beat its
+            `num_return`-th finished one from step `index` on (and, with a
+            `patience`, it holds too few finished ones)."""
+            reachable = tf.maximum(length_penalty(index + 1, alpha), best_penalty_at_max)
+            going = tf.reduce_max(alive_logp, axis=1) / reachable > finished_scores[:, returned - 1]
+            if self.finished_to_stop is None:
+                return going
+            finished = tf.reduce_sum(tf.cast(finished_scores > neg_inf, tf.int32), axis=1)
+            return tf.logical_and(going, finished < self.finished_to_stop)
+
+        alive_ids = tf.fill([batch_size, beams, length], pad)
         if start_tokens is None:
             tokens = tf.fill([batch_size * beams], tf.constant(self.bos_id, tf.int32))
         else:
             tokens = tf.repeat(tf.cast(start_tokens, tf.int32), beams)
+        loop = dict(
+            index=tf.constant(0), tokens=tokens, alive_ids=alive_ids,
+            # Only the first beam is live at the start: the others would repeat it.
+            alive_logp=tf.tile(tf.concat([[0.0], tf.fill([beams - 1], neg_inf)], 0)[None, :], [batch_size, 1]),
+            finished_ids=alive_ids, finished_scores=tf.fill([batch_size, beams], neg_inf),
+            state=(tile_state or tile_beams)(state, beams),
+        )
+        if length_limits is not None:
+            loop["limits"] = length_limits
+        if select_rows is not None:
+            loop.update(rows=tf.range(batch_size), out_ids=tf.fill([batch_size, returned, length], pad),
+                        out_scores=tf.fill([batch_size, returned], neg_inf))
+        elif self.finished_to_stop is not None:
+            # Rows that stopped for their count stay in the loop: no later
+            # hypothesis may join their pool (the result would then depend on
+            # the rest of the batch).
+            loop["done"] = tf.zeros([batch_size], tf.bool)
 
-        def keep_going(index, tokens, alive_ids, alive_logp, finished_ids, finished_scores, state):
-            reachable = tf.maximum(length_penalty(index + 1, alpha), best_penalty_at_max)
-            best_alive = tf.reduce_max(alive_logp, axis=1) / reachable
-            to_beat = finished_scores[:, self.num_return - 1]
-            return tf.logical_and(index < length, tf.reduce_any(best_alive > to_beat))
+        shapes = None
+        if select_rows is not None:  # every row-major loop tensor may lose rows
+            shapes = {key: tf.nest.map_structure(_any_rows, value) for key, value in loop.items()}
+            shapes.update(index=loop["index"].shape, out_ids=loop["out_ids"].shape,
+                          out_scores=loop["out_scores"].shape)
+            shapes = (shapes,)
 
-        def body(index, tokens, alive_ids, alive_logp, finished_ids, finished_scores, state):
-            old = (tokens, alive_ids, alive_logp, finished_ids, finished_scores, state)
-            logits, state = step_fn(tokens, state, index)
+        def keep_going(v):
+            if select_rows is not None:
+                return tf.logical_and(v["index"] < length, tf.size(v["rows"]) > 0)
+            if "done" in v:
+                return tf.logical_and(v["index"] < length, tf.logical_not(tf.reduce_all(v["done"])))
+            return tf.logical_and(v["index"] < length,
+                                  tf.reduce_any(searching(v["index"], v["alive_logp"], v["finished_scores"])))
+
+        def body(v):
+            index, rows = v["index"], tf.shape(v["alive_logp"])[0]
+            logits, state = step_fn(v["tokens"], v["state"], index)
             logp = tf.nn.log_softmax(suppress_special_tokens(tf.cast(logits, tf.float32)))
-            history = tf.reshape(alive_ids, [-1, length])
-            logp = apply_limits(logp, history, index, length_limits, self.limits)
+            history = tf.reshape(v["alive_ids"], [-1, length])
+            logp = apply_limits(logp, history, index, v.get("limits"), self.limits)
             vocab = tf.shape(logp)[-1]
-            total = alive_logp[:, :, None] + tf.reshape(logp, [batch_size, beams, vocab])
-            top_logp, top_index = tf.math.top_k(tf.reshape(total, [batch_size, -1]), 2 * beams)
+            total = v["alive_logp"][:, :, None] + tf.reshape(logp, [rows, beams, vocab])
+            top_logp, top_index = tf.math.top_k(tf.reshape(total, [rows, -1]), 2 * beams)
             source_beam, token = top_index // vocab, top_index % vocab  # (B, 2K)
-            candidates = tf.gather(alive_ids, source_beam, batch_dims=1)
+            candidates = tf.gather(v["alive_ids"], source_beam, batch_dims=1)
             candidates = tf.where(positions == index, token[:, :, None], candidates)
 
             # Finished: EOS candidates ranked within the best K, and at the
@@ -156,39 +200,68 @@ class BeamSearch:
             ends = tf.logical_or(tf.equal(token, self.limits.eos_id), index + 1 >= length)
             ends = tf.logical_and(ends, in_beam[None, :])
             scores = tf.where(ends, top_logp / length_penalty(index + 1, alpha), neg_inf)
-            finished_scores, pick = tf.math.top_k(
-                tf.concat([finished_scores, scores], 1), beams
-            )
-            finished_ids = tf.gather(
-                tf.concat([finished_ids, candidates], 1), pick, batch_dims=1
-            )
+            if "done" in v:
+                scores = tf.where(v["done"][:, None], neg_inf, scores)
+            finished_scores, pick = tf.math.top_k(tf.concat([v["finished_scores"], scores], 1), beams)
+            finished_ids = tf.gather(tf.concat([v["finished_ids"], candidates], 1), pick, batch_dims=1)
 
             # Alive: the K best candidates that did not emit EOS (2K hold at
             # least K, since each alive beam has one EOS extension).
             not_eos = tf.where(tf.equal(token, self.limits.eos_id), neg_inf, top_logp)
             alive_logp, pick = tf.math.top_k(not_eos, beams)
-            alive_ids = tf.gather(candidates, pick, batch_dims=1)
-            parents = tf.gather(source_beam, pick, batch_dims=1) + row_offsets
-            state = reorder_state(state, tf.reshape(parents, [-1]))
-            tokens = tf.reshape(tf.gather(token, pick, batch_dims=1), [-1])
-            new = (tokens, alive_ids, alive_logp, finished_ids, finished_scores, state)
-            return (index + 1,) + _keep_shapes(new, old)
+            new = dict(v, index=index + 1, tokens=tf.gather(token, pick, batch_dims=1),
+                       alive_ids=tf.gather(candidates, pick, batch_dims=1), alive_logp=alive_logp,
+                       finished_ids=finished_ids, finished_scores=finished_scores, state=state)
+            parents = tf.gather(source_beam, pick, batch_dims=1) + tf.range(rows)[:, None] * beams
+            if "done" in v:
+                stopped = tf.logical_not(searching(index + 1, alive_logp, finished_scores))
+                new["done"] = tf.logical_or(v["done"], stopped)
+            if select_rows is not None:
+                going = tf.logical_and(searching(index + 1, alive_logp, finished_scores), index + 1 < length)
+                new, parents = tf.cond(tf.reduce_all(going), lambda: (new, parents),
+                                       lambda: _retire(new, parents, going, returned, select_rows))
+            new["state"] = reorder_state(new["state"], tf.reshape(parents, [-1]))
+            new["tokens"] = tf.reshape(new["tokens"], [-1])
+            return (_keep_shapes(new, shapes[0] if shapes else v),)
 
-        loop = tf.while_loop(
-            keep_going,
-            body,
-            (tf.constant(0), tokens, alive_ids, alive_logp, finished_ids, finished_scores, state),
-        )
-        finished_ids, finished_scores = loop[4], loop[5]
-        return finished_ids[:, : self.num_return], finished_scores[:, : self.num_return]
+        (loop,) = tf.while_loop(keep_going, body, (loop,), shape_invariants=shapes)
+        if select_rows is not None:
+            return loop["out_ids"], loop["out_scores"]
+        return loop["finished_ids"][:, :returned], loop["finished_scores"][:, :returned]
+
+
+_PER_ROW = ("rows", "tokens", "alive_ids", "alive_logp", "finished_ids", "finished_scores", "limits")
+
+
+def _retire(loop, parents, going, returned, select_rows):
+    """Writes the results of the rows that are done (not `going`) and drops
+    them from the loop's tensors; returns (loop, parents) of the others."""
+    done = tf.logical_not(going)
+    at = tf.boolean_mask(loop["rows"], done)[:, None]
+    out_ids = tf.tensor_scatter_nd_update(
+        loop["out_ids"], at, tf.boolean_mask(loop["finished_ids"], done)[:, :returned])
+    out_scores = tf.tensor_scatter_nd_update(
+        loop["out_scores"], at, tf.boolean_mask(loop["finished_scores"], done)[:, :returned])
+    kept = tf.where(going)[:, 0]
+    loop = dict(loop, out_ids=out_ids, out_scores=out_scores, state=select_rows(loop["state"], kept),
+                **{key: tf.gather(loop[key], kept) for key in _PER_ROW if key in loop})
+    return loop, tf.gather(parents, kept)
+
+
+def _any_rows(tensor):
+    """A loop tensor's shape with any number of rows."""
+    return tf.TensorShape([None]).concatenate(tensor.shape[1:])
 
 
 def _keep_shapes(new, old):
-    """Restores the static shapes a loop variable had on entry (dynamic
-    batch sizes in reshapes and gathers lose them; the loop must not)."""
+    """Restores the static shapes a loop variable had on entry, or its
+    shape invariant (dynamic batch sizes in reshapes and gathers lose them;
+    the loop must not)."""
 
-    def keep(new_tensor, old_tensor):
-        new_tensor.set_shape(new_tensor.shape.merge_with(old_tensor.shape))
+    def keep(new_tensor, old_shape):
+        if not isinstance(old_shape, tf.TensorShape):
+            old_shape = old_shape.shape
+        new_tensor.set_shape(new_tensor.shape.merge_with(old_shape))
         return new_tensor
 
     return tf.nest.map_structure(keep, new, old)

@@ -23,9 +23,9 @@ class Decoder(abc.ABC):
       of `token_ids`. The attention is over the source, for plots.
 
     and inherits `step(token_ids, state, index) -> (logits, state)` (what a
-    search calls), `reorder_state` and `tile_state` (beam search's row
-    gathering and tiling; a model can skip the parts that are equal across a
-    row's beams), `search` (runs a
+    search calls), `reorder_state`, `tile_state` and `select_rows` (beam
+    search's row gathering, tiling and dropping of finished rows; a model can
+    skip the parts that are equal across a row's beams), `search` (runs a
     search in TensorFlow ops, with recurrent layers on their portable loop so
     that it compiles with XLA and exports to any device) and
     `attention_by_steps` (the attention of every step of a teacher-forced
@@ -54,6 +54,22 @@ class Decoder(abc.ABC):
         side (beam search's start): every tensor's rows repeated."""
         return tile_beams(state, beam_size)
 
+    def select_rows(self, state, rows):
+        """The rows `rows` (A,) of the parts of a beam search's state that
+        `tile_state` keeps one a row (none by default), when the search drops
+        rows that are done; `reorder_state` then picks the other rows' beams."""
+        del rows
+        return state
+
+    def _row_selection(self):
+        """`select_rows`, or None where dropping rows is not safe: a model
+        that reorders only part of its tiled state (the rest equal across
+        beams) and keeps nothing one a row must say how its rows are kept."""
+        model = type(self)
+        if model.reorder_state is not Decoder.reorder_state and model.select_rows is Decoder.select_rows:
+            return None
+        return self.select_rows
+
     def finish_search(self, input_ids, ids, scores):
         """The search's (ids, scores), adjusted to the inputs (a hook)."""
         return ids, scores
@@ -64,14 +80,15 @@ class Decoder(abc.ABC):
 
         `fixed_shapes`: keep every loop tensor's shape fixed across steps, as
         XLA needs (a Transformer then preallocates its cache for the search's
-        `max_length`); without it, a state may grow with the steps, which
-        costs less where shapes may change."""
+        `max_length`); without it, a state may grow with the steps and a
+        beam search drops the rows that are done, which costs less where
+        shapes may change."""
         with portable_recurrence(self):
             state, start_tokens = self.begin_decoding(input_ids, search.max_length if fixed_shapes else None)
             ids, scores = search(
                 self.step, state, tf.shape(input_ids)[0], reorder_state=self.reorder_state,
                 start_tokens=start_tokens, length_limits=self.length_limits(input_ids, search),
-                tile_state=self.tile_state,
+                tile_state=self.tile_state, select_rows=None if fixed_shapes else self._row_selection(),
             )
         return self.finish_search(input_ids, ids, scores)
 

@@ -40,7 +40,7 @@ class TokenSearch:
         raise NotImplementedError
 
     def __call__(self, step_fn, state, batch_size, reorder_state=None, start_tokens=None,
-                 length_limits=None, tile_state=None):
+                 length_limits=None, tile_state=None, select_rows=None):
         """Decodes a batch.
 
         Args:
@@ -48,8 +48,8 @@ class TokenSearch:
                 `index` is the position of `token_ids` (0 for the first).
             state: the decoder state before the first step.
             batch_size: B (int or scalar tensor).
-            reorder_state, tile_state: unused (one hypothesis per row);
-                accepted so that every search has the same call.
+            reorder_state, tile_state, select_rows: unused (one hypothesis
+                per row); accepted so that every search has the same call.
             start_tokens: (B,) int32 tokens fed at the first step (default
                 BOS; a language model feeds each prompt's last token).
             length_limits: (B,) int32, the most tokens of each row (EOS
@@ -60,7 +60,7 @@ class TokenSearch:
             PAD after EOS; scores (B,) float32, the sum of the model's token
             log-probabilities over each row's tokens.
         """
-        del reorder_state, tile_state
+        del reorder_state, tile_state, select_rows
         length = self.max_length
         tokens = start_tokens if start_tokens is not None else tf.fill([batch_size], self.bos_id)
         tokens = tf.cast(tokens, tf.int32)

@@ -39,6 +39,7 @@ class Generator(Decoder):
         return_scores: bool = False,
         jit_compile: bool = False,
         search=None,
+        patience: float | None = None,
     ):
         """Decodes a batch: translates sources (Seq2Seq models) or continues
         prompts (language models).
@@ -70,6 +71,10 @@ class Generator(Decoder):
             search: a kseq.decoding search object (e.g. `BeamSearch(limits=
                 Limits(32, max_length_ratio=1.5), beam_size=4)`) to decode
                 with instead of `max_length`, `method` and the method's options.
+            patience: beam search: a row stops once it holds ceil(patience x
+                beam_size) finished hypotheses (1.0: the rule of fairseq and
+                CTranslate2, far fewer steps); None: only once no alive
+                hypothesis can win (`BeamSearch`).
 
         Returns:
             (B, T') int32 ids, T' <= max_length (or (B, N, T') for
@@ -93,7 +98,7 @@ class Generator(Decoder):
             length_penalty=length_penalty, num_return=num_return,
             temperature=temperature, top_k=top_k, top_p=top_p,
             no_repeat_ngram_size=no_repeat_ngram_size, max_ngram_count=max_ngram_count,
-            max_length_ratio=max_length_ratio,
+            max_length_ratio=max_length_ratio, patience=patience,
         )
         make_search(seed=seed, **options)  # checks every option now, by name
         if seed is None:

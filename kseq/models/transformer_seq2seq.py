@@ -218,6 +218,12 @@ class TransformerSeq2Seq(Seq2Seq):
         layers = [dict(layer, cache=tile_beams(layer["cache"], beam_size)) for layer in state["layers"]]
         return dict(state, layers=layers)
 
+    def select_rows(self, state, rows):
+        """Keeps the rows `rows` of the source mask and its keys/values (one
+        a row); `reorder_state` picks the caches' beams."""
+        layers = [dict(layer, memory=gather_beams(layer["memory"], rows)) for layer in state["layers"]]
+        return dict(state, source_mask=tf.gather(state["source_mask"], rows), layers=layers)
+
     def reorder_state(self, state, indices):
         """Reorders the self-attention caches only: the source mask and its
         keys/values are the same for every beam of a row."""

@@ -144,6 +144,73 @@ def test_beam_stops_once_no_live_hypothesis_can_win():
     assert [as_list(row) for row in ids[:, 0]] == [(EOS,), (EOS,)]
 
 
+@pytest.mark.parametrize("num_return", [1, 3])
+@pytest.mark.parametrize("with_limits", [False, True])
+@pytest.mark.parametrize("patience", [None, 1.0])
+def test_beam_search_that_drops_finished_rows_returns_the_same(num_return, with_limits, patience):
+    table, batch, max_length = PrefixTable(3), 12, 8
+    start = tf.range(batch) * 7 + 1  # a different prefix hash a row: rows end at different steps
+    limits = tf.constant([3, 8, 5, 8, 2, 8, 6, 8, 4, 8, 7, 8]) if with_limits else None
+    search = BeamSearch(max_length, beam_size=4, length_penalty=0.6, num_return=num_return, patience=patience)
+    rows_run = {}
+
+    def decode(select_rows, counts=None):
+        def step(tokens, state, index):
+            if counts is not None:  # eager: one call a step
+                counts.append(int(tf.shape(tokens)[0]))
+            return table(tokens, state, index)
+
+        return search(step, start, batch, length_limits=limits, select_rows=select_rows)
+
+    results = {}
+    for name, select_rows in (("all rows", None), ("dropping", lambda state, rows: state)):
+        rows_run[name] = []
+        eager = decode(select_rows, rows_run[name])
+        graph = tf.function(lambda: decode(select_rows))()
+        for ids, scores in (eager, graph):
+            assert ids.shape == (batch, num_return, max_length) and scores.shape == (batch, num_return)
+        np.testing.assert_array_equal(eager[0], graph[0])
+        results[name] = eager
+    np.testing.assert_array_equal(results["dropping"][0], results["all rows"][0])
+    np.testing.assert_allclose(results["dropping"][1], results["all rows"][1], rtol=1e-6)
+    # The same number of steps, fewer rows in the later ones.
+    assert len(rows_run["dropping"]) == len(rows_run["all rows"])
+    assert rows_run["dropping"][0] == batch * 4 and sum(rows_run["dropping"]) < sum(rows_run["all rows"])
+
+
+@pytest.mark.parametrize("patience, finished", [(1.0, 4), (0.5, 2), (0.25, 1)])
+def test_beam_patience_stops_a_row_at_its_count_of_finished_hypotheses(patience, finished):
+    table, batch, max_length = PrefixTable(5, sharpness=1.0), 10, 12
+    start = tf.range(batch) * 11 + 3
+    steps = {}
+    for name, rule in (("bound", None), ("count", patience)):
+        calls = []
+
+        def step(tokens, state, index):
+            calls.append(int(index))
+            return table(tokens, state, index)
+
+        ids, scores = BeamSearch(max_length, beam_size=4, length_penalty=1.0, patience=rule)(step, start, batch)
+        steps[name] = len(calls)
+        if rule is not None:
+            counted = (ids, scores)
+    assert BeamSearch(8, beam_size=4, patience=patience).finished_to_stop == finished
+    assert steps["count"] < steps["bound"]
+    # Each row's answer is the best of the hypotheses it had finished when it
+    # stopped, whatever else the batch held: decoded alone, a row gets the same.
+    for row in range(batch):
+        alone = BeamSearch(max_length, beam_size=4, length_penalty=1.0, patience=patience)(
+            table, start[row:row + 1], 1)
+        np.testing.assert_array_equal(alone[0][0], counted[0][row])
+        np.testing.assert_allclose(alone[1][0], counted[1][row], rtol=1e-6)
+
+
+@pytest.mark.parametrize("patience", [0, -1.0, 1.5])
+def test_beam_patience_outside_0_1_is_refused_by_name(patience):
+    with pytest.raises(ValueError, match="`patience` must be in"):
+        BeamSearch(8, beam_size=4, patience=patience)
+
+
 def test_greedy_stops_at_eos_and_pads_after_it():
     calls = []
 

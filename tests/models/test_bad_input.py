@@ -56,6 +56,7 @@ def test_bad_input_structure_and_generate_arguments(make):
     bad_options = [
         (dict(method="beam", beam_size=0), "`beam_size` must be >= 1"),
         (dict(method="beam", beam_size=2, num_return=3), "`num_return` \\(3\\) must be <="),
+        (dict(method="beam", patience=1.5), "`patience` must be in \\(0, 1\\]"),
         (dict(num_return=2), "`num_return` > 1 needs method='beam'"),
         (dict(method="beam", length_penalty="0.6"), "`length_penalty` must be a number"),
         (dict(method="sample", temperature=0.0), "`temperature` must be a finite number"),

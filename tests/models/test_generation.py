@@ -95,8 +95,9 @@ def test_generation_stops_at_eos_and_pads_after_it(entry, options):
 
 
 @AGREEMENT_ENTRIES
-@pytest.mark.parametrize("options", [dict(method="greedy"), dict(method="beam", beam_size=3, num_return=2)],
-                         ids=["greedy", "beam"])
+@pytest.mark.parametrize("options", [dict(method="greedy"), dict(method="beam", beam_size=3, num_return=2),
+                                     dict(method="beam", beam_size=3, num_return=2, patience=1.0)],
+                         ids=["greedy", "beam", "beam-patience"])
 def test_each_row_of_a_mixed_batch_decodes_as_if_alone(entry, options):
     model, source = eos_prone_model(entry)
     together, scores = model.generate(source, max_length=MAX_LENGTH, return_scores=True, **options)

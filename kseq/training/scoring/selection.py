@@ -111,24 +111,36 @@ class DecodingOptions(RecipeOptions):
         AUTO, f"outputs end by ceil(ratio x source tokens) + {DEFAULT_LENGTH_SLACK} (0: --max-length alone); "
         "auto: fitted", minimum=0)
     tune_sentences: int = option(200, "validation pairs the auto decoding settings are chosen on", minimum=1)
+    beam_patience: float | None = option(
+        None, "a beam stops a sentence once it holds ceil(P x beams) finished hypotheses (1: as CTranslate2 "
+        "and fairseq, far fewer steps); default: once no alive hypothesis can win")
+
+    def problems(self):
+        """--beam-patience must be in (0, 1]."""
+        found = super().problems()
+        if self.beam_patience is not None and not 0 < self.beam_patience <= 1:
+            found.append(f"--beam-patience {self.beam_patience}: expected a number in (0, 1]")
+        return found
 
     def decoding_candidates(self, max_length_ratio):
         """`decoding_candidates` of these options with the ratio decided."""
-        return decoding_candidates(self.beam_size, self.length_penalty, self.no_repeat_ngram, max_length_ratio)
+        return decoding_candidates(self.beam_size, self.length_penalty, self.no_repeat_ngram, max_length_ratio,
+                                   self.beam_patience)
 
 
 @dataclasses.dataclass(frozen=True)
 class DecodingSettings:
     """One decoding configuration: `beam_size` (1: greedy), its
     `length_penalty`, the n-gram limit (`no_repeat_ngram` tokens at most
-    `max_ngram_count` times; 0: none) and `max_length_ratio` (None: the
-    search's max_length alone)."""
+    `max_ngram_count` times; 0: none), `max_length_ratio` (None: the
+    search's max_length alone) and the beam's `patience` (None: none)."""
 
     beam_size: int
     length_penalty: float
     no_repeat_ngram: int
     max_ngram_count: int
     max_length_ratio: float | None
+    patience: float | None = None
 
     def search(self, max_length):
         """The kseq.decoding search of these settings, up to `max_length` tokens."""
@@ -136,10 +148,12 @@ class DecodingSettings:
                         no_repeat_ngram_size=self.no_repeat_ngram, max_ngram_count=self.max_ngram_count)
         if self.beam_size == 1:
             return GreedySearch(limits=limits)
-        return BeamSearch(beam_size=self.beam_size, length_penalty=self.length_penalty, limits=limits)
+        return BeamSearch(beam_size=self.beam_size, length_penalty=self.length_penalty, limits=limits,
+                          patience=self.patience)
 
 
-def decoding_candidates(beam_size="auto", length_penalty="auto", no_repeat_ngram="auto", max_length_ratio=None):
+def decoding_candidates(beam_size="auto", length_penalty="auto", no_repeat_ngram="auto", max_length_ratio=None,
+                        patience=None):
     """The `DecodingSettings` to try: every combination of the values given
     ("auto": `BEAM_SIZES`, `LENGTH_PENALTIES`, `NGRAM_LIMITS`; a
     `no_repeat_ngram` n given means (n, 1)); greedy once, with the first
@@ -152,7 +166,7 @@ def decoding_candidates(beam_size="auto", length_penalty="auto", no_repeat_ngram
     beams = list(BEAM_SIZES) if beam_size == "auto" else [beam_size]
     penalties = list(LENGTH_PENALTIES) if length_penalty == "auto" else [length_penalty]
     ngrams = list(NGRAM_LIMITS) if no_repeat_ngram == "auto" else [(no_repeat_ngram, 1)]
-    return [DecodingSettings(beam, penalty, size, count, max_length_ratio)
+    return [DecodingSettings(beam, penalty, size, count, max_length_ratio, patience if beam > 1 else None)
             for beam in beams for penalty in penalties for size, count in ngrams
             if beam > 1 or penalty == penalties[0]]  # greedy has no penalty
 
