@@ -269,8 +269,9 @@ def test_sampling_is_reproducible_by_seed_and_top_k_1_is_greedy():
 
 @pytest.mark.parametrize(
     "search",
-    [GreedySearch(6), BeamSearch(6, beam_size=3, num_return=2), Sampler(6, top_p=0.9, seed=2)],
-    ids=["greedy", "beam", "sample"],
+    [GreedySearch(6), BeamSearch(6, beam_size=3, num_return=2), BeamSearch(6, beam_size=3, patience=1.0),
+     Sampler(6, top_p=0.9, seed=2)],
+    ids=["greedy", "beam", "beam-patience", "sample"],
 )
 def test_searches_trace_once_and_compile_under_xla(search):
     table = PrefixTable(5)

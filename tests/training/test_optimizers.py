@@ -9,13 +9,13 @@ from kseq._compat import clip_after_all_reduce
 from kseq.training.objectives.optimizers import FusedAdam
 
 
-def train(optimizer_class, strategy, **kwargs):
+def train(optimizer_class, strategy, rate=1e-2, **kwargs):
     """Weights and optimizer variables after 3 epochs of a small classifier."""
     keras.utils.set_random_seed(0)
     with strategy.scope():
         model = keras.Sequential([keras.Input((5,)), keras.layers.Dense(8, activation="tanh"),
                                   keras.layers.Dense(3)])
-        optimizer = clip_after_all_reduce(optimizer_class(1e-2, beta_2=0.98, epsilon=1e-9, **kwargs))
+        optimizer = clip_after_all_reduce(optimizer_class(rate, beta_2=0.98, epsilon=1e-9, **kwargs))
         model.compile(optimizer, keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     rng = np.random.default_rng(0)
     model.fit(rng.normal(size=(64, 5)), rng.integers(0, 3, 64), batch_size=16, epochs=3, verbose=0)
@@ -27,6 +27,21 @@ def train(optimizer_class, strategy, **kwargs):
 def test_fused_adam_takes_keras_adams_steps(replicas, kwargs):
     strategy = tf.distribute.MirroredStrategy([f"/cpu:{i}" for i in range(replicas)])
     expected, actual = train(keras.optimizers.Adam, strategy, **kwargs), train(FusedAdam, strategy, **kwargs)
+    assert len(expected) == len(actual) > 4
+    for e, a in zip(expected, actual):
+        np.testing.assert_allclose(a, e, rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("replicas", [1, 2])
+def test_fused_adam_takes_keras_adams_steps_on_a_schedule(replicas):
+    # A schedule's rate is a value per replica: the update must take each device's copy.
+    strategy = tf.distribute.MirroredStrategy([f"/cpu:{i}" for i in range(replicas)])
+
+    def run(optimizer_class):
+        schedule = keras.optimizers.schedules.ExponentialDecay(1e-2, decay_steps=4, decay_rate=0.5)
+        return train(optimizer_class, strategy, rate=schedule, global_clipnorm=1.0)
+
+    expected, actual = run(keras.optimizers.Adam), run(FusedAdam)
     assert len(expected) == len(actual) > 4
     for e, a in zip(expected, actual):
         np.testing.assert_allclose(a, e, rtol=1e-6, atol=1e-7)

@@ -1,5 +1,7 @@
 """Optimizers with fewer, larger ops per step."""
 
+import collections
+
 import keras
 import tensorflow as tf
 
@@ -34,23 +36,30 @@ class FusedAdam(keras.optimizers.Adam):
             return super().update_step(gradient, variable, learning_rate)
         self._fused_update(gradient, variable, self._step_scalars(learning_rate, variable.dtype))
 
-    def _distributed_tf_update_step(self, distribution, grads_and_vars, learning_rate):
+    def _backend_update_step(self, grads, trainable_variables, learning_rate):
         # keras' TensorFlow backend calls `update_step` once a variable, and
         # each call would raise beta^t and cast the rate again: ~5 ops a
-        # variable that a GPU pays for in launches. Here they are made once a step.
+        # variable that a GPU pays for in launches. Here they are made once a
+        # step, in the replica context (where a schedule's rate is), and
+        # reach each variable's update as its device's copy.
         if self.amsgrad or keras.backend.backend() != "tensorflow":
-            return super()._distributed_tf_update_step(distribution, grads_and_vars, learning_rate)
-        scalars = {}
+            return super()._backend_update_step(grads, trainable_variables, learning_rate)
+        dtypes = {tf.as_dtype(variable.dtype).name for variable in trainable_variables if self._fuses(variable)}
+        scalars = {dtype: self._step_scalars(learning_rate, dtype) for dtype in dtypes}
+        return super()._backend_update_step(grads, trainable_variables, _RateAndScalars(learning_rate, scalars))
 
-        def update(variable, gradient):
+    def _distributed_tf_update_step(self, distribution, grads_and_vars, learning_rate):
+        if not isinstance(learning_rate, _RateAndScalars):
+            return super()._distributed_tf_update_step(distribution, grads_and_vars, learning_rate)
+
+        def update(variable, gradient, rate, scalars):
             if not self._fuses(variable):
-                return self.update_step(gradient, variable, learning_rate)
-            return self._fused_update(gradient, variable, scalars[variable.dtype])
+                return self.update_step(gradient, variable, rate)
+            return self._fused_update(gradient, variable, scalars[tf.as_dtype(variable.dtype).name])
 
         for gradient, variable in grads_and_vars:
-            if self._fuses(variable) and variable.dtype not in scalars:
-                scalars[variable.dtype] = self._step_scalars(learning_rate, variable.dtype)
-            distribution.extended.update(variable, update, args=(gradient,), group=False)
+            distribution.extended.update(variable, update, args=(gradient, learning_rate.rate, learning_rate.scalars),
+                                         group=False)
 
     def _clip_gradients(self, grads):
         """keras' `clipnorm` and `global_clipnorm` with one `L2Loss` op a
@@ -93,6 +102,11 @@ class FusedAdam(keras.optimizers.Adam):
         gradient = tf.cast(tf.convert_to_tensor(gradient), variable.dtype)  # IndexedSlices too
         return tf.raw_ops.ResourceApplyAdam(
             var=_handle(variable), m=_handle(momentum), v=_handle(velocity), grad=gradient, **scalars)
+
+
+class _RateAndScalars(collections.namedtuple("_RateAndScalars", ["rate", "scalars"])):
+    """The rate and the per-dtype `ResourceApplyAdam` scalars of one step,
+    passed through keras' cross-replica call in place of the rate."""
 
 
 def _handle(variable):
