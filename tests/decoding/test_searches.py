@@ -144,9 +144,8 @@ def test_beam_stops_once_no_live_hypothesis_can_win():
     assert [as_list(row) for row in ids[:, 0]] == [(EOS,), (EOS,)]
 
 
-@pytest.mark.parametrize("num_return", [1, 3])
-@pytest.mark.parametrize("with_limits", [False, True])
-@pytest.mark.parametrize("patience", [None, 1.0])
+@pytest.mark.parametrize("num_return, with_limits, patience",
+                         [(1, False, None), (3, True, None), (1, True, 1.0), (3, False, 1.0)])
 def test_beam_search_that_drops_finished_rows_returns_the_same(num_return, with_limits, patience):
     table, batch, max_length = PrefixTable(3), 12, 8
     start = tf.range(batch) * 7 + 1  # a different prefix hash a row: rows end at different steps
