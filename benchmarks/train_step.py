@@ -166,22 +166,28 @@ def child(config, size, steps, warmup, profile, clip="global"):
         model.fit(data, steps_per_epoch=PROFILED_STEPS, epochs=1, verbose=0)
         result["profiled_ms_per_step"] = round(1000 * (time.perf_counter() - start) / PROFILED_STEPS, 1)
         tf.profiler.experimental.stop()
-        result["top_ops"] = top_ops(profile)
-        result["ops_per_step"] = round(op_count(profile) / PROFILED_STEPS)
-        result.update(kernel_time(profile))
+        space = load_profile(profile)
+        result["top_ops"] = top_ops(space)
+        result["ops_per_step"] = round(sum(1 for _ in op_events(space)) / PROFILED_STEPS)
+        result.update(kernel_time(space))
     return result
 
 
-def kernel_time(logdir):
-    """A GPU's kernels per profiled step: how many, and their milliseconds
-    summed over its streams. Far fewer milliseconds than the step's means
-    the GPU waits for the host to launch them."""
+def load_profile(logdir):
+    """The newest trace the TensorFlow profiler wrote under `logdir` (an XSpace)."""
     from tensorflow.tsl.profiler.protobuf import xplane_pb2
 
     path = sorted(glob.glob(os.path.join(logdir, "plugins", "profile", "*", "*.xplane.pb")))[-1]
     space = xplane_pb2.XSpace()
     with open(path, "rb") as f:
         space.ParseFromString(f.read())
+    return space
+
+
+def kernel_time(space):
+    """A GPU's kernels per profiled step: how many, and their milliseconds
+    summed over its streams. Far fewer milliseconds than the step's means
+    the GPU waits for the host to launch them."""
     count, picoseconds = 0, 0
     for plane in space.planes:
         if plane.name.startswith("/device:GPU"):
@@ -194,50 +200,26 @@ def kernel_time(logdir):
     return dict(kernels_per_step=round(count / PROFILED_STEPS), kernel_ms_per_step=round(picoseconds / 1e9 / PROFILED_STEPS, 1))
 
 
-def op_count(logdir):
-    """TensorFlow op executions in a profile: a GPU's "TensorFlow Ops" events, else the CPU's."""
-    from tensorflow.tsl.profiler.protobuf import xplane_pb2
-
-    path = sorted(glob.glob(os.path.join(logdir, "plugins", "profile", "*", "*.xplane.pb")))[-1]
-    space = xplane_pb2.XSpace()
-    with open(path, "rb") as f:
-        space.ParseFromString(f.read())
-    gpu = [plane for plane in space.planes if plane.name.startswith("/device:GPU")]
-    count = 0
-    for plane in gpu or [plane for plane in space.planes if plane.name.startswith("/host:CPU")]:
-        for line in plane.lines:
-            if gpu and line.name != "TensorFlow Ops" or not gpu and not line.name.startswith("tf_Compute"):
-                continue
-            count += sum(1 for event in line.events if gpu or _is_op(plane.event_metadata[event.metadata_id].name))
-    return count
-
-
-def _is_op(name):
-    return ":" in name and "::" not in name and not name.startswith("__")
-
-
-def top_ops(logdir, count=15):
-    """(op type, milliseconds) summed over a profile's op events: a GPU's
-    "TensorFlow Ops"/"XLA Ops" lines, else the CPU's op executions
-    ("node:Type" events on the tf_Compute threads)."""
-    from tensorflow.tsl.profiler.protobuf import xplane_pb2
-
-    path = sorted(glob.glob(os.path.join(logdir, "plugins", "profile", "*", "*.xplane.pb")))[-1]
-    space = xplane_pb2.XSpace()
-    with open(path, "rb") as f:
-        space.ParseFromString(f.read())
-    totals = collections.Counter()
+def op_events(space):
+    """(op type, picoseconds) of each TensorFlow op execution: a GPU's
+    "TensorFlow Ops"/"XLA Ops" lines, else the CPU's ("node:Type" events on
+    the tf_Compute threads)."""
     gpu = [plane for plane in space.planes if plane.name.startswith("/device:GPU")]
     for plane in gpu or [plane for plane in space.planes if plane.name.startswith("/host:CPU")]:
         for line in plane.lines:
-            if gpu and line.name not in ("TensorFlow Ops", "XLA Ops"):
-                continue
-            if not gpu and not line.name.startswith("tf_Compute"):
+            if line.name not in ("TensorFlow Ops", "XLA Ops") if gpu else not line.name.startswith("tf_Compute"):
                 continue
             for event in line.events:
                 name = plane.event_metadata[event.metadata_id].name
-                if gpu or _is_op(name):
-                    totals[name.split(":")[-1]] += event.duration_ps / 1e9
+                if gpu or (":" in name and "::" not in name and not name.startswith("__")):
+                    yield name.split(":")[-1], event.duration_ps
+
+
+def top_ops(space, count=15):
+    """(op type, milliseconds) summed over a profile's op executions, the most first."""
+    totals = collections.Counter()
+    for name, picoseconds in op_events(space):
+        totals[name] += picoseconds / 1e9
     return [(name, round(ms, 1)) for name, ms in totals.most_common(count)]
 
 
