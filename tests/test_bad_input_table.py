@@ -305,7 +305,7 @@ RECIPE_ROWS = [
     ("translate.py", "--train-tsv of binary bytes (not UTF-8)", lambda p: translate.main(translate_args(p, "--train-tsv", p.binary)), Raises(ValueError, r"'.*binary.tsv' has no valid source<TAB>target line: line 1 \(not UTF-8\)")),
     ("translate.py", "--train-tsv an empty file", lambda p: translate.main(translate_args(p, "--train-tsv", p.empty)), Raises(ValueError, r"'.*empty.tsv' has no valid source<TAB>target line \(the file is empty\)")),
     ("translate.py", "--train-tsv lines without a tab", lambda p: translate.main(translate_args(p, "--train-tsv", p.no_tabs)), Raises(ValueError, r"has no valid source<TAB>target line: line 1 \(no tab\), line 2 \(no tab\)")),
-    ("translate.py", "--beam-patience over 1", lambda p: translate.parse_args(["--beam-patience", "1.5"]), Exits(2, r"--beam-patience 1.5: expected a number in \(0, 1\]")),
+    ("translate.py", "--beam-patience over 1", lambda p: translate.parse_args(["--beam-patience", "1.5"]), Exits(2, r"--beam-patience 1.5: expected a number in \[0, 1\] \(0: the exact rule\)")),
     ("translate.py", "--logdir a file", lambda p: translate.parse_args(["--logdir", p.file]), Exits(2, r"--logdir .*a_file exists and is not a directory")),
     ("translate.py", "--logdir under a file", lambda p: translate.parse_args(["--logdir", os.path.join(p.file, "runs")]), Exits(2, r"--logdir .*a_file/runs: .*a_file is a file, not a directory")),
     ("translate.py", "--export-dir a file", lambda p: translate.parse_args(["--export-dir", p.file]), Exits(2, r"--export-dir .*a_file exists and is not a directory")),

@@ -107,11 +107,11 @@ def test_decoding_settings_are_chosen_on_validation_pairs(run):
     table = saved["decoding_candidates"]
     settings = ("beam_size", "length_penalty", "no_repeat_ngram", "max_ngram_count")
     assert [tuple(row[name] for name in settings) for row in table] == [
-        (2, 0.6, 4, 2), (2, 0.6, 3, 1), (2, 1.0, 4, 2), (2, 1.0, 3, 1)
-    ], "--beam-size 2 given, the rest tuned: the loop guard or no 3-gram twice"
+        (2, penalty, *ngram) for penalty in (0.6, 1.0, 1.5, 2.0) for ngram in ((4, 2), (3, 1))
+    ], "--beam-size 2 given, the rest tuned: the penalty, and the loop guard or no 3-gram twice"
     best = max(table, key=lambda row: row["exact_match"])  # max keeps the first of ties
     assert saved["decoding"] == {name: best[name] for name in settings + ("max_length_ratio", "patience")}
-    assert saved["decoding"]["patience"] is None  # the exact stopping rule unless --beam-patience
+    assert saved["decoding"]["patience"] == 1.0  # CTranslate2's stop unless --beam-patience
     ratio = saved["decoding"]["max_length_ratio"]
     assert {row["max_length_ratio"] for row in table} == {ratio}
     assert 0.1 <= ratio <= 3.0 and "1.5x the smallest that fits" in saved["max_length_ratio_reason"]

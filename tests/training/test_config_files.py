@@ -46,10 +46,21 @@ def test_json_works_too_and_the_file_may_choose_the_preset(tmp_path):
     ("layers: [1\n", r"--config .*: not YAML or JSON \(line 2, column 1\)"),
     ("preset: huge\n", "--config .*: preset must be one of small, big; got 'huge'"),
     ("prompts: [a]\n", "--config .*: 'prompts' is no option of this recipe"),
+    ("layers: null\n", "--config .*: layers needs a value"),
 ])
 def test_a_wrong_key_or_value_fails_at_parse_time_naming_it(capsys, tmp_path, text, message):
     error = parse_error(capsys, ["--config", write(tmp_path / "bad.yaml", text)], presets=PRESETS)
     assert re.search(message, error), error
+
+
+def test_null_is_taken_where_the_option_may_be_none(tmp_path):
+    from kseq.tasks import translate
+
+    # What the runs before --beam-patience 1 became the default wrote.
+    path = write(tmp_path / "older.yaml", "beam_patience: null\nmax_minutes: null\n")
+    options = translate.parse_args(["--config", path])
+    assert (options.beam_patience, options.max_minutes) == (None, None), "the exact rule; no time limit"
+    assert translate.parse_args([]).beam_patience == 1.0
 
 
 def test_a_missing_config_file_says_so(capsys, tmp_path):

@@ -124,7 +124,12 @@ def test_decoding_is_asked_for_or_the_best_on_validation_pairs(capsys):
     assert (settings.beam_size, settings.length_penalty) == (4, 1.0)
     assert decision.value == dataclasses.asdict(settings)
     assert decision.reason == "best exact_match on 2 validation pairs"
-    assert len(decision.details["decoding_candidates"]) == 3 and decision.details["max_length_ratio_reason"]
+    assert len(decision.details["decoding_candidates"]) == 4 + 1 and decision.details["max_length_ratio_reason"]
+    assert settings.patience == 1.0, "a beam stops at 4 finished hypotheses unless asked"
+    exact = DecodingOptions(no_repeat_ngram=0, max_length_ratio=0, tune_sentences=2, beam_patience=0)
+    settings, decision = choose_decoding(exact, [1] * 3, [1] * 3, translator_for, valid, "exact_match")
+    assert settings == DecodingSettings(4, 1.0, 0, 1, None, patience=None), "0: the exact rule"
+    assert [row["length_penalty"] for row in decision.details["decoding_candidates"]] == [0.6, 1.0, 0.6]
 
 
 def test_the_learning_rate_decision():

@@ -228,7 +228,7 @@ def _config_values(parser, path, options_class, fields, presets):
     kinds = {}
     for field in fields:
         kind, can_be_auto = _value_type(hints[field.name])
-        kinds[field.name] = (kind, can_be_auto, field.metadata.get("choices"), field.default is None)
+        kinds[field.name] = (kind, can_be_auto, field.metadata.get("choices"), _can_be_none(hints[field.name]))
     if presets:
         kinds["preset"] = (str, False, list(presets), False)
     kinds[GIVEN_KEY] = (list, False, list(kinds), False)
@@ -253,6 +253,11 @@ def _add_argument(parser, field, options_class):
         return
     parser.add_argument(flag(field.name), type=auto_or(kind) if can_be_auto else kind,
                         choices=field.metadata.get("choices"), default=None, help=help_text)
+
+
+def _can_be_none(annotation):
+    """Whether an annotation such as `float | None` takes None (a config file's null)."""
+    return type(None) in typing.get_args(annotation)
 
 
 def _value_type(annotation):

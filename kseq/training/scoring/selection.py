@@ -86,7 +86,13 @@ def length_ratio_for(source_lengths, target_lengths, step=0.1, headroom=1.0, sla
 # Decoding settings tried on validation pairs where not given (the first wins
 # ties). Greedy is among them: a model trained for minutes can score better
 # greedy than with a beam, which prefers its too-short outputs.
-BEAM_SIZES, LENGTH_PENALTIES = (4, 1), (0.6, 1.0)
+BEAM_SIZES = (4, 1)
+# Length penalties tried for a beam with a `patience` and for the exact rule.
+# A beam that stops at its first finished hypotheses keeps too many short
+# ones, which a larger penalty offsets; the exact rule searches on to long
+# outputs, which 1.5 or more would then reward (chrF prefers them, BLEU drops:
+# benchmarks/RESULTS.md, the beam's default stop).
+LENGTH_PENALTIES, EXACT_LENGTH_PENALTIES = (0.6, 1.0, 1.5, 2.0), (0.6, 1.0)
 # (n, k): an n-gram of tokens occurs at most k times. The loop guard (4, 2)
 # replaced "no constraint" among the candidates: on the Bible that won on
 # validation chrF in one of two runs and left 9 of 624 test outputs with a
@@ -104,7 +110,8 @@ class DecodingOptions(RecipeOptions):
     """A recipe's decoding options: "auto" ones are chosen on validation pairs."""
 
     beam_size: int | Auto = option(AUTO, "beams (1: greedy); auto: 4 or 1", minimum=1)
-    length_penalty: float | Auto = option(AUTO, "the beam's length penalty; auto: 0.6 or 1.0")
+    length_penalty: float | Auto = option(
+        AUTO, "the beam's length penalty; auto: 0.6, 1.0, 1.5 or 2.0 (0.6 or 1.0 with --beam-patience 0)")
     no_repeat_ngram: int | Auto = option(
         AUTO, "no N tokens twice (0: no limit); auto: no 3 tokens twice or no 4 tokens a third time", minimum=0)
     max_length_ratio: float | Auto = option(
@@ -112,14 +119,15 @@ class DecodingOptions(RecipeOptions):
         "auto: fitted", minimum=0)
     tune_sentences: int = option(200, "validation pairs the auto decoding settings are chosen on", minimum=1)
     beam_patience: float | None = option(
-        None, "a beam stops a sentence once it holds ceil(P x beams) finished hypotheses (1: as CTranslate2 "
-        "and fairseq, far fewer steps); default: once no alive hypothesis can win")
+        1.0, "a beam stops a sentence once it holds ceil(P x beams) finished hypotheses (1: as CTranslate2 "
+        "and fairseq); 0: only once no alive hypothesis can win (the exact rule: most sentences run on to "
+        "their length limit)")
 
     def problems(self):
-        """--beam-patience must be in (0, 1]."""
+        """--beam-patience must be in [0, 1]."""
         found = super().problems()
-        if self.beam_patience is not None and not 0 < self.beam_patience <= 1:
-            found.append(f"--beam-patience {self.beam_patience}: expected a number in (0, 1]")
+        if self.beam_patience is not None and not 0 <= self.beam_patience <= 1:
+            found.append(f"--beam-patience {self.beam_patience}: expected a number in [0, 1] (0: the exact rule)")
         return found
 
     def decoding_candidates(self, max_length_ratio):
@@ -155,16 +163,21 @@ class DecodingSettings:
 def decoding_candidates(beam_size="auto", length_penalty="auto", no_repeat_ngram="auto", max_length_ratio=None,
                         patience=None):
     """The `DecodingSettings` to try: every combination of the values given
-    ("auto": `BEAM_SIZES`, `LENGTH_PENALTIES`, `NGRAM_LIMITS`; a
+    ("auto": `BEAM_SIZES`, `LENGTH_PENALTIES` (`EXACT_LENGTH_PENALTIES`
+    where `patience` is None or 0: the exact rule), `NGRAM_LIMITS`; a
     `no_repeat_ngram` n given means (n, 1)); greedy once, with the first
     penalty.
 
     Example:
     >>> [(c.beam_size, c.length_penalty) for c in decoding_candidates(no_repeat_ngram=0)]
     [(4, 0.6), (4, 1.0), (1, 0.6)]
+    >>> [c.length_penalty for c in decoding_candidates(4, no_repeat_ngram=0, patience=1.0)]
+    [0.6, 1.0, 1.5, 2.0]
     """
+    patience = patience or None  # 0: the exact rule
     beams = list(BEAM_SIZES) if beam_size == "auto" else [beam_size]
-    penalties = list(LENGTH_PENALTIES) if length_penalty == "auto" else [length_penalty]
+    auto_penalties = EXACT_LENGTH_PENALTIES if patience is None else LENGTH_PENALTIES
+    penalties = list(auto_penalties) if length_penalty == "auto" else [length_penalty]
     ngrams = list(NGRAM_LIMITS) if no_repeat_ngram == "auto" else [(no_repeat_ngram, 1)]
     return [DecodingSettings(beam, penalty, size, count, max_length_ratio, patience if beam > 1 else None)
             for beam in beams for penalty in penalties for size, count in ngrams
