@@ -1,5 +1,7 @@
+import gc
 import os
 import sys
+import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 sys.path.insert(0, os.path.dirname(__file__))  # for `import support`
@@ -41,6 +43,26 @@ def pytest_collection_modifyitems(items):
 @pytest.fixture(autouse=True)
 def seeded():
     keras.utils.set_random_seed(1234)
+
+
+@pytest.fixture(autouse=True)
+def collected_after_slow_tests():
+    """Garbage left by a test that ran a second or more is collected as it
+    ends, and what survives is frozen out of later collections.
+
+    Such tests iterate tf.data pipelines. An iterator caught in a reference
+    cycle keeps its autotuning thread alive, which waits longer and longer
+    between rounds (up to a minute); deleting the iterator waits out the
+    current round when the CPU is busy (TF 2.21, benchmarks/iterator_deletion.py).
+    Collected much later, in another test, one stalled that test for up to
+    60 s. Collecting young iterators bounds the wait; freezing the survivors
+    keeps each collection to one test's objects (a full one took about 1 s).
+    """
+    start = time.monotonic()
+    yield
+    if time.monotonic() - start >= 1.0:
+        gc.collect()
+        gc.freeze()
 
 
 @pytest.fixture(autouse=True)
