@@ -69,7 +69,8 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--batches", type=int, default=120)
     parser.add_argument("--child", choices=["default", "tuned"], help=argparse.SUPPRESS)
-    parser.add_argument("--output", default=os.path.join(ROOT, "benchmarks", "results-cpu-runtime.json"))
+    parser.add_argument("--output", default=os.path.join(ROOT, "benchmarks", "results", "training-speed",
+                                                         "results-cpu-runtime.json"))
     args = parser.parse_args()
     if args.child:
         return child(args.child, args.batches)

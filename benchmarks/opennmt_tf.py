@@ -501,7 +501,9 @@ def compare(args):
     the JSON is rewritten after every run, so a failed run keeps the others."""
     settings = load_settings(args.data)
     work = work_dir(args.work)
-    output = pathlib.Path(args.output or ROOT / "benchmarks" / f"results-opennmt-tf-{time.strftime('%Y-%m-%d')}.json")
+    folder = ROOT / "benchmarks" / "results" / "training-speed"
+    default = folder / f"results-opennmt-tf-{time.strftime('%Y-%m-%d')}.json"
+    output = pathlib.Path(args.output or default)
     result = {"machine": machine_info(args.venv), "minutes": args.minutes, "settings": settings,
               "kseq_args": args.kseq_args, "runs": []}
     print(f"{json.dumps(result['machine'])}\nlogs under {work}", flush=True)
@@ -562,7 +564,8 @@ def main():
     parser.add_argument("--kseq-args", default="", help='more recipe options, e.g. "--precision float32"')
     parser.add_argument("--work", help="run folders (default: a new temporary folder)")
     parser.add_argument("--steps", type=int, help=argparse.SUPPRESS)
-    parser.add_argument("--output", help="compare's JSON (default: benchmarks/results-opennmt-tf-<date>.json)")
+    parser.add_argument("--output", help="compare's JSON (default: "
+                                          "benchmarks/results/training-speed/results-opennmt-tf-<date>.json)")
     args = parser.parse_args()
     if args.command == "setup":
         setup(args.venv, args.python)

@@ -15,7 +15,7 @@ no evaluation runs in between). Each run is stopped once training ends.
 <commit>`) the same way, alternating with this one, so that both sides
 share the machine's state.
 
-    .venv/bin/python benchmarks/scale.py --output benchmarks/results-scale-$(date +%F).json
+    .venv/bin/python benchmarks/scale.py --output benchmarks/results/scale/results-scale-$(date +%F).json
     .venv/bin/python benchmarks/scale.py --sizes 125000 --minutes 0.5      # a smoke test
     .venv/bin/python benchmarks/scale.py --baseline /tmp/old --sizes 125000,1000000
     .venv/bin/python benchmarks/scale.py --task classify --sizes 125000,1000000 --baseline /tmp/old

@@ -334,7 +334,7 @@ def parse_args(argv=None):
                         help="seconds one row may take before the run fails")
     parser.add_argument("--work-dir", help="where built exports go (default: a temporary folder)")
     parser.add_argument("--output", default=None,
-                        help="results JSON (default benchmarks/results-serving-<date>.json)")
+                        help="results JSON (default benchmarks/results/serving/results-serving-<date>.json)")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.sentences < 1 or min(args.batch_sizes) < 1 or args.clients < 1:
@@ -413,7 +413,7 @@ def main(argv=None):
         rows=served["rows"], total_seconds=round(time.perf_counter() - started, 1),
     )
     output = args.output or os.path.join(
-        os.path.dirname(os.path.abspath(__file__)), f"results-serving-{results['date']}.json"
+        os.path.dirname(os.path.abspath(__file__)), "results", "serving", f"results-serving-{results['date']}.json"
     )
     with open(output, "w") as f:
         json.dump(results, f, indent=2)

@@ -542,15 +542,16 @@ def main():
                         help="length of each of the 3 timed windows per matmul shape (default 2)")
     parser.add_argument("--configs", default=",".join(CONFIGS),
                         help=f"comma-separated subset of {','.join(CONFIGS)}")
-    parser.add_argument("--output", help="JSON results (default: benchmarks/results-training-"
-                                          "DATE.json, or -runN.json if that exists)")
+    parser.add_argument("--output", help="JSON results (default: benchmarks/results/training-speed/"
+                                          "results-training-DATE.json, or -runN.json if that exists)")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--workdir", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         return child_main(args)
     args.output = args.output or free_path(
-        os.path.join(ROOT, "benchmarks", f"results-training-{time.strftime('%Y-%m-%d')}"), ".json")
+        os.path.join(ROOT, "benchmarks", "results", "training-speed", f"results-training-{time.strftime('%Y-%m-%d')}"),
+        ".json")
     configs = [c for c in args.configs.split(",") if c]
     unknown = set(configs) - set(CONFIGS)
     if unknown:
