@@ -24,7 +24,7 @@ batch of 32 at a time. Every row runs once a round, rounds alternate the
 order, so that a noisy machine slows all alike.
 
     .venv/bin/python benchmarks/translate_speed.py --run runs/translate --model savedmodels/translate/1 \\
-        --opennmt-dir /tmp/onmt --rounds 2 --output results.json
+        --opennmt-dir /tmp/onmt --rounds 2 --output benchmarks/results/serving/results-translate-speed-$(date +%F).json
 """
 
 import argparse
