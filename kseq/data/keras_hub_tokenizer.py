@@ -235,17 +235,11 @@ class _EagerCalls:
     tensors. A plain object, not a `tf.Module`, so that SavedModels do not
     keep these functions.
 
-    DESIGN note (measured on 2 busy CPU cores, nice 19, 20k
-    sentences of 1-30 test-corpus words, SentencePiece of 2000 pieces): the
-    keras-hub path gives the same ids and text as the tensorflow_text op
-    kseq wrapped by hand before, as fast on large batches (5 eager calls of
-    4096: 247 vs 229 ms, min of 7; tf.data map over batches of 64: 324 vs
-    304 ms; detokenize 20k: 158 vs 160 ms), but each eager call pays this
-    `tf.function`'s call (64 sentences: 1.7 vs 1.2 ms per call; a
-    `tf.function` around the bare op costs the same 1.8 ms). kseq calls
-    eagerly only on whole data sets or a few prompts, so the keras-hub path
-    is kept; reaching around it to the bare op would need keras-hub's
-    private attributes.
+    Why the keras-hub path is kept: it gives the same ids and text as the
+    bare tensorflow_text op and is as fast on large batches; each eager call
+    pays this `tf.function`'s call, but kseq calls eagerly only on whole data
+    sets or a few prompts, and reaching around it to the bare op would need
+    keras-hub's private attributes (benchmarks/RESULTS.md, "Tokenizer speed").
     """
 
     def __init__(self, owner):

@@ -26,18 +26,17 @@ SMALL_DATA_PASSES = 30.0
 SMALL_DATA_MODEL = dict(d_model=128, num_heads=4, ff_dim=512, dropout=0.3)
 WIDTHS = ("d_model", "num_heads", "ff_dim")
 # Target tokens a minute each translation preset's model trains on, for the
-# passes `choose_model_size` counts. quick: the Bible runs on the 2-core CPU,
-# 630k (float32) to 880k (mixed_bfloat16) a minute (benchmarks/training.py); gpu: the
-# base model's train step on one H100 (111.7k a second; the gpu preset's
-# smaller model is faster, so its passes are counted low); base: epochs alone.
+# passes `choose_model_size` counts: quick, the Bible runs on a 2-core CPU
+# (between their float32 and mixed_bfloat16 rates); gpu, the base model's
+# train step on one H100 (the gpu preset's smaller model is faster, so its
+# passes are counted low); base, epochs alone. The figures:
+# benchmarks/RESULTS.md, "Translation quality now".
 TOKENS_PER_MINUTE = {"quick": 750_000, "gpu": 6_700_000, "base": None}
-# The recurrent translator where the user does not say (Bible en->fr, 12
-# minutes on 2 CPU cores, benchmarks/rnn_first_steps.py): one layer left the unigram
-# plateau 100+ steps sooner than two and ran its steps twice as fast; with
-# N(0, 1) embeddings and Adam 3e-3 Luong "general" reached test BLEU 13.64,
-# against 1.74 with two layers before (README).
+# The recurrent translator where the user does not say: one layer, which
+# leaves the unigram plateau sooner than two and steps faster
+# (benchmarks/RESULTS.md, "Translation quality now").
 RNN_MODEL = dict(num_layers=1)
-RNN_REASON = "measured for the RNN translator (benchmarks/results-rnn-*.md)"
+RNN_REASON = "measured for the RNN translator (benchmarks/results/translation-quality/results-rnn-*.md)"
 
 
 def expected_passes(train_tokens, epochs, minutes=None, tokens_per_minute=None):

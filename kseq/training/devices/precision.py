@@ -22,23 +22,22 @@ from kseq._validation import check_choice
 PRECISIONS = ("auto", "float32", "mixed_bfloat16", "mixed_float16")
 
 # What "auto" picks per device class: the fastest train step measured there.
+# The machines, commands and figures: benchmarks/RESULTS.md, "Precision and XLA".
 MEASURED_FASTEST = {
     "cpu": (
         "float32",
-        "2-core x86-64 CPU without bfloat16 units: float32 steps are faster than "
-        "mixed_bfloat16 ones (benchmarks/RESULTS.md, train-step precision table)",
+        "the fastest train step measured on a CPU without bfloat16 units; benchmarks/RESULTS.md, "
+        "Precision and XLA",
     ),
     "cpu-bf16": (
         "mixed_bfloat16",
-        "2-core x86-64 CPU with AVX512_BF16 (benchmarks/training.py): bfloat16 matmuls at 1.9x the "
-        "float32 rate; train steps 1.3x (Transformer quick preset) and 1.4x (LSTM with "
-        "attention) faster than float32 (benchmarks/RESULTS.md)",
+        "the fastest train step measured on a CPU with bfloat16 units; benchmarks/RESULTS.md, "
+        "Precision and XLA",
     ),
     "gpu": (
         "float32",
-        "one H100, base Transformer at fixed shapes (benchmarks/train_step.py): float32 "
-        "with TF32 220 ms per step, mixed_bfloat16 about 10% slower without XLA and "
-        "386 ms with it",
+        "the fastest train step measured on an H100, where float32 matmuls run as TF32; "
+        "benchmarks/RESULTS.md, Precision and XLA",
     ),
 }
 

@@ -32,19 +32,18 @@ class XlaCost:
 
 
 # Measured per device class; "auto" turns XLA on only where the saving over
-# the run's budget exceeds the compile time of its shapes.
+# the run's budget exceeds the compile time of its shapes. The machines,
+# commands and figures: benchmarks/RESULTS.md, "Precision and XLA".
 MEASURED = {
     "cpu": XlaCost(
         0.98, 6.0,
-        "2-core x86-64 CPU, quick preset of kseq-train translate, 4-minute runs (benchmarks/RESULTS.md, "
-        "XLA in the recipe): "
-        "with XLA's coarser buckets 79 steps of 581 per epoch in 40 s, without XLA 75 of 541 "
-        "(0.98x the real tokens/s); 190 against 316 steps in all, about 35 s compiling 6 shapes",
+        "the translation quick preset on a 2-core CPU: 0.98x the tokens/s, about 6 s to compile a shape; "
+        "benchmarks/RESULTS.md, Precision and XLA",
     ),
     "gpu": XlaCost(
         0.57, 80.0,
-        "one H100, base Transformer (benchmarks/train_step.py): 386 ms per step with XLA "
-        "(mixed_bfloat16) against 220 ms without (float32, TF32), 79-157 s to compile one shape",
+        "the base Transformer on one H100: 386 ms a step with XLA against 220 ms without, "
+        "over a minute to compile a shape; benchmarks/RESULTS.md, Precision and XLA",
     ),
 }
 
