@@ -24,15 +24,19 @@ float32 (or TF32) and bfloat16/float16 square matmuls measured first.
     .venv/bin/python benchmarks/train_step.py --size tiny --steps 3 --warmup 1   # smoke test
     .venv/bin/python benchmarks/train_step.py --configs kseq-bfloat16 --profile /tmp/trace
     .venv/bin/python benchmarks/train_step.py --size deep-tiny --configs kseq-float32 --profile /tmp/ops  # ops a step
+    .venv/bin/python benchmarks/train_step.py --configs kseq-bfloat16 --profile /tmp/trace --trace-out $OUT
 
 --profile DIR also traces 5 timed steps of the first configuration with the
-TensorFlow profiler (open DIR in TensorBoard's Profile tab) and prints the
-ops that took the most device time.
+TensorFlow profiler (open DIR in TensorBoard's Profile tab) and prints, read
+by benchmarks/trace_report.py, the op types that took the most GPU kernel
+time (host op time without a GPU), TensorFlow ops and kernels a step and the
+GPU's busy share. --trace-out DIR2 copies the raw trace into DIR2 gzipped
+(`train-step-CONFIG-SIZE.xplane.pb.gz`, in numbered 15 MiB parts where
+larger) with trace_report's JSON beside it; read it anywhere with
+`benchmarks/trace_report.py DIR2 --steps 5`.
 """
 
 import argparse
-import collections
-import glob
 import json
 import os
 import platform
@@ -43,6 +47,9 @@ import time
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # for trace_report
+
+import trace_report  # noqa: E402
 
 SIZES = {  # layers, d_model, heads, ff, vocab, batch, source length, target length, dropout
     "base": dict(layers=6, d=512, heads=8, ff=2048, vocab=16000, batch=384, source=56, target=64, dropout=0.1),
@@ -117,7 +124,7 @@ def build(model_name, size, policy):
     return keras.Model({"source_ids": source, "target_ids": target}, logits)
 
 
-def child(config, size, steps, warmup, profile, clip="global"):
+def child(config, size, steps, warmup, profile, clip="global", trace_out=None, trace_name=None):
     import numpy as np
     import tensorflow as tf
 
@@ -166,61 +173,76 @@ def child(config, size, steps, warmup, profile, clip="global"):
         model.fit(data, steps_per_epoch=PROFILED_STEPS, epochs=1, verbose=0)
         result["profiled_ms_per_step"] = round(1000 * (time.perf_counter() - start) / PROFILED_STEPS, 1)
         tf.profiler.experimental.stop()
-        space = load_profile(profile)
-        result["top_ops"] = top_ops(space)
-        result["ops_per_step"] = round(sum(1 for _ in op_events(space)) / PROFILED_STEPS)
-        result.update(kernel_time(space))
+        result.update(profile_summary(profile, trace_name or config, trace_out))
     return result
 
 
-def load_profile(logdir):
-    """The newest trace the TensorFlow profiler wrote under `logdir` (an XSpace)."""
-    from tensorflow.tsl.profiler.protobuf import xplane_pb2
+def profile_summary(logdir, name, trace_out=None):
+    """The figures train_step prints from the newest trace under `logdir`
+    (benchmarks/trace_report.py reads it).
 
-    path = sorted(glob.glob(os.path.join(logdir, "plugins", "profile", "*", "*.xplane.pb")))[-1]
-    space = xplane_pb2.XSpace()
-    with open(path, "rb") as f:
-        space.ParseFromString(f.read())
-    return space
+    Args:
+        logdir: the folder given to the profiler.
+        name: the configuration's name, for the files written.
+        trace_out: where to copy the raw trace (gzipped, in parts over
+            trace_report.PART_BYTES) and write the report's JSON; None: nowhere.
+
+    Returns:
+        A dict: top_ops, ops_per_step, and on a GPU kernels_per_step,
+        kernel_ms_per_step, gpu_busy_share, memcpy_ms_per_step; with
+        `trace_out`, trace_files and trace_report (the JSON's path).
+    """
+    path = trace_report.find_trace(os.path.join(logdir, "plugins", "profile"))
+    summary = {}
+    if trace_out:
+        # Saved before the analysis, so that a trace this reader fails on still comes back.
+        summary["trace_files"] = trace_report.save_trace(path, trace_out, name)
+        if len(summary["trace_files"]) > 1:
+            summary["trace_note"] = (f"gzipped trace split into {len(summary['trace_files'])} parts of "
+                                     f"{trace_report.PART_BYTES // 2**20} MiB; trace_report.py reads them from the .part000")
+            if len(summary["trace_files"]) > 7:
+                summary["trace_note"] += "; over 7 parts: a device returning 8 files will not bring them all back"
+    try:
+        space, _ = trace_report.load_space(path)
+        report = trace_report.build_report(space, PROFILED_STEPS)
+    except Exception as error:  # noqa: BLE001 - the timing row and the saved trace matter more
+        summary["trace_error"] = repr(error)[:1000]
+        return summary
+    gpu, host = (report["gpu"] or [None])[0], report["host"]
+    ranking = (gpu or host or {}).get("by_op_type", [])
+    summary["top_ops"] = [(entry["name"], round(entry["ms"], 1)) for entry in ranking]
+    if host:
+        summary["ops_per_step"] = round(host["ops_per_step"])
+    if gpu:
+        summary.update(kernels_per_step=round(gpu["kernels_per_step"]), kernel_ms_per_step=round(gpu["kernel_ms_per_step"], 1),
+                       gpu_busy_share=gpu["busy_share"], memcpy_ms_per_step=gpu["memcpy"]["ms_per_step"])
+    if report["unread_gpu_planes"]:
+        summary["unread_gpu_planes"] = report["unread_gpu_planes"]
+    if trace_out:
+        summary["trace_report"] = os.path.join(trace_out, name + ".trace-report.json")
+        with open(summary["trace_report"], "w") as f:
+            json.dump(dict(trace=path, trace_files=summary["trace_files"], note=summary.get("trace_note"), **report), f, indent=1)
+    return summary
 
 
-def kernel_time(space):
-    """A GPU's kernels per profiled step: how many, and their milliseconds
-    summed over its streams. Far fewer milliseconds than the step's means
-    the GPU waits for the host to launch them."""
-    count, picoseconds = 0, 0
-    for plane in space.planes:
-        if plane.name.startswith("/device:GPU"):
-            for line in plane.lines:
-                if line.name.startswith("Stream") and "Memcpy" not in line.name:
-                    count += len(line.events)
-                    picoseconds += sum(event.duration_ps for event in line.events)
-    if not count:
-        return {}
-    return dict(kernels_per_step=round(count / PROFILED_STEPS), kernel_ms_per_step=round(picoseconds / 1e9 / PROFILED_STEPS, 1))
-
-
-def op_events(space):
-    """(op type, picoseconds) of each TensorFlow op execution: a GPU's
-    "TensorFlow Ops"/"XLA Ops" lines, else the CPU's ("node:Type" events on
-    the tf_Compute threads)."""
-    gpu = [plane for plane in space.planes if plane.name.startswith("/device:GPU")]
-    for plane in gpu or [plane for plane in space.planes if plane.name.startswith("/host:CPU")]:
-        for line in plane.lines:
-            if line.name not in ("TensorFlow Ops", "XLA Ops") if gpu else not line.name.startswith("tf_Compute"):
-                continue
-            for event in line.events:
-                name = plane.event_metadata[event.metadata_id].name
-                if gpu or (":" in name and "::" not in name and not name.startswith("__")):
-                    yield name.split(":")[-1], event.duration_ps
-
-
-def top_ops(space, count=15):
-    """(op type, milliseconds) summed over a profile's op executions, the most first."""
-    totals = collections.Counter()
-    for name, picoseconds in op_events(space):
-        totals[name] += picoseconds / 1e9
-    return [(name, round(ms, 1)) for name, ms in totals.most_common(count)]
+def print_profile(row):
+    """The profiled configuration's few lines: top ops, ops and kernels a step, busy share, files."""
+    where = "GPU kernel" if "kernels_per_step" in row else "host op"
+    for name, ms in row.get("top_ops", [])[:10]:
+        print(f"    {name:50s} {ms:10.1f} ms of {where} time over {PROFILED_STEPS} steps")
+    for message in row.get("profiler_messages", []):
+        if "Profiler session" not in message:  # the routine start and stop lines stay in the JSON only
+            print(f"    profiler: {message}")
+    if "ops_per_step" in row:
+        print(f"    {row['ops_per_step']} TensorFlow ops a step (profiled)")
+    if "kernels_per_step" in row:
+        print(f"    profiled: {row['profiled_ms_per_step']} ms a step, {row['kernels_per_step']} kernels taking "
+              f"{row['kernel_ms_per_step']} ms, GPU busy {row['gpu_busy_share']:.1%} of its active span, "
+              f"memcpy {row['memcpy_ms_per_step']} ms")
+    for key in ("unread_gpu_planes", "trace_error", "trace_note", "trace_files", "trace_report"):
+        if key in row:
+            print(f"    {key}: {row[key]}")
+    sys.stdout.flush()
 
 
 def main():
@@ -237,18 +259,23 @@ def main():
                              "each to norm 1 (clipnorm), or none")
     parser.add_argument("--no-tf32", action="store_true", help="float32 matmuls without TF32")
     parser.add_argument("--profile", help="trace the first configuration's steps into this folder")
+    parser.add_argument("--trace-out", help="with --profile: copy the raw trace here gzipped (in 15 MiB parts "
+                                            "where larger) with its report as JSON, named by configuration")
     parser.add_argument("--config-timeout", type=float,
                         help="stop a configuration after this many seconds and go on with the next")
     parser.add_argument("--output", help="JSON results, rewritten after each configuration")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.trace_out and not args.profile:
+        parser.error("--trace-out: needs --profile DIR (the trace it copies)")
     import tensorflow as tf
 
     if args.no_tf32:
         tf.config.experimental.enable_tensor_float_32_execution(False)
     size = SIZES[args.size]
     if args.child:
-        print("RESULT " + json.dumps(child(args.child, size, args.steps, args.warmup, args.profile, args.clip)))
+        print("RESULT " + json.dumps(child(args.child, size, args.steps, args.warmup, args.profile, args.clip,
+                                           args.trace_out, f"train-step-{args.child}-{args.size}")))
         return
     gpus = tf.config.list_physical_devices("GPU")
     device = tf.config.experimental.get_device_details(gpus[0]).get("device_name", "GPU") if gpus else platform.processor() or "CPU"
@@ -271,7 +298,7 @@ def main():
                    "--warmup", str(args.warmup), "--clip", args.clip] + (["--no-tf32"] if args.no_tf32 else [])
         environment = None
         if args.profile and index == 0:
-            command += ["--profile", args.profile]
+            command += ["--profile", args.profile] + (["--trace-out", args.trace_out] if args.trace_out else [])
             environment = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="0")  # the profiler's own messages
         try:
             done = subprocess.run(command, capture_output=True, text=True, timeout=args.config_timeout, env=environment)
@@ -294,21 +321,18 @@ def main():
             # Why a trace holds no GPU events (CUPTI not found, say) is only in the child's log.
             row["profiler_messages"] = [line[-300:] for line in done.stderr.splitlines()
                                         if any(word in line.lower() for word in ("cupti", "profiler", "tracer"))][-20:]
+            if "trace_report" in row:  # the messages travel with the trace
+                with open(row["trace_report"]) as f:
+                    saved = json.load(f)
+                with open(row["trace_report"], "w") as f:
+                    json.dump(dict(saved, profiler_messages=row["profiler_messages"]), f, indent=1)
         compute = config.split("-")[1]
         row["mfu"] = round(row["model_tflops"] / peaks[compute], 3)
         rows.append(row)
         print(f"{config:22s} {row['ms_per_step']:9.2f} ms  {row['target_tokens_per_s']:>10,} tgt tok/s  "
               f"{row['model_tflops']:7.2f} TFLOP/s  MFU {row['mfu']:.1%} of {compute} peak  "
               f"XLA ran: {row['jit_compile']}  warm-up {row['warmup_s']} s", flush=True)
-        for name, ms in row.get("top_ops", []):
-            print(f"    {name:50s} {ms:10.1f} ms over {PROFILED_STEPS} steps")
-        for message in row.get("profiler_messages", []):
-            print(f"    profiler: {message}")
-        if "ops_per_step" in row:
-            print(f"    {row['ops_per_step']} TensorFlow ops a step (profiled)")
-        if "kernels_per_step" in row:
-            print(f"    profiled: {row['profiled_ms_per_step']} ms a step, {row['kernels_per_step']} kernels "
-                  f"taking {row['kernel_ms_per_step']} ms", flush=True)
+        print_profile(row)
         write_output()
     write_output()
 
