@@ -16,6 +16,9 @@ TF32 is off in all but the `tf32` test (conftest.py), so float32 means
 float32 here. Run: `.venv/bin/python -m pytest -m gpu` (README).
 """
 
+import os
+import sys
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -30,7 +33,8 @@ from support import (
     check_mixed_training, check_padding_invariance, check_step_equals_call, config_id, cudnn_ops,
     random_batch, relative_tolerance, small_model,
 )
-from test_distributed_equivalence import check_two_replicas_match_one
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "training", "devices"))  # its folder, for:
+from test_distributed_equivalence import check_two_replicas_match_one  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 

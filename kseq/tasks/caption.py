@@ -83,7 +83,7 @@ class Options(RNNOptions, EpochCadenceOptions, ClippingOptions):
                             choices=tuple(a for a in ATTENTION_TYPES if a))
     plain_pooling: str = option("flatten", "how the plain model makes its image vector", choices=POOLINGS)
     # The attention model with peeky reached 18% content accuracy in its 5 minutes, 91% without
-    # (pytest -m slow tests/test_caption_recipe.py; benchmarks/RESULTS.md).
+    # (pytest -m slow tests/tasks/test_caption_recipe.py; benchmarks/RESULTS.md).
     peeky: str = option("plain", "which captioners feed the image vector to every step",
                         choices=("plain", "attention", "both", "none"))
     filters: str = option("32,64,128", "the CNN's widths, one stride-2 stage each")

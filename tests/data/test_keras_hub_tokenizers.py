@@ -223,7 +223,7 @@ def test_bad_vocabularies_name_the_argument(word_piece_file, byte_pair_files, tm
 
 def test_export_refuses_a_bare_keras_hub_tokenizer(word_piece_file, tmp_path):
     """Its ids are not kseq's; the wrapper's are (the export and serving of
-    a wrapped one: tests/test_serving_load.py)."""
+    a wrapped one: tests/export/test_serving_load.py)."""
     tokenizer = load_tokenizer(word_piece_file)
     model = SequenceClassifier(tokenizer.vocab_size, 2, embed_dim=8, units=8)
     with pytest.raises(ValueError, match="bare keras-hub WordPieceTokenizer.*from_keras_hub"):

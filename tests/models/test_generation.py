@@ -210,7 +210,7 @@ def looping_model():
 
 @pytest.mark.parametrize("method", ["greedy", "beam", "sample"])
 def test_no_repeat_ngram_size_stops_a_looping_model(method):
-    """A recurrent model here; the Transformer's is tests/test_export.py's."""
+    """A recurrent model here; the Transformer's is tests/export/test_export.py's."""
     model, source = looping_model(), sources()
     generate = lambda **options: np.asarray(
         model.generate(source, max_length=MAX_LENGTH, method=method, seed=1, **options)

@@ -287,7 +287,7 @@ def test_tensorboard_shows_curves_samples_attention_and_hparams_of_two_runs(run,
         server.wait(timeout=30)
 
 
-@pytest.mark.slow  # tests/training/test_warm_start.py covers --init-from in the default suite
+@pytest.mark.slow  # tests/training/config/test_warm_start.py covers --init-from in the default suite
 def test_init_from_starts_from_the_runs_weights_and_accumulate_counts_updates(run):
     """A run from the first one's logdir, at a learning rate too small to
     move its weights: it starts where the first one ended, with its sizes
@@ -367,7 +367,8 @@ def test_xla_trains_every_pair_in_few_shapes_and_repeated_or_resumed_runs_compil
     # The tests' two logical CPUs cannot hold XLA replicas: a named error.
     with pytest.raises(SystemExit, match="--jit-compile on cannot train 2 replicas on CPU"):
         translate.main(argv("refused"))
-    recipe_file = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "recipes", "translate.py")
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    recipe_file = os.path.join(repo, "recipes", "translate.py")
     command = lambda name: [sys.executable, recipe_file, *argv(name), "--strategy", "default"]  # noqa: E731
     environment = {k: v for k, v in os.environ.items() if k != "TF_XLA_FLAGS"}
     environment.update(TF_CPP_MIN_LOG_LEVEL="0", TF_CPP_VMODULE="device_executable_persistor=3")

@@ -18,7 +18,7 @@ from support import subprocess_env
 from test_generate_reviews_recipe import export_word_classifier, write_reviews
 
 pytestmark = pytest.mark.long
-RECIPES = os.path.join(os.path.dirname(__file__), "..", "recipes")
+RECIPES = os.path.join(os.path.dirname(__file__), "..", "..", "recipes")
 # Timings, where a run resumed and its folders differ between runs; everything else must not.
 VARYING = ("seconds", "resumed_from", "xla_cache")
 FOLDERS = ("classifier", "export")
@@ -159,7 +159,7 @@ def test_a_recipe_killed_mid_training_resumes_from_its_last_epoch(name, uninterr
     assert all(listed == ["1"] for listed in versions(tmp_path / "export")) and not backup.exists()
 
 
-@pytest.mark.slow  # tests/training/test_epoch_fit.py kills and resumes mid-epoch in the default suite
+@pytest.mark.slow  # tests/training/loop/test_epoch_fit.py kills and resumes mid-epoch in the default suite
 @pytest.mark.parametrize("name", ["reverse", "language_model", "classify"])
 def test_a_recipe_evaluating_inside_epochs_resumes_mid_epoch(name, tmp_path):
     """Evaluating every 7 steps and saving every 4 (20 batches an epoch for

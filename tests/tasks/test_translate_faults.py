@@ -19,7 +19,7 @@ from support import subprocess_env
 from test_translate_recipe import write_pairs
 
 pytestmark = pytest.mark.long
-RECIPE = os.path.join(os.path.dirname(__file__), "..", "recipes", "translate.py")
+RECIPE = os.path.join(os.path.dirname(__file__), "..", "..", "recipes", "translate.py")
 FAST = ["--num-layers", "1", "--d-model", "32", "--num-heads", "2", "--ff-dim", "64",
         "--vocab-size", "300", "--epochs", "2", "--token-budget", "192", "--max-length", "24",
         "--eval-sentences", "4", "--attention-plots", "0", "--beam-size", "1",

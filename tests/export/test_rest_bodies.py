@@ -38,7 +38,7 @@ from support import small_model, subprocess_env
 
 importlib.import_module("tensorflow_text")  # registers the text ops the exports use
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SERVING_MD = os.path.join(ROOT, "docs", "SERVING.md")
 README = os.path.join(ROOT, "README.md")
 LABELS = ["rotten", "fresh"]  # the Rotten Tomatoes labels the docs show, in id order
