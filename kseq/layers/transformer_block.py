@@ -77,14 +77,24 @@ class TransformerBlock(keras.layers.Layer):
             "feed_forward", inputs_shape
         )
 
-    def _residual(self, x, sublayer, norm, dropout, training):
+    def _residual(self, x, sublayer, norm, dropout, training, step_dropout=None):
+        """One sublayer with its residual, `dropout` (a keras Dropout) and
+        `norm`; `step_dropout` (a `kseq.layers.dropout.StepDropout`, the
+        model's GPU path) drops instead of `dropout` when given."""
+        if step_dropout is None:
+            def drop(y):
+                return dropout(y, training=training)
+        else:
+            def drop(y):
+                return step_dropout(y, self.dropout)
         if self.norm_first:
-            return x + dropout(sublayer(norm(x)), training=training)
-        return norm(x + dropout(sublayer(x), training=training))
+            return x + drop(sublayer(norm(x)))
+        return norm(x + drop(sublayer(x)))
 
-    def _feed_forward_residual(self, x, training):
+    def _feed_forward_residual(self, x, training, step_dropout=None):
         return self._residual(
-            x, self.feed_forward, self.feed_forward_norm, self.feed_forward_dropout, training
+            x, self.feed_forward, self.feed_forward_norm, self.feed_forward_dropout, training,
+            step_dropout,
         )
 
     @staticmethod

@@ -22,6 +22,9 @@ class TransformerDecoderBlock(TransformerBlock):
         padding_mask: optional (B, T) bool, True at real target tokens.
         encoder_padding_mask: optional (B, S) bool, True at real source tokens.
         training: whether dropout is active.
+        step_dropout: optional `kseq.layers.dropout.StepDropout` of the
+            training step, which then draws this block's dropout masks
+            (what `TransformerSeq2Seq` passes on its GPU path).
 
     Returns:
         (B, T, D).
@@ -54,14 +57,16 @@ class TransformerDecoderBlock(TransformerBlock):
         self._build_feed_forward(inputs_shape)
         self.built = True
 
-    def _forward(self, x, self_attend, cross_attend, training):
+    def _forward(self, x, self_attend, cross_attend, training, step_dropout=None):
         x = self._residual(
-            x, self_attend, self.self_attention_norm, self.self_attention_dropout, training
+            x, self_attend, self.self_attention_norm, self.self_attention_dropout, training,
+            step_dropout,
         )
         x = self._residual(
-            x, cross_attend, self.cross_attention_norm, self.cross_attention_dropout, training
+            x, cross_attend, self.cross_attention_norm, self.cross_attention_dropout, training,
+            step_dropout,
         )
-        return self._feed_forward_residual(x, training)
+        return self._feed_forward_residual(x, training, step_dropout)
 
     def _masks(self, inputs, encoder_outputs, padding_mask, encoder_padding_mask):
         length = ops.shape(inputs)[1]
@@ -81,6 +86,7 @@ class TransformerDecoderBlock(TransformerBlock):
         padding_mask=None,
         encoder_padding_mask=None,
         training=None,
+        step_dropout=None,
     ):
         self_mask, cross_mask = self._masks(
             inputs, encoder_outputs, padding_mask, encoder_padding_mask
@@ -94,7 +100,7 @@ class TransformerDecoderBlock(TransformerBlock):
                 x, encoder_outputs, attention_mask=cross_mask, training=training
             )
 
-        return self._forward(inputs, self_attend, cross_attend, training)
+        return self._forward(inputs, self_attend, cross_attend, training, step_dropout)
 
     def initial_decoding_state(self, encoder_outputs, max_length):
         """{"cache": a zeroed (B, H, L, D/H) self-attention key/value cache

@@ -20,6 +20,9 @@ class TransformerEncoderBlock(TransformerBlock):
         padding_mask: optional (B, S) bool, True at real tokens; padded keys
             get no attention. Falls back to the Keras mask of `inputs`.
         training: whether dropout is active.
+        step_dropout: optional `kseq.layers.dropout.StepDropout` of the
+            training step, which then draws this block's dropout masks
+            (what `TransformerSeq2Seq` passes on its GPU path).
 
     Returns:
         (B, S, D).
@@ -43,7 +46,7 @@ class TransformerEncoderBlock(TransformerBlock):
         self._build_feed_forward(inputs_shape)
         self.built = True
 
-    def call(self, inputs, padding_mask=None, training=None, mask=None):
+    def call(self, inputs, padding_mask=None, training=None, mask=None, step_dropout=None):
         padding_mask = self._default_padding_mask(
             inputs, mask if padding_mask is None else padding_mask
         )
@@ -53,6 +56,7 @@ class TransformerEncoderBlock(TransformerBlock):
             return self.self_attention.attend_sequence(x, attention_mask=self_mask, training=training)
 
         x = self._residual(
-            inputs, self_attend, self.self_attention_norm, self.self_attention_dropout, training
+            inputs, self_attend, self.self_attention_norm, self.self_attention_dropout, training,
+            step_dropout,
         )
-        return self._feed_forward_residual(x, training)
+        return self._feed_forward_residual(x, training, step_dropout)

@@ -5,6 +5,8 @@ import tensorflow as tf
 from keras import ops
 
 from kseq.decoding.state import gather_beams, tile_beams
+from kseq.layers.device_paths import use_gpu_paths
+from kseq.layers.dropout import StepDropout
 from kseq.layers.masking import padding_mask
 from kseq.layers.layer_norm import LayerNorm
 from kseq.layers.token_and_position_embedding import TokenAndPositionEmbedding
@@ -43,6 +45,11 @@ class TransformerSeq2Seq(Seq2Seq):
     Decoding keeps, per decoder layer, a preallocated self-attention
     key/value cache and the source's cross-attention keys/values, so one
     step costs one token's work.
+
+    Built for a GPU (`kseq.layers.device_paths`), training draws every
+    dropout mask of a step from one key (`kseq.layers.dropout.StepDropout`,
+    seeded by the embedding dropout's seed generator) instead of keras'
+    Dropout layers, which stay, unused, so weights and configs are the same.
 
     Example:
     >>> model = TransformerSeq2Seq(100, 100, num_layers=2, d_model=32,
@@ -154,7 +161,21 @@ class TransformerSeq2Seq(Seq2Seq):
             self.output_bias = self.add_weight(
                 name="output_bias", shape=(self.target_vocab_size,), initializer="zeros"
             )
+        # Chosen once: every trace draws its dropout masks the same way.
+        self._uses_step_dropout = use_gpu_paths() and self.dropout > 0
         self.built = True
+
+    def _dropout_of_step(self, training):
+        """A `StepDropout` for a training step on the GPU path, else None
+        (the blocks' keras Dropout layers then drop, or nothing does)."""
+        if not (training and self._uses_step_dropout):
+            return None
+        return StepDropout(self.embedding_dropout.seed_generator.next())
+
+    def _drop_embedding(self, x, training, step_dropout):
+        if step_dropout is None:
+            return self.embedding_dropout(x, training=training)
+        return step_dropout(x, self.dropout)
 
     def _project(self, x):
         """(B, T, D) -> (B, T, V) logits, tied to the embedding when shared."""
@@ -166,21 +187,27 @@ class TransformerSeq2Seq(Seq2Seq):
     def encode(self, source_ids, training=False):
         """(B, S) ids -> {"memory": (B, S, D)}."""
         self._ensure_built()
+        return self._encode(source_ids, training, self._dropout_of_step(training))
+
+    def _encode(self, source_ids, training, step_dropout):
         mask = padding_mask(source_ids)
-        x = self.embedding_dropout(self.source_embedding(source_ids), training=training)
+        x = self._drop_embedding(self.source_embedding(source_ids), training, step_dropout)
         for block in self.encoder_blocks:
-            x = block(x, padding_mask=mask, training=training)
+            x = block(x, padding_mask=mask, training=training, step_dropout=step_dropout)
         if self.encoder_norm is not None:
             x = self.encoder_norm(x)
         return {"memory": x}
 
     def call(self, inputs, training=None):
         source_ids, target_ids = self._split_inputs(inputs)
-        memory = self.encode(source_ids, training)["memory"]
+        # One StepDropout for both stacks: its calls number on across them.
+        step_dropout = self._dropout_of_step(training)
+        memory = self._encode(source_ids, training, step_dropout)["memory"]
         source_mask, target_mask = padding_mask(source_ids), padding_mask(target_ids)
-        x = self.embedding_dropout(self.target_embedding(target_ids), training=training)
+        x = self._drop_embedding(self.target_embedding(target_ids), training, step_dropout)
         for block in self.decoder_blocks:
-            x = block(x, memory, target_mask, source_mask, training=training)
+            x = block(x, memory, target_mask, source_mask, training=training,
+                      step_dropout=step_dropout)
         if self.decoder_norm is not None:
             x = self.decoder_norm(x)
         return self._project(x)
