@@ -5,6 +5,7 @@ import tensorflow as tf
 from keras import ops
 
 from kseq._validation import check_rate, ids_in_range
+from kseq.layers.device_paths import use_gpu_paths
 from kseq.special_ids import PAD_ID
 
 
@@ -33,7 +34,7 @@ def token_weights(y_true, sample_weight=None, pad_id=PAD_ID):
     return weights
 
 
-def smoothed_cross_entropy(labels, logits, smoothing=0.0):
+def smoothed_cross_entropy(labels, logits, smoothing=0.0, gpu_path=False):
     """(...) int labels, (..., V) logits -> (...) float32 cross-entropy
     against the target (1 - e) one-hot + e / V, e = `smoothing`.
 
@@ -42,7 +43,14 @@ def smoothed_cross_entropy(labels, logits, smoothing=0.0):
     kernel needs a (N, V) one-hot target and the sparse one has no
     smoothing (both single passes that ran slower than these few
     multi-threaded ones; benchmarks/loss.py). The forward pass keeps
-    exp(logits - max), so the backward pass is one multiply and a scatter.
+    exp(logits - max), so the backward pass is a multiply, a subtraction
+    (with smoothing) and a scatter.
+
+    With `gpu_path` the backward pass's multiply and subtraction are one
+    op: exp times a row's scale plus a row's offset is TensorFlow's fused
+    batch norm in inference mode, each row a channel (mean 0, variance 1,
+    epsilon 0): one read and one write of the (N, V) values where there
+    were two of each. The same values; a GPU pays per op and per pass.
     """
     labels = ops.cast(labels, "int32")
     logits = ops.cast(logits, "float32")
@@ -65,9 +73,12 @@ def smoothed_cross_entropy(labels, logits, smoothing=0.0):
 
         def gradient(upstream):
             upstream = tf.reshape(upstream, (-1, 1))
-            grad = exp * (upstream / total)
-            if smoothing:
-                grad -= uniform * upstream
+            if gpu_path:
+                grad = _rows_times_plus(exp, upstream / total, -uniform * upstream)
+            else:
+                grad = exp * (upstream / total)
+                if smoothing:
+                    grad -= uniform * upstream
             at_labels = tf.stack([tf.range(tf.shape(flat_labels)[0]), flat_labels], 1)
             grad = tf.tensor_scatter_nd_sub(grad, at_labels, (1.0 - smoothing) * upstream[:, 0])
             return tf.reshape(grad, tf.shape(logits))
@@ -75,6 +86,16 @@ def smoothed_cross_entropy(labels, logits, smoothing=0.0):
         return tf.reshape(value, tf.shape(labels)), gradient
 
     return per_token(logits)
+
+
+def _rows_times_plus(x, scale, offset):
+    """(N, V) x times (N, 1) scale plus (N, 1) offset, as one op."""
+    shape = tf.shape(x)
+    rows = shape[:1]
+    return tf.reshape(tf.raw_ops.FusedBatchNormV3(
+        x=tf.reshape(x, (1, shape[0], shape[1], 1)), scale=tf.reshape(scale, rows),
+        offset=tf.reshape(offset, rows), mean=tf.zeros(rows), variance=tf.ones(rows), epsilon=0.0,
+        data_format="NCHW", is_training=False)[0], shape)
 
 
 @keras.saving.register_keras_serializable("kseq")
@@ -121,10 +142,12 @@ class MaskedSparseCategoricalCrossentropy(keras.losses.Loss):
         super().__init__(name=name, reduction="none", dtype=dtype)
         self.label_smoothing = check_rate("label_smoothing", label_smoothing)
         self.pad_id = pad_id
+        # Chosen once (kseq.layers.device_paths): every trace is the same graph.
+        self._gpu_path = use_gpu_paths()
 
     def call(self, y_true, y_pred):
         """Per-token losses (B, T), PAD positions included, in float32."""
-        return smoothed_cross_entropy(y_true, y_pred, self.label_smoothing)
+        return smoothed_cross_entropy(y_true, y_pred, self.label_smoothing, self._gpu_path)
 
     def __call__(self, y_true, y_pred, sample_weight=None):
         with keras.name_scope(self.name):
