@@ -6,7 +6,7 @@ attention, the Transformer, decoding and SavedModel export.
 Subpackages: `kseq.layers`, `kseq.models`, `kseq.decoding` (searches and the
 decoder protocol), `kseq.data` (tokenizers, pipelines, data sets),
 `kseq.training` (losses, metrics, schedules, callbacks, resuming,
-distribution, precision, XLA, evaluation, recipe plumbing) and `kseq.export`.
+distribution, precision, XLA, evaluation, task plumbing) and `kseq.export`.
 """
 
 import os
@@ -15,7 +15,7 @@ import os
 # backend, so choose it unless the user already picked one.
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 # TensorFlow's C++ start-up lines (oneDNN, CUDA probing, CPU features) would
-# bury the commands' and recipes' own output; setting TF_CPP_MIN_LOG_LEVEL
+# bury the commands' and tasks' own output; setting TF_CPP_MIN_LOG_LEVEL
 # before importing kseq brings them back.
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 

@@ -412,10 +412,10 @@ def cadenced_run(workdir, epochs, cadence_steps, save_every, learning_rate, stop
     from kseq.data.bucketing import bucketed_pair_dataset
     from kseq.data.character_tokenizer import CharacterTokenizer
     from kseq.data.synthetic import reversed_words
-    from kseq.training import recipe
+    from kseq.training.task import compile_model
     from kseq.training.loop.cadenced_fit import CadencedFit
     from kseq.training.objectives.optimizers import FusedAdam
-    from kseq.training.loop.periods import Cadence
+    from kseq.training.progress import Cadence
     from kseq.training.checkpoints.resume import ResumableBackup, TrainingPosition
     from kseq.training.objectives.schedules import Scaled
 
@@ -431,7 +431,7 @@ def cadenced_run(workdir, epochs, cadence_steps, save_every, learning_rate, stop
     model = RNNSeq2Seq(tokenizer.vocab_size, tokenizer.vocab_size, embed_dim=8, units=16, attention="dot")
     model.build()
     schedule = Scaled(learning_rate)
-    recipe.compile_model(model, FusedAdam(schedule, clipnorm=1.0), MaskedSparseCategoricalCrossentropy(),
+    compile_model(model, FusedAdam(schedule, clipnorm=1.0), MaskedSparseCategoricalCrossentropy(),
                          accumulate=accumulate)
     callbacks = stopping(schedule)
     total = epochs * report.batches_per_epoch

@@ -10,7 +10,7 @@ import pytest
 import kseq
 from kseq.data import CharacterTokenizer, text_pair_dataset
 from kseq.decoding import BeamSearch, GreedySearch, Sampler
-from kseq.training import Fit
+from kseq.training.loop import Fit
 
 PUBLIC = [
     kseq.models.RNNSeq2Seq, kseq.models.TransformerSeq2Seq, kseq.models.RNNLanguageModel,

@@ -18,7 +18,7 @@ signature on `--batch-size` lines at a time and writes one answer a line
 place when complete). A blank line gets a blank line. Numbers come before
 the text, tab-separated: `score<TAB>text`. `--model` is a SavedModel
 version folder or the folder of numbered versions (the newest complete
-one). Exit status, as the recipes': 2 for a command line the export or
+one). Exit status, as the tasks': 2 for a command line the export or
 the files cannot serve (argparse's usage error, naming the option), 1 for
 input or a run that fails (one line naming the file and line), 0 otherwise.
 

@@ -53,7 +53,7 @@ def positive(text):
 
 def run(arguments, command, argv=None):
     """Parses `argv`, checks the files, runs `command(args)`; stops with the
-    recipes' exit statuses: 2 (usage, the message naming the option) or 1
+    tasks' exit statuses: 2 (usage, the message naming the option) or 1
     (one line on stderr), never a traceback for a user's mistake."""
     # TensorFlow's C++ logs read the level when they log: after the import, this still quiets the run.
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")

@@ -4,13 +4,13 @@
 class UsageError(Exception):
     """The command line asks for what the export or the files cannot give:
     reported as argparse reports a bad option (usage, the message, exit 2),
-    as the recipes do for a missing input file."""
+    as the tasks do for a missing input file."""
 
 
 class Failure(Exception):
     """The input or the run fails (a line that is not UTF-8, an unknown
     label, a model that cannot load): one line naming the file and the
-    line, exit 1, as the recipes' SystemExit messages. `line`: the first
+    line, exit 1, as the tasks' SystemExit messages. `line`: the first
     input line it names, if any."""
 
     def __init__(self, message, line=None):

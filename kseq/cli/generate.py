@@ -1,6 +1,6 @@
 """kseq-generate: a prompt a line in, the language model's continuation out.
 
-"generate" as in `model.generate` and the language model recipe: the
+"generate" as in `model.generate` and the language model task: the
 export continues text; the conditioned generator, which writes from a
 label, is kseq-generate-from-label.
 

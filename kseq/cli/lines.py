@@ -27,7 +27,7 @@ def input_name(path):
 
 def check_input(path):
     """Raises UsageError for an --input the command could not read, before
-    the model loads (the recipes' wording for their input files)."""
+    the model loads (the tasks' wording for their input files)."""
     if is_stdio(path):
         return
     if os.path.isdir(path):

@@ -8,7 +8,7 @@ KerasHubTokenizer add `id_to_piece` and `asset_files()` (the files that
 rebuild them, for a logdir or an export's assets/).
 `from_keras_hub` gives a keras-hub tokenizer that interface;
 `load_tokenizer` reads what a user has on disk (what `--tokenizer PATH`
-takes in the recipes).
+takes in the tasks).
 
 Example:
 >>> import keras_hub
@@ -179,6 +179,16 @@ def load_tokenizer(path: str):
             "model nor a UTF-8 vocabulary."
         ) from None
     return word_piece_tokenizer(path)
+
+
+def tokenizer_files(tokenizer):
+    """{file name: bytes} that rebuild `tokenizer` with `load_tokenizer`
+    (spm.model for a SubwordTokenizer, tokenizer.json for keras-hub's),
+    for a run's folder and an export's assets/ folder; {} for a tokenizer
+    that needs no file (a `CharacterTokenizer` is rebuilt from its alphabet)."""
+    if hasattr(tokenizer, "asset_files"):
+        return tokenizer.asset_files()
+    return {}
 
 
 def sentence_piece_tokenizer(proto):

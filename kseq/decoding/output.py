@@ -22,7 +22,7 @@ def best_hypotheses(ids):
 def decoded_text(tokenizer, ids):
     """(strings (B,), ids (B, T')): a search's output, its best hypothesis
     per row with the all-PAD columns cut, and `tokenizer`'s text of it. The
-    one path from generated ids to text: every export and every recipe's
+    one path from generated ids to text: every export and every task's
     sampler goes through it."""
     ids = trim_padding(best_hypotheses(ids))
     return tokenizer.detokenize(ids), ids

@@ -33,7 +33,6 @@ data, tests and export.
     tensorboard --logdir runs/caption
 """
 
-import dataclasses
 import os
 
 import keras
@@ -45,28 +44,17 @@ import kseq
 from kseq.data import scenes as scene_data
 from kseq.data.epoch_order import epoch_ordered_batches
 from kseq.data.text_pairs import add_specials
+from kseq.data.tokenizers import tokenizer_files
 from kseq.decoding import BeamSearch
 from kseq.export.captioner import export_captioner
 from kseq.extras import missing
 from kseq.layers.rnn_decoder import ATTENTION_TYPES
 from kseq.models.image_captioner import POOLINGS
-from kseq.training import recipe
-from kseq.training.checkpoints import Phases
-from kseq.training.config import (
-    ClippingOptions,
-    EpochCadenceOptions,
-    RNNOptions,
-    option,
-)
-from kseq.training.config import options as opts
+from kseq.training import task
+from kseq.training.config import CadenceOptions, ClippingOptions, RNNOptions, option, options_parser, task_options
 from kseq.training.devices import decide_jit_compile
-from kseq.training.loop import Fit, Trained, global_step, train_once
-from kseq.training.reporting import (
-    as_hparams,
-    as_metrics,
-    attention_overlay,
-    write_hparams,
-)
+from kseq.training.progress import global_step
+from kseq.training.reporting import as_metrics, write_image_attention
 
 BUCKETS = [12, 22, 32]  # caption lengths (BOS included) where batches are cut: 1, 2, 3 shapes
 PRESETS = {
@@ -76,14 +64,14 @@ PRESETS = {
 }
 
 
-@opts.recipe_options(units=256, embed_dim=64)
-class Options(RNNOptions, EpochCadenceOptions, ClippingOptions):
+@task_options("caption", units=256, embed_dim=64, epochs=100, max_minutes=5.0)
+class Options(RNNOptions, CadenceOptions, ClippingOptions):
     models: str = option("both", "which captioners to train", choices=("both", "attention", "plain"))
     attention: str = option("general", "the attention model's attention",
                             choices=tuple(a for a in ATTENTION_TYPES if a))
     plain_pooling: str = option("flatten", "how the plain model makes its image vector", choices=POOLINGS)
-    # The attention model with peeky reached 18% content accuracy in its 5 minutes, 91% without
-    # (pytest -m slow tests/tasks/test_caption_recipe.py; benchmarks/RESULTS.md).
+    # The attention model with peeky learned far less in its 5 minutes than
+    # without (benchmarks/RESULTS.md, captions).
     peeky: str = option("plain", "which captioners feed the image vector to every step",
                         choices=("plain", "attention", "both", "none"))
     filters: str = option("32,64,128", "the CNN's widths, one stride-2 stage each")
@@ -92,15 +80,11 @@ class Options(RNNOptions, EpochCadenceOptions, ClippingOptions):
     valid_images: int = option(500, "validation scenes", minimum=1)
     test_images: int = option(500, "test scenes", minimum=1)
     batch_size: int = option(64, "captions per batch", minimum=1)
-    epochs: int = option(100, "passes over the training captions at most", minimum=1)
     learning_rate: float = option(2e-3, "Adam's learning rate")
-    max_minutes: float | None = option(5.0, "training budget per model, in minutes")
     beam_size: int = option(4, "beams of the test decoding and the export", minimum=1)
     max_caption_length: int = option(40, "words per generated caption at most", minimum=1)
     monitor_images: int = option(200, "validation scenes captioned at every evaluation", minimum=1)
     attention_plots: int = option(3, "images whose per-word attention is drawn", minimum=0)
-    logdir: str = option("runs/caption", "TensorBoard logs, metrics.json and the models")
-    export_dir: str = option("savedmodels/caption", "each model goes to <export-dir>/<model>/<next version>/")
 
     def problems(self):
         widths = self.filters.split(",")
@@ -111,45 +95,40 @@ class Options(RNNOptions, EpochCadenceOptions, ClippingOptions):
         ) if broken]
 
 
-def parse_args(argv=None):
-    return opts.parse(Options, argv, doc=__doc__, presets=PRESETS)
+parse_args = options_parser(Options, __doc__, PRESETS)
 
 
 def main(argv=None):
     options = parse_args(argv)
-    xla = decide_jit_compile(options.jit_compile, num_shapes=len(BUCKETS) + 1, budget_minutes=options.max_minutes)
-    run = recipe.start(options, xla=xla.use)
+    run = task.start(options, decide_jit_compile(options.jit_compile, num_shapes=len(BUCKETS) + 1,
+                                                 budget_minutes=options.max_minutes))
     data = {split: scene_data.load_scenes(split, getattr(options, f"{split}_images"), options.seed)
             for split in ("train", "valid", "test")}
     tokenizer = scene_data.scene_tokenizer()
     names = ["plain", "attention"] if options.models == "both" else [options.models]
-    phases = Phases(run.workdir)  # a restart trains, tests and exports nothing twice
     metrics, paths = {"models": {}}, {}
     for name in names:
-        model, trained = train_resumably(options, run, name, data, tokenizer, xla, phases)
-        tested = phases.once(f"test_{name}", lambda: test(options, model, name, data["test"], tokenizer,
-                                                         trained["steps"]))
-        paths[name] = phases.once(f"export_{name}", lambda: export_captioner(
+        model, trained = train_resumably(run, name, data, tokenizer)
+        tested = run.phases.once(f"test_{name}", lambda: test(options, model, name, data["test"], tokenizer,
+                                                             trained["steps"]))
+        first_image = png_bytes(data["test"].images[0])
+        paths[name] = run.export(lambda: export_captioner(
             model, tokenizer, os.path.join(options.export_dir, name), search=beam_search(options),
-            assets=recipe.tokenizer_files(tokenizer), warmup_image=png_bytes(data["test"].images[0])))
+            assets=tokenizer_files(tokenizer), warmup_image=first_image), {"image": [first_image]}, f"export_{name}")
         metrics["models"][name] = {**trained, **tested, "export": paths[name]}
         for key in ("test_bleu", "content_accuracy"):
             metrics[f"{key}_{name}"] = tested[key]
     if "attention" in names:
         metrics["attention_on_named_shape"] = metrics["models"]["attention"]["attention_on_named_shape"]
     metrics.update(wall_seconds=round(run.seconds, 1), steps=sum(m["steps"] for m in metrics["models"].values()),
-                   references=scene_data.REFERENCES, **as_metrics(run.decisions(model, xla)))
-    scores = tuple(key for key in metrics if key.startswith(("test_bleu_", "content_accuracy_")))
-    recipe.write_metrics(options.logdir, metrics, scores=scores)
-    for name, path in paths.items():
-        served = tf.saved_model.load(path).signatures["serving_default"]
-        text = served(image=tf.constant([png_bytes(data["test"].images[0])]))["caption"].numpy()[0].decode()
-        print(f"exported {path}: the first test image (PNG) -> {text!r}")
+                   references=scene_data.REFERENCES, **as_metrics(run.decisions(model)))
+    run.write_metrics(metrics, scores=tuple(key for key in metrics if key.startswith(("test_bleu_",
+                                                                                    "content_accuracy_"))))
     print(f"a reference: {data['test'].captions[0][0]!r}")
     for name in names:
         print(f"{name}: test BLEU {metrics['models'][name]['test_bleu']:.1f}, content accuracy "
               f"{metrics['models'][name]['content_accuracy']:.1%}")
-    print(f"TensorBoard: tensorboard --logdir {options.logdir}")
+    run.done()
     return metrics
 
 
@@ -196,19 +175,14 @@ def png_bytes(image):
 # Models --------------------------------------------------------------------------------
 
 
-def build_model(options, name, vocab_size, precision="float32", jit_compile=False):
-    model = kseq.models.ImageCaptioner(
+def build_model(options, name, vocab_size, precision="float32"):
+    """The "plain" or "attention" captioner of these options, unbuilt."""
+    return kseq.models.ImageCaptioner(
         vocab_size, image_size=scene_data.IMAGE_SIZE, filters=[int(w) for w in options.filters.split(",")],
         backbone=options.backbone, embed_dim=options.embed_dim, units=options.units, cell=options.cell,
         num_layers=options.num_layers, attention=options.attention if name == "attention" else None,
         peeky=options.peeky in (name, "both"), pooling="average" if name == "attention" else options.plain_pooling,
         dropout=options.dropout, dtype=precision, name=f"{name}_captioner",
-    )
-    model.build()
-    return recipe.compile_model(
-        model, kseq.optimizers.FusedAdam(options.learning_rate, global_clipnorm=options.clipnorm),
-        kseq.losses.MaskedSparseCategoricalCrossentropy(), [kseq.metrics.MaskedAccuracy()],
-        jit_compile=jit_compile, accumulate=options.accumulate,
     )
 
 
@@ -230,37 +204,29 @@ def caption(model, tokenizer, images, options, method="beam", batch=100):
     return texts, np.concatenate([np.pad(i, [(0, 0), (0, width - i.shape[1])]) for i in ids])
 
 
-def train_resumably(options, run, name, data, tokenizer, xla, phases):
-    """One captioner trained once (`kseq.training.loop.fit`): a kill resumes
-    from its last save, a restart after its training loads its weights.
-    -> (model, metrics.json's training figures)."""
-    fit = Fit(os.path.join(run.workdir, name), max_minutes=options.max_minutes, monitor="val_loss", **options.fit_cadence)
+def train_resumably(run, name, data, tokenizer):
+    """One captioner trained once in `<logdir>/<name>`, keeping its epoch of
+    best validation loss: a kill resumes from its last save, a restart
+    after its training loads its weights. -> (model, its training metrics)."""
+    options = run.options
+    logdir = os.path.join(options.logdir, name)
+    fit = run.make_fit(name, monitor="val_loss")
     datasets = make_datasets(options, data, tokenizer, fit.position)
 
     def build():
-        with run.strategy.scope():
-            return build_model(options, name, tokenizer.vocab_size, run.precision.policy, xla.use)
+        return run.compile(lambda: build_model(options, name, tokenizer.vocab_size, run.precision.policy),
+                           [kseq.metrics.MaskedAccuracy()])
 
-    trained = train_once(phases, name, fit, lambda: train(options, run, name, datasets, data["valid"], tokenizer,
-                                                          xla, build, fit),
-                         dataclasses.replace(options, logdir=os.path.join(options.logdir, name)), build)
+    def train():
+        model = build()
+        print(f"{name} captioner: {model.count_params():,} parameters, attention {model.attention}, "
+              f"grid {model.grid_shape}")
+        return run.fit(fit, model, datasets["train"], datasets["valid"],
+                       [CaptionMonitor(data["valid"], options, tokenizer, logdir)], logdir=logdir,
+                       hparams={"model": name})
+
+    trained = run.train_once(name, fit, train, build, logdir=logdir)
     return trained.model, trained.metrics
-
-
-def train(options, run, name, datasets, valid, tokenizer, xla, build, fit):
-    """Trains one captioner, keeping its epoch of best validation loss."""
-    logdir = os.path.join(options.logdir, name)
-    model = build()
-    print(f"{name} captioner: {model.count_params():,} parameters, attention {model.attention}, "
-          f"grid {model.grid_shape}")
-    decisions = run.decisions(model, xla)
-    if not fit.resuming:  # a resumed run's curves continue the first run's
-        write_hparams(logdir, {**options.as_hparams(), "model": name} | as_hparams(decisions))
-    logging = [keras.callbacks.TensorBoard(logdir, profile_batch=options.profile_batch),
-               CaptionMonitor(valid, options, tokenizer, logdir)]
-    metrics = fit.fit(model, datasets["train"], datasets["valid"], options.epochs, logging)
-    model.save(os.path.join(logdir, "model.keras"))  # the best epoch's weights
-    return Trained(model, decisions, metrics)
 
 
 class CaptionMonitor(keras.callbacks.Callback):
@@ -289,18 +255,10 @@ class CaptionMonitor(keras.callbacks.Callback):
                                                    for t, r in zip(texts[:5], self.references)))
         if self.model.has_attention and self.options.attention_plots and not missing(
                 "plots", "attention maps are not drawn"):
-            log_attention(self.model, self.images[:self.options.attention_plots], ids, texts, self.writer, step)
+            images = self.images[:self.options.attention_plots]
+            write_image_attention(self.writer, step, images, self.model.caption_attention(images, ids[:len(images)]),
+                                  texts)
         self.writer.flush()
-
-
-def log_attention(model, images, ids, texts, writer, step):
-    """One image summary per caption: a heat map over the image per word."""
-    attention = np.asarray(model.caption_attention(images, ids[:len(images)]))
-    with writer.as_default(step=step):
-        for row, (image, text) in enumerate(zip(images, texts)):
-            words = text.split()
-            panel = attention_overlay(image, attention[row, :len(words)], words)
-            tf.summary.image(f"attention_{row}", panel[None, :, :, :3])
 
 
 # Test ----------------------------------------------------------------------------------
@@ -327,7 +285,8 @@ def test(options, model, name, scenes, tokenizer, step):
         results["attention_on_named_shape"] = round(float(np.mean(hits)), 4) if hits else None
         results["shape_words_checked"] = len(hits)
         writer = tf.summary.create_file_writer(os.path.join(options.logdir, name, "test"))
-        log_attention(model, scenes.images[:options.attention_plots], ids, texts, writer, step)
+        images = scenes.images[:options.attention_plots]
+        write_image_attention(writer, step, images, attention[:len(images)], texts)
         writer.flush()
     print(f"{name}: test BLEU {results['test_bleu']}, content accuracy {results['content_accuracy']:.1%}"
           + (f", attention on the named shape {results['attention_on_named_shape']}" if model.has_attention else ""))

@@ -1,21 +1,19 @@
-"""Training, grouped by concept in sub-packages:
+"""Training, grouped by concept in sub-packages, each exporting its public
+names (one import path each), depending one way (from the bottom):
 
+- `progress`: the global step, data epochs, the evaluation cadence;
+- `reporting`: TensorBoard HParams and graph, attention images, decisions;
 - `objectives`: losses, metrics, FusedAdam, learning-rate schedules;
 - `devices`: strategies and batch distribution, precision, XLA, the CPU runtime;
 - `checkpoints`: the resumable backup, preemption, the phases a restart skips;
-- `loop`: `Fit`, the one fit driver (its former name `EpochFit` still works),
-  evaluation periods, callbacks, stopping;
+- `config`: a task's options (typed, from flags and `--config` files, the
+  option groups by concern), `--init-from`, the model size from the data;
 - `scoring`: test scores, the decoding choice, attention alignment, averaging;
-- `reporting`: TensorBoard HParams and graph, attention images, decisions;
-- `config`: typed options from flags and `--config` files, `--init-from`,
-  the model size from the data;
-- `recipe`: the steps every task shares (strategy, compile, write metrics).
-
-The names a task needs most are here too. Each module's old place
-(`kseq.training.losses`, `kseq.training.options`, ...) still imports.
+- `loop`: `Fit`, the one fit driver, evaluation periods, callbacks, stopping;
+- `vocabulary`: a run's tokenizer;
+- `task`: the steps every task shares (`start` -> `Run`: tokenizer, compile,
+  fit, train once, metrics, export).
 """
-
-import sys
 
 from kseq.training import (
     checkpoints,
@@ -23,58 +21,22 @@ from kseq.training import (
     devices,
     loop,
     objectives,
-    recipe,
+    progress,
     reporting,
     scoring,
+    task,
+    vocabulary,
 )
-from kseq.training.checkpoints import Phases
-from kseq.training.config import (
-    option,
-    options,  # the module tasks call `opts`
-    parse,
-)
-from kseq.training.loop import EpochFit, Fit, GenerationMonitor, Trained, train_once
-from kseq.training.objectives import (
-    FusedAdam,
-    MaskedAccuracy,
-    MaskedSparseCategoricalCrossentropy,
-)
-from kseq.training.reporting import as_hparams, write_hparams
-
-# Before the sub-packages every module sat in kseq.training: users' imports of
-# those paths get the same module objects.
-_MOVED = {
-    name.rsplit(".", 1)[1]: module
-    for name, module in list(sys.modules.items())
-    if name.startswith(__name__ + ".") and name.count(".") == 3
-    and name.split(".")[2] in ("checkpoints", "config", "devices", "loop", "objectives", "reporting", "scoring")
-}
-_MOVED["epoch_fit"] = loop.fit  # the module's name before `Fit`
-for _name, _module in _MOVED.items():
-    sys.modules.setdefault(f"{__name__}.{_name}", _module)
-    globals().setdefault(_name, _module)
 
 __all__ = [
-    "EpochFit",
-    "Fit",
-    "FusedAdam",
-    "GenerationMonitor",
-    "MaskedAccuracy",
-    "MaskedSparseCategoricalCrossentropy",
-    "Phases",
-    "Trained",
-    "as_hparams",
     "checkpoints",
     "config",
     "devices",
     "loop",
     "objectives",
-    "option",
-    "options",
-    "parse",
-    "recipe",
+    "progress",
     "reporting",
     "scoring",
-    "train_once",
-    "write_hparams",
+    "task",
+    "vocabulary",
 ]

@@ -231,8 +231,8 @@ def test_export_refuses_a_bare_keras_hub_tokenizer(word_piece_file, tmp_path):
     assert not os.path.exists(tmp_path / "bare" / "1")
 
 
-def test_recipes_take_a_tokenizer_path(word_piece_file, tmp_path, capsys):
-    """`--tokenizer PATH` (recipes/classify.py, language_model.py, translate.py):
+def test_tasks_take_a_tokenizer_path(word_piece_file, tmp_path, capsys):
+    """`--tokenizer PATH` (kseq-train classify, language_model, translate):
     a missing path is a usage error naming the option; a file is loaded,
     and its files land in the logdir, where load_tokenizer reads them."""
 
@@ -240,7 +240,8 @@ def test_recipes_take_a_tokenizer_path(word_piece_file, tmp_path, capsys):
     from kseq.tasks import language_model
     from kseq.tasks import translate
 
-    from kseq.training import recipe
+    from kseq.data.tokenizers import tokenizer_files
+    from kseq.training.vocabulary import run_tokenizer
 
     missing = str(tmp_path / "missing.txt")
     for script in (classify, language_model, translate):
@@ -251,12 +252,12 @@ def test_recipes_take_a_tokenizer_path(word_piece_file, tmp_path, capsys):
         classify.main(["--tokenizer", f"{word_piece_file},{missing}"])
     assert f"{missing}: no such file or folder" in capsys.readouterr().err
     options = language_model.parse_args(["--tokenizer", word_piece_file, "--logdir", str(tmp_path)])
-    tokenizer = recipe.tokenizer_for(options, texts=[], vocab_size=1)
+    tokenizer = run_tokenizer([], options.logdir, path=options.tokenizer, vocab_size=1)
     assert isinstance(tokenizer.tokenizer, keras_hub.tokenizers.WordPieceTokenizer)
     saved = load_tokenizer(str(tmp_path / "tokenizer.json"))
     assert saved.tokenize(["abc zzz"]).to_list() == tokenizer.tokenize(["abc zzz"]).to_list()
-    assert recipe.tokenizer_files(tokenizer) == {"tokenizer.json": (tmp_path / "tokenizer.json").read_bytes()}
+    assert tokenizer_files(tokenizer) == {"tokenizer.json": (tmp_path / "tokenizer.json").read_bytes()}
     (tmp_path / "no_unk.txt").write_text("hello\n", encoding="utf-8")
     options = dataclasses.replace(options, tokenizer=str(tmp_path / "no_unk.txt"))
     with pytest.raises(SystemExit, match="--tokenizer .*no_unk.txt: `vocabulary_file` .* has no '\\[UNK\\]'"):
-        recipe.tokenizer_for(options, texts=[], vocab_size=1)
+        run_tokenizer([], options.logdir, path=options.tokenizer, vocab_size=1)

@@ -93,13 +93,13 @@ def test_a_gzip_file_reads_as_its_plain_text(tmp_path):
 
 
 def test_several_files_read_in_order_with_problems_per_file(tmp_path, capsys):
-    from kseq.training.recipe import read_tsv_reporting
+    from kseq.data.splits import read_tsv_files
 
     (tmp_path / "a.tsv").write_bytes(MIXED)
     (tmp_path / "b.tsv.gz").write_bytes(gzip.compress(GOOD.encode() + b"no tab\n"))
-    sources, targets = read_tsv_reporting(f"{tmp_path}/a.tsv,{tmp_path}/*.gz", "train")
+    sources, targets = read_tsv_files(f"{tmp_path}/a.tsv,{tmp_path}/*.gz", "train")
     assert sources == read_tsv(tmp_path / "a.tsv")[0] + ["hello"] and targets[-1] == "bonjour"
     printed = capsys.readouterr().out
     assert "skipped 6 of 9 lines in a.tsv" in printed and "skipped 1 of 2 lines in b.tsv.gz: line 2 (no tab)" in printed
     with pytest.raises(ValueError, match="--valid-tsv .*matches no file"):
-        read_tsv_reporting(f"{tmp_path}/*.missing", "valid")
+        read_tsv_files(f"{tmp_path}/*.missing", "valid")

@@ -60,18 +60,14 @@ def test_reverse_recipe_rejects_bad_arguments(tmp_path, capsys, argv, message):
 def test_a_vocabulary_trained_on_a_corpus_is_kept_with_its_scan_and_found_by_the_next_run(tmp_path, monkeypatch,
                                                                                          capsys):
     from kseq.data.subword_tokenizer import SubwordTokenizer
-    from kseq.training import recipe
     from kseq.training.config.options import AUTO
-
-    class Options:
-        tokenizer = init_from = None
-        vocab_size, max_vocab_size = AUTO, 400
+    from kseq.training.vocabulary import run_tokenizer
 
     texts = [f"the {word} sat on the mat" for word in ("cat", "dog", "bird", "fox")] * 40
     cache, run1, run2 = tmp_path / "scan", tmp_path / "run1", tmp_path / "run2"
     for folder in (cache, run1, run2):
         folder.mkdir()
-    first = recipe.resumable_tokenizer(Options, texts, str(run1), resuming=None, cache=str(cache))
+    first = run_tokenizer(texts, str(run1), vocab_size=AUTO, max_vocab_size=400, cache=str(cache))
     kept = list(cache.iterdir())
     assert len(kept) == 1 and kept[0].name.startswith("spm-") and kept[0].read_bytes() == first.proto
 
@@ -79,6 +75,6 @@ def test_a_vocabulary_trained_on_a_corpus_is_kept_with_its_scan_and_found_by_the
         raise AssertionError("trained again")
 
     monkeypatch.setattr(SubwordTokenizer, "train", refused)
-    again = recipe.resumable_tokenizer(Options, texts, str(run2), resuming=None, cache=str(cache))
+    again = run_tokenizer(texts, str(run2), vocab_size=AUTO, max_vocab_size=400, cache=str(cache))
     assert again.proto == first.proto and "trained on this data before" in capsys.readouterr().out
     assert (run2 / "spm.model").read_bytes() == first.proto, "the run's own copy, for its export"

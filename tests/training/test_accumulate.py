@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from kseq.training import recipe
+from kseq.training.task import compile_model
 from kseq.training.objectives.optimizers import FusedAdam
 from kseq.training.checkpoints.resume import ResumableBackup
 from support import KillAt, cadenced_run
@@ -18,7 +18,7 @@ def fit_classifier(strategy, batch_size, accumulate):
     with strategy.scope():
         model = keras.Sequential([keras.Input((5,)), keras.layers.Dense(8, activation="tanh"),
                                   keras.layers.Dense(3)])
-        recipe.compile_model(model, FusedAdam(1e-2, clipnorm=0.05),
+        compile_model(model, FusedAdam(1e-2, clipnorm=0.05),
                              keras.losses.SparseCategoricalCrossentropy(from_logits=True), accumulate=accumulate)
     rng = np.random.default_rng(0)
     model.fit(rng.normal(size=(64, 5)), rng.integers(0, 3, 64), batch_size=batch_size, epochs=2, verbose=0,
@@ -43,7 +43,7 @@ def test_accumulate_needs_an_optimizer_not_built_yet():
     optimizer.build([keras.Variable(np.zeros(2, "float32"))])
     model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
     with pytest.raises(ValueError, match="Gradient accumulation needs an optimizer that is not built"):
-        recipe.compile_model(model, optimizer, "mse", accumulate=2)
+        compile_model(model, optimizer, "mse", accumulate=2)
 
 
 def accumulated_run(workdir, kill=None):

@@ -7,7 +7,7 @@ import pytest
 import tensorflow as tf
 from support import VOCAB, random_batch, small_model
 
-from kseq.training import recipe
+from kseq.training.task import compile_model
 from kseq.training.objectives.losses import MaskedSparseCategoricalCrossentropy
 from kseq.training.objectives.optimizers import FusedAdam
 
@@ -18,7 +18,7 @@ def compiled(kind, config):
     model = small_model(kind, config, dropout=0.0)
     batch = random_batch()
     model(batch)
-    recipe.compile_model(model, FusedAdam(1e-3, clipnorm=1.0),
+    compile_model(model, FusedAdam(1e-3, clipnorm=1.0),
                          MaskedSparseCategoricalCrossentropy(label_smoothing=0.1))
     model.optimizer.build(model.trainable_variables)
     labels = np.roll(batch["target_ids"], -1, axis=1)

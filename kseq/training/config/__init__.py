@@ -1,51 +1,73 @@
-"""A task's options: typed dataclasses parsed from flags, `--config` files and
-presets (`parse`, `option`), the groups several tasks share, `--init-from`,
+"""A task's options, in one place: typed dataclasses parsed from flags,
+`--config` files and presets (`parse`, `option`, `task_options`), the
+option groups by concern (model, training, data, decoding), `--init-from`,
 and the model size chosen from the data."""
 
-from kseq.training.config.common_options import (
-    ClippingOptions,
-    EpochCadenceOptions,
-    RNNOptions,
-    SamplingOptions,
+from kseq.training.config.config_files import read_config, write_config
+from kseq.training.config.data_options import (
     StreamedDataOptions,
-    TrainingOptions,
+    TextFilesOptions,
+    TokenBatchOptions,
+    TsvFilesOptions,
     VocabularySampleOptions,
 )
-from kseq.training.config.config_files import read_config, write_config
+from kseq.training.config.decoding_options import DecodingOptions, SamplingOptions
 from kseq.training.config.flags import flag
+from kseq.training.config.model_options import ATTENTIONS, RNNOptions, Seq2SeqOptions
 from kseq.training.config.options import (
     AUTO,
     Auto,
-    RecipeOptions,
-    TextRecipeOptions,
+    TaskOptions,
+    TextTaskOptions,
     option,
+    options_parser,
     parse,
+    task_options,
 )
-from kseq.training.config.seq2seq_options import ATTENTIONS, Seq2SeqOptions
 from kseq.training.config.sizing import choose_model_size
-from kseq.training.config.warm_start import OPTIONS_FILE, TRAINED_WEIGHTS, keep_trained
+from kseq.training.config.training_options import (
+    METRICS,
+    CadenceOptions,
+    ClippingOptions,
+    EvaluationOptions,
+    ScheduleOptions,
+    StoppingOptions,
+    TrainingOptions,
+)
+from kseq.training.config.warm_start import OPTIONS_FILE, TRAINED_WEIGHTS, finished_run, keep_trained
 
 __all__ = [
     "ATTENTIONS",
     "AUTO",
     "Auto",
+    "CadenceOptions",
     "ClippingOptions",
-    "EpochCadenceOptions",
-    "RNNOptions",
-    "RecipeOptions",
-    "SamplingOptions",
-    "Seq2SeqOptions",
-    "StreamedDataOptions",
+    "DecodingOptions",
+    "EvaluationOptions",
+    "METRICS",
     "OPTIONS_FILE",
+    "RNNOptions",
+    "SamplingOptions",
+    "ScheduleOptions",
+    "Seq2SeqOptions",
+    "StoppingOptions",
+    "StreamedDataOptions",
     "TRAINED_WEIGHTS",
-    "TextRecipeOptions",
+    "TaskOptions",
+    "TextFilesOptions",
+    "TextTaskOptions",
+    "TokenBatchOptions",
     "TrainingOptions",
+    "TsvFilesOptions",
     "VocabularySampleOptions",
     "choose_model_size",
+    "finished_run",
     "flag",
     "keep_trained",
     "option",
+    "options_parser",
     "parse",
     "read_config",
+    "task_options",
     "write_config",
 ]

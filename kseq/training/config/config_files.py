@@ -1,8 +1,8 @@
-"""Recipe options in a file: `--config FILE` (YAML or JSON) holds any option
+"""Task options in a file: `--config FILE` (YAML or JSON) holds any option
 by its name, the flags given beside it override it, and every run writes
 the options it ran with to `<logdir>/config.yaml`, which `--config` reads
 back to run it again. `kseq.training.config.options.parse` does the reading; this
-module knows files and values, not recipes."""
+module knows files and values, not tasks."""
 
 import difflib
 import os

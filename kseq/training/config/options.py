@@ -1,4 +1,4 @@
-"""A recipe's options as one typed dataclass: the command line, the presets
+"""A task's options as one typed dataclass: the command line, the presets
 and the checks all come from its fields.
 
 A field is declared with `option(default, help, ...)`; its annotation gives
@@ -10,9 +10,14 @@ so a mistyped option, a preset naming an option that does not exist or an
 impossible combination stops the run before any work, with a message that
 names the option.
 
+Option groups (`kseq.training.config.model_options`, `training_options`,
+`data_options`, `decoding_options`) are dataclasses of fields, one concern
+each, whose docstring's first line titles their part of `--help`; a task
+declares its options once, with `task_options`, over the groups it takes.
+
 Example:
->>> @dataclasses.dataclass(frozen=True)
-... class Options(RecipeOptions):
+>>> @task_options()
+... class Options(TaskOptions):
 ...     beams: int | Auto = option(AUTO, "beam size", minimum=1)
 >>> parse(Options, ["--beams", "4"]).beams
 4
@@ -37,7 +42,7 @@ Auto = typing.Literal["auto"]
 
 
 def option(default, help="", *, choices=None, minimum=None, file=False, files=False):
-    """A field of a recipe's options: its default and `--help` text.
+    """A field of a task's options: its default and `--help` text.
 
     Args:
         default: the value when neither the command line nor a preset sets it.
@@ -53,6 +58,10 @@ def option(default, help="", *, choices=None, minimum=None, file=False, files=Fa
     return dataclasses.field(default=default, metadata=metadata)
 
 
+def _task_name(options_class):
+    return os.path.basename(options_class.__dataclass_fields__["logdir"].default)
+
+
 def auto_or(kind):
     """An argparse type: "auto", or a value of `kind` (e.g. `auto_or(float)`)."""
 
@@ -64,9 +73,12 @@ def auto_or(kind):
 
 
 @dataclasses.dataclass(frozen=True)
-class RecipeOptions:
-    """Options every recipe takes. Subclasses add theirs, override the
-    defaults of `logdir` and `export_dir`, and add rules in `problems()`."""
+class TaskOptions:
+    """Options every task takes: the run (seed, devices, folders).
+
+    Option groups subclass it and add theirs; a task's options (declared
+    with `task_options`) override the defaults of `logdir` and `export_dir`
+    and add rules in `problems()`."""
 
     seed: int = option(0, "random seed of weights, data order and sampling")
     strategy: str = option("mirrored", "tf.distribute strategy",
@@ -78,7 +90,7 @@ class RecipeOptions:
     logdir: str = option("runs", "TensorBoard logs, metrics.json, checkpoints and the resumable backup")
     export_dir: str = option("savedmodels", "the SavedModel goes to <export-dir>/<next version>/")
     profile_steps: str | None = option(None, "profile train steps A to B (e.g. 20,30) for TensorBoard's Profile tab")
-    init_from: str | None = option(None, "start from the weights and tokenizer of a finished run of this recipe "
+    init_from: str | None = option(None, "start from the weights and tokenizer of a finished run of this task "
                                    "(its logdir), to continue or fine-tune it")
     accumulate: int = option(1, "batches whose mean gradient makes one update (gradient accumulation)", minimum=1)
     # Set by `parse`: the preset applied and the options the command line gave.
@@ -104,9 +116,9 @@ class RecipeOptions:
         return tuple(dict.fromkeys(names))
 
     @property
-    def recipe_name(self):
-        """The recipe's name: each logs under runs/<its name> by default."""
-        return os.path.basename(type(self).__dataclass_fields__["logdir"].default)
+    def task_name(self):
+        """The task's name: each logs under runs/<its name> by default."""
+        return _task_name(type(self))
 
     @property
     def profile_batch(self):
@@ -125,8 +137,8 @@ class RecipeOptions:
 
 
 @dataclasses.dataclass(frozen=True)
-class TextRecipeOptions(RecipeOptions):
-    """Options of a recipe that tokenizes text: `--tokenizer PATH`."""
+class TextTaskOptions(TaskOptions):
+    """Options of a task that tokenizes text: `--tokenizer PATH`."""
 
     tokenizer: str | None = option(
         None, "your tokenizer: a SentencePiece model, a WordPiece vocab.txt, or BPE 'vocab.json,merges.txt' "
@@ -143,18 +155,29 @@ class TextRecipeOptions(RecipeOptions):
                                      for part in parts if not os.path.exists(part)]
 
 
-def recipe_options(**defaults):
-    """Class decorator: a frozen options dataclass whose inherited options
-    (from option groups such as `RNNOptions`) take these `defaults`; a
-    name that is no inherited option is a TypeError at import.
+def task_options(name=None, **defaults):
+    """Class decorator, the one way a task declares its options: a frozen
+    dataclass whose inherited options (from option groups such as
+    `RNNOptions`) take these `defaults`; a name that is no inherited option
+    is a TypeError at import.
+
+    Args:
+        name: the task's name: it logs to `runs/<name>` and exports to
+            `savedmodels/<name>` by default.
+        **defaults: {inherited option: the task's default}.
+
+    Returns:
+        The decorator.
 
     Example:
-    >>> @recipe_options(seed=7)
-    ... class Seeded(RecipeOptions):
+    >>> @task_options("seeded", seed=7)
+    ... class Seeded(TaskOptions):
     ...     pass
-    >>> Seeded().seed
-    7
+    >>> Seeded().seed, Seeded().logdir
+    (7, 'runs/seeded')
     """
+    if name:
+        defaults = {"logdir": f"runs/{name}", "export_dir": f"savedmodels/{name}", **defaults}
 
     def decorate(cls):
         inherited = {}
@@ -168,6 +191,17 @@ def recipe_options(**defaults):
         return dataclasses.dataclass(frozen=True)(cls)
 
     return decorate
+
+
+def options_parser(options_class, doc=None, presets=None):
+    """A task's `parse_args(argv=None)`: `parse` of `options_class` with the
+    task's docstring `doc` as `--help`'s text and its `presets`."""
+
+    def parse_args(argv=None):
+        """The task's options from `argv` (default: the command line), checked."""
+        return parse(options_class, argv, doc=doc, presets=presets)
+
+    return parse_args
 
 
 def parse(options_class, argv=None, doc=None, presets=None):
@@ -189,8 +223,10 @@ def parse(options_class, argv=None, doc=None, presets=None):
         parser.add_argument("--preset", choices=list(presets), default=None,
                             help="option values sized for a machine and a budget; the defaults below are "
                             f"{next(iter(presets))!r}'s")
-    for field in fields:
-        _add_argument(parser, field, options_class)
+    for title, description, group_fields in _groups(options_class, fields):
+        group = parser.add_argument_group(title, description)
+        for field in group_fields:
+            _add_argument(group, field, options_class)
     args = parser.parse_args(argv)
     given = {name: value for name, value in vars(args).items()
              if value is not None and name not in ("preset", "config")}
@@ -239,8 +275,32 @@ def _config_values(parser, path, options_class, fields, presets):
 
 
 def _cli_fields(options_class):
-    """The fields declared with `option` (others, such as `preset`, are set by `parse` or the recipe)."""
+    """The fields declared with `option` (others, such as `preset`, are set by `parse` or the task)."""
     return [field for field in dataclasses.fields(options_class) if "help" in field.metadata]
+
+
+def _groups(options_class, fields):
+    """[(title, description, fields)] of `--help`: the task's own options
+    first, then each option group's, in the order the class inherits them,
+    the run's (`TaskOptions`) last. A field belongs to the first class that
+    declares it (a task's new default does not move it)."""
+    owner = {}
+    for cls in reversed(options_class.__mro__):
+        for name in cls.__dict__.get("__annotations__", {}):
+            owner.setdefault(name, cls)
+    classes = [options_class] + [cls for cls in options_class.__mro__[1:] if cls is not TaskOptions] + [TaskOptions]
+    groups = []
+    for cls in classes:
+        mine = [field for field in fields if owner.get(field.name) is cls]
+        if not mine:
+            continue
+        if cls is options_class:
+            title, description = f"{_task_name(options_class)} options", None
+        else:
+            lines = (cls.__dict__.get("__doc__") or cls.__name__).strip().split("\n")
+            title, description = lines[0].rstrip("."), None
+        groups.append((title, description, mine))
+    return groups
 
 
 def _add_argument(parser, field, options_class):

@@ -90,7 +90,7 @@ def model_for_data(passes, metric, preset):
 
 def choose_model_size(options, target_lengths, metric, pairs=None):
     """(settings, Decision "model_size"): `model_for_data` for a translation
-    recipe's `options` (its preset, arch, widths, dropout, max_length,
+    task's `options` (its preset, arch, widths, dropout, max_length,
     epochs, max_minutes and options_given), from the token counts of the
     training targets (`target_lengths`; over-long ones are left out, as the
     pipeline drops them, and each gets its EOS), or of a uniform sample of

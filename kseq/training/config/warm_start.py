@@ -1,13 +1,13 @@
 """`--init-from DIR`: a run that starts from a finished run's weights and
 tokenizer, to continue training it or to fine-tune it on other data.
 
-Every recipe ends its training with `keep_trained`: the weights it tests
+Every task ends its training with `keep_trained`: the weights it tests
 and exports, and its options, written atomically into its logdir. A new
 run given that logdir takes from it the options that shape the weights
-(the recipe's `ARCHITECTURE`), its tokenizer (so ids mean the same pieces)
+(the task's `ARCHITECTURE`), its tokenizer (so ids mean the same pieces)
 and its weights; the optimizer, the schedule and the data are the new
 run's own. What cannot fit stops the run before training, naming the
-option: another recipe's run, a run that did not finish, an architecture
+option: another task's run, a run that did not finish, an architecture
 option given that differs from the run's, a tokenizer given besides.
 """
 
@@ -31,13 +31,15 @@ def keep_trained(options, model):
     temporary = os.path.join(folder, f".trained-{os.getpid()}.weights.h5")  # keras wants this suffix
     model.save_weights(temporary, overwrite=True)
     os.replace(temporary, os.path.join(folder, TRAINED_WEIGHTS))
+    # "recipe": the key's name from before tasks were called tasks, kept so
+    # that runs of every version read alike.
     write_json_atomic(os.path.join(folder, OPTIONS_FILE),
-                      {"recipe": options.recipe_name, **options.as_hparams()})
+                      {"recipe": options.task_name, **options.as_hparams()})
 
 
 def source_problems(options):
     """Messages (empty when none) for an `--init-from` folder that holds no
-    finished run of this recipe, or clashes with other options."""
+    finished run of this task, or clashes with other options."""
     folder = options.init_from
     if not folder:
         return []
@@ -46,11 +48,11 @@ def source_problems(options):
         return [f"{name} {folder}: no such folder"]
     missing = [file for file in (OPTIONS_FILE, TRAINED_WEIGHTS) if not os.path.isfile(os.path.join(folder, file))]
     if missing:
-        return [f"{name} {folder}: no finished run there (no {' or '.join(missing)}; a recipe writes them "
+        return [f"{name} {folder}: no finished run there (no {' or '.join(missing)}; a task writes them "
                 "when its training ends)"]
     saved = _read_options(folder)
-    if saved.get("recipe") != options.recipe_name:
-        return [f"{name} {folder}: a run of recipe {saved.get('recipe')!r}, not {options.recipe_name!r}"]
+    if saved.get("recipe") != options.task_name:
+        return [f"{name} {folder}: a run of recipe {saved.get('recipe')!r}, not {options.task_name!r}"]
     problems = []
     if getattr(options, "tokenizer", None):
         problems.append(f"{name} takes the run's tokenizer (its ids are the weights' vocabulary); drop --tokenizer")
@@ -103,6 +105,23 @@ def init_weights(model, folder):
     finally:
         model.optimizer = optimizer
     print(f"weights from {os.path.join(folder, TRAINED_WEIGHTS)}")
+
+
+def finished_run(folder, options_class):
+    """(options, tokenizer) of a finished run of `options_class`'s task kept
+    in `folder` (what `keep_trained` wrote, with the run's tokenizer), to
+    rebuild its model. Raises ValueError for a folder that holds none."""
+    missing = [name for name in (OPTIONS_FILE, TRAINED_WEIGHTS) if not os.path.isfile(os.path.join(folder, name))]
+    if missing:
+        raise ValueError(f"{folder} holds no finished {options_class().task_name} run (no {' or '.join(missing)}; "
+                         "a run writes them when its training ends).")
+    saved = _read_options(folder)
+    name = options_class().task_name
+    if saved.get("recipe") != name:
+        raise ValueError(f"{folder} holds a run of recipe {saved.get('recipe')!r}, not {name!r}.")
+    options = options_class(**{field.name: saved[field.name] for field in dataclasses.fields(options_class)
+                               if field.name in saved})
+    return options, init_tokenizer(folder)
 
 
 def _spelled(name, value):

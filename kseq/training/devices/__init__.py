@@ -14,13 +14,13 @@ from kseq.training.devices.precision import device_class, resolve_precision
 from kseq.training.devices.runtime import tune_cpu_runtime
 from kseq.training.devices.xla import (
     check_replicas,
-    decide_for_recipe,
+    decide_for_translation,
     decide_jit_compile,
 )
 
 __all__ = [
     "check_replicas",
-    "decide_for_recipe",
+    "decide_for_translation",
     "decide_jit_compile",
     "device_class",
     "distribute_batches",

@@ -1,4 +1,4 @@
-"""tf.distribute strategies for the recipes: one device, local replicas, or
+"""tf.distribute strategies for the tasks: one device, local replicas, or
 several machines (MultiWorkerMirroredStrategy configured by TF_CONFIG)."""
 
 import hashlib

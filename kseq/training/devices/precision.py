@@ -96,7 +96,7 @@ def resolve_precision(requested="auto", device=None, bfloat16_cpu=True):
     "auto" picks `MEASURED_FASTEST` for the device class (`precision_class()`
     unless given); any other value is taken as asked. On a CPU with bfloat16
     units, `bfloat16_cpu` says what was measured for the model: True, that
-    it trains well under mixed_bfloat16; False, nothing (the recipes say
+    it trains well under mixed_bfloat16; False, nothing (the tasks say
     which were); a sentence, why float32 trained it better. Without True
     such a CPU is treated as one without bfloat16 units.
     """
@@ -118,7 +118,7 @@ def tf32_enabled():
 
 
 def describe_precision(precision):
-    """One line for a recipe's log."""
+    """One line for a task's log."""
     line = f"precision: {precision.policy} ({precision.reason})"
     if precision.policy == "float32" and device_class() == "gpu" and tf32_enabled():
         line += "; float32 matmuls run as TF32 on this GPU (TensorFlow's default)"

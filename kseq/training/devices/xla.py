@@ -85,8 +85,8 @@ def decide_jit_compile(requested, num_shapes, budget_minutes=None, device=None, 
     )
 
 
-def decide_for_recipe(requested, max_length, budget_minutes, arch):
-    """A recipe's XLA decision for its train step: `decide_jit_compile` over
+def decide_for_translation(requested, max_length, budget_minutes, arch):
+    """The translation task's XLA decision for its train step: `decide_jit_compile` over
     the run's few XLA batch shapes (`kseq.data.bucketing.xla_boundaries`);
     on a GPU "auto" leaves the recurrent models off XLA (keras runs LSTM/GRU
     with cuDNN there, which XLA cannot compile)."""

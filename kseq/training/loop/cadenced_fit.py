@@ -1,5 +1,5 @@
 """`model.fit` on an evaluation cadence that survives a kill: the callbacks
-a recipe trains with, in the order they must run, and what they measured."""
+a task trains with, in the order they must run, and what they measured."""
 
 import dataclasses
 import os
@@ -9,7 +9,6 @@ import tensorflow as tf
 
 from kseq.training.checkpoints.preemption import SaveOnPreemption
 from kseq.training.checkpoints.resume import ResumableBackup
-from kseq.training.config.options import AUTO, RecipeOptions, option
 from kseq.training.devices.distribution import WorkersAgree, workers
 from kseq.training.devices.xla import StableFunctionNames
 from kseq.training.loop.callbacks import NonFiniteLoss, StopOnNonFiniteLoss, TimeLimit
@@ -21,42 +20,10 @@ from kseq.training.loop.periods import (
     StepTimer,
     data_epochs,
     global_step,
-    parse_cadence,
 )
 
 # fit's epochs and steps for data of unknown length.
 UNBOUNDED = 2**31 - 1
-
-
-@dataclasses.dataclass(frozen=True)
-class CadenceOptions(RecipeOptions):
-    """How often a `CadencedFit` run evaluates and saves, within its budget."""
-
-    epochs: int = option(10, "passes over the training data at most", minimum=1)
-    max_minutes: float | None = option(None, "training budget in minutes (default: none)")
-    eval_every: str = option(AUTO, "steps (500) or minutes (2m) between evaluations; auto: 6 in the budget")
-    eval_seconds: float | None = option(None, "time bound of an evaluation's decoding (default: a tenth "
-                                        "of a period of minutes, else 30 s)")
-    eval_sentences: int = option(200, "validation pairs decoded at each evaluation", minimum=1)
-    save_every: int = option(200, "steps between saves", minimum=1)
-
-    @property
-    def cadence(self):
-        return parse_cadence(self.eval_every, self.max_minutes)
-
-    @property
-    def decoding_seconds(self):
-        """The time bound of an evaluation's decoding."""
-        if self.eval_seconds is not None:
-            return self.eval_seconds
-        return 6.0 * self.cadence.minutes if self.cadence.minutes else 30.0
-
-    def problems(self):
-        try:
-            self.cadence
-        except ValueError as error:
-            return super().problems() + [f"--eval-every: {error}"]
-        return super().problems()
 
 
 class CadencedFit:
@@ -169,7 +136,7 @@ def counted(dataset):
 
 @dataclasses.dataclass
 class Trained:
-    """What a recipe's `train` returns, the same on every worker: the model
+    """What a task's `train` returns, the same on every worker: the model
     with the weights to test and export, the decisions made on the way
     (`kseq.training.reporting.decisions.Decision`), metrics.json's training part, and
     whether decoding compiles with XLA."""

@@ -1,6 +1,6 @@
 """Keras callbacks for sequence models: samples and scores, attention maps,
-time limits, non-finite losses, and (from kseq.training.loop.periods) evaluation
-periods on a step or time cadence."""
+time limits, non-finite losses (also `kseq.callbacks`). Evaluation periods
+on a step or time cadence are `kseq.training.loop.EvaluationPeriods`."""
 
 import time
 
@@ -8,17 +8,13 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from kseq.decoding import GreedySearch
 from kseq.extras import missing
 from kseq.special_ids import BOS_ID
-from kseq.training.loop.periods import (  # noqa: F401 (kseq.callbacks names them too)
-    Cadence,
-    EvaluationPeriods,
-    StepTensorBoard,
-    StepTimer,
-    global_step,
-    parse_cadence,
-)
+from kseq.training.progress import global_step
 from kseq.training.reporting.plotting import attention_image
+from kseq.training.scoring.evaluation import model_translator
+from kseq.training.scoring.selection import all_scores
 
 
 class GenerationMonitor(keras.callbacks.Callback):
@@ -135,7 +131,7 @@ class StopOnNonFiniteLoss(keras.callbacks.Callback):
     its last save.
 
     Args:
-        hints: what to suggest, e.g. the recipe options that lower the
+        hints: what to suggest, e.g. the task options that lower the
             learning rate or clip gradients.
     """
 
@@ -189,3 +185,33 @@ class AttentionMaps(keras.callbacks.Callback):
             for row, image in enumerate(images):
                 tf.summary.image(f"sentence_{row}", image[None, :, :, :3])
         self.writer.flush()
+
+
+def translator_callbacks(model, tokenizer, valid, logdir, max_length, sentences, plots, decode_xla=False,
+                         seconds=None):
+    """What a translator logs at each evaluation: greedy translations of the
+    first `sentences` validation pairs and their scores (`GenerationMonitor`),
+    the last weights (`<logdir>/checkpoints/last.weights.h5`) and, for
+    `plots` > 0, the attention maps of the first `plots` sentences.
+
+    Args:
+        model, tokenizer: the translator and its one tokenizer.
+        valid: (sources, references).
+        logdir: TensorBoard's folder.
+        max_length: the longest source and translation, in tokens.
+        sentences, plots: how many sentences are translated and plotted.
+        decode_xla: decode with XLA; `seconds`: an evaluation's time bound.
+
+    Returns:
+        (the monitor, [callbacks], the monitor first).
+    """
+    sources, references = (texts[:sentences] for texts in valid)
+    greedy = model_translator(model, tokenizer, max_length, GreedySearch(max_length), decode_xla, seconds)
+    monitor = GenerationMonitor(sources, references, greedy, all_scores, logdir=logdir)
+    callbacks = [monitor, keras.callbacks.ModelCheckpoint(f"{logdir}/checkpoints/last.weights.h5",
+                                                          save_weights_only=True)]
+    if plots:
+        plotted = tokenizer.tokenize(sources[:plots])[:, :max_length].to_tensor()
+        callbacks.append(AttentionMaps(plotted, lambda ids: model.generate(ids, max_length=max_length),
+                                       tokenizer.id_to_piece, logdir))
+    return monitor, callbacks

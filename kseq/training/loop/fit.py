@@ -134,22 +134,6 @@ class Fit:
         shutil.rmtree(os.path.join(self.workdir, "best"), ignore_errors=True)
 
 
-class EpochFit(Fit):
-    """`Fit` under its former name and arguments (monitor first, "val_loss" by
-    default), and its former call: `fit(model, {"train": ..., "valid": ...},
-    epochs, callbacks, verbose)`."""
-
-    def __init__(self, workdir, monitor="val_loss", mode="min", patience=0, max_minutes=None, eval_every="epoch",
-                 save_every="epoch"):
-        super().__init__(workdir, eval_every, save_every, max_minutes, monitor, mode, patience)
-
-    FORMER_ONLY = ("resumed_from_step", "train_step_seconds", "fit_seconds")  # what its result did not hold
-
-    def fit(self, model, data, epochs, callbacks=(), verbose=2):
-        metrics = super().fit(model, data["train"], data["valid"], epochs, logging=callbacks, verbose=verbose)
-        return {key: value for key, value in metrics.items() if key not in self.FORMER_ONLY}
-
-
 class CarriedStreams(keras.callbacks.Callback):
     """The train streams' state a language model carries from batch to
     batch (`RNNLanguageModel(carry_state=True)`), zeroed where each data
@@ -191,23 +175,39 @@ def valid(key):
     return key.replace("val_", "valid_", 1)
 
 
-def train_once(phases, name, fit, train, options=None, build=None):
+def train_once(phases, name, fit, train, options=None, build=None, chief=True, clock=None):
     """The `Trained` of phase `name`, trained once.
 
-    The first time, `train()` returns it; with `options`, its weights are
-    written to the logdir (`keep_trained`, what `--init-from` reads); then
-    the phase is recorded with its metrics (the decisions among them) and
-    `fit`'s backup released. After a restart, the record's metrics come
-    back with the model `build()` makes, loaded with those weights (or no
-    model, without `options`).
+    The first time, `train()` returns it; with `options`, the chief writes
+    its weights to the logdir (`keep_trained`, what `--init-from` reads);
+    then the phase is recorded with its metrics (the decisions among them),
+    whether it decodes with XLA and, with a `clock`, the run's seconds so
+    far; then `fit`'s backup is released. After a restart, the record's
+    metrics come back with the model `build()` makes, loaded with those
+    weights (or no model, without `options`).
+
+    Args:
+        phases: the run's `kseq.training.checkpoints.Phases`.
+        name: the phase's name.
+        fit: the `Fit` that trains it (its backup is released here).
+        train: `() -> Trained`.
+        options: the task's options (their `logdir` holds the weights), or
+            None to keep no weights.
+        build: `() -> model` (compiled) to load the weights into.
+        chief: whether this process writes the logdir.
+        clock: `() -> seconds` recorded as `wall_seconds`.
+
+    Returns:
+        `Trained`, its decisions folded into its metrics.
     """
     record = phases.get(name)
     if record is None:
         trained = train()
-        if options is not None:
+        if options is not None and chief:
             keep_trained(options, trained.model)
         metrics = {**trained.metrics, **as_metrics(trained.decisions)}
-        phases.record(name, {"metrics": metrics})
+        entry = {"metrics": metrics, "decode_xla": trained.decode_xla}
+        phases.record(name, {**entry, "wall_seconds": clock()} if clock else entry)
         fit.release()  # only now: a kill before the record resumes from the backup
         return Trained(trained.model, [], metrics, trained.decode_xla)
     fit.release()  # killed between the record and the release
@@ -215,5 +215,5 @@ def train_once(phases, name, fit, train, options=None, build=None):
     if options is not None:
         model = build()
         model.load_weights(os.path.join(options.logdir, TRAINED_WEIGHTS))
-    print(f"{name}: trained before this run (recorded in {phases.path})")
-    return Trained(model, [], record["metrics"])
+    print(f"training: done before this run; {name}: trained before this run (recorded in {phases.path})")
+    return Trained(model, [], record["metrics"], record.get("decode_xla", False))

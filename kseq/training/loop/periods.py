@@ -7,13 +7,7 @@ import keras
 import numpy as np
 
 from kseq._compat import continue_after_epoch, end_epoch_early
-from kseq.training.progress import (  # noqa: F401 (kseq.callbacks and older imports name them here)
-    Cadence,
-    batches_trained,
-    data_epochs,
-    global_step,
-    parse_cadence,
-)
+from kseq.training.progress import batches_trained, data_epochs, global_step
 
 
 class EvaluationPeriods(keras.callbacks.Callback):

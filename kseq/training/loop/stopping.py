@@ -1,7 +1,6 @@
 """Training until a validation score stops improving, keeping the best
 weights, in a way that survives a killed and resumed run."""
 
-import dataclasses
 import json
 import math
 import os
@@ -12,43 +11,7 @@ import numpy as np
 
 from kseq._atomic import write_json_atomic
 from kseq._validation import check_choice, check_float, check_positive_int
-from kseq.training.config.options import AUTO, RecipeOptions, option
 from kseq.training.progress import global_step
-from kseq.training.scoring.selection import METRICS
-
-
-@dataclasses.dataclass(frozen=True)
-class StoppingOptions(RecipeOptions):
-    """When training stops and which weights it keeps (`KeepBest`, `RecentWeights`)."""
-
-    metric: str = option(AUTO, "validation score; auto: exact match for short targets, else chrF",
-                         choices=(AUTO, *METRICS))
-    patience: int = option(3, "evaluations without improvement before stopping (0: never)", minimum=0)
-    lr_decay: float = option(0.5, "rate factor after a fall back to the best weights (1: never)")
-    average_snapshots: int = option(0, "average the last N snapshots where that scores better (0: off)",
-                                    minimum=0)
-    snapshot_every: int = option(100, "steps between snapshots", minimum=1)
-
-    def problems(self):
-        return super().problems() + ([] if 0 < self.lr_decay <= 1 else ["--lr-decay must be in (0, 1]"])
-
-    def keep_best(self, folder, metric, decoded_pairs, lr_factor=None, resume=False):
-        """The `KeepBest` of these options for `metric`'s `stopping_monitor`
-        (the exact match's noise from `decoded_pairs` validation pairs);
-        `lr_factor`: the variable of a `Scaled` learning rate to lower."""
-        key, mode = stopping_monitor(metric, self.strategy)
-        return KeepBest(key, folder, mode=mode, patience=self.patience, resume=resume,
-                        lr_factor=None if self.lr_decay == 1 else lr_factor, decay=self.lr_decay,
-                        noise=sampling_noise(key, decoded_pairs))
-
-    def recent_weights(self):
-        """`RecentWeights` to average at the end, or None: off, or several
-        workers (the chief alone cannot score the average)."""
-        from kseq.training.scoring.averaging import RecentWeights
-
-        if self.average_snapshots < 2 or self.strategy == "multiworker":
-            return None
-        return RecentWeights(self.snapshot_every, self.average_snapshots)
 
 
 class KeepBest(keras.callbacks.Callback):
@@ -182,6 +145,27 @@ class KeepBest(keras.callbacks.Callback):
     def report(self):
         """What happened, for metrics.json."""
         return {"monitor": self.monitor, "patience": self.patience, **self.state}
+
+
+def keep_best(options, folder, metric, decoded_pairs, lr_factor=None, resume=False):
+    """The `KeepBest` of a task's `StoppingOptions` for `metric`.
+
+    Args:
+        options: the task's options (`StoppingOptions` and `strategy`).
+        folder: where the best weights and the state go.
+        metric: the run's metric; the monitor is `stopping_monitor`'s.
+        decoded_pairs: validation pairs decoded at each evaluation (the
+            exact match's noise, `sampling_noise`).
+        lr_factor: the variable of a `Scaled` learning rate to lower.
+        resume: whether a killed run resumes.
+
+    Returns:
+        The callback.
+    """
+    key, mode = stopping_monitor(metric, options.strategy)
+    return KeepBest(key, folder, mode=mode, patience=options.patience, resume=resume,
+                    lr_factor=None if options.lr_decay == 1 else lr_factor, decay=options.lr_decay,
+                    noise=sampling_noise(key, decoded_pairs))
 
 
 def stopping_monitor(metric, strategy):

@@ -7,7 +7,7 @@ from kseq.training.objectives.optimizers import FusedAdam
 from kseq.training.objectives.schedules import (
     Scaled,
     TransformerSchedule,
-    recipe_learning_rate,
+    translation_learning_rate,
 )
 
 __all__ = [
@@ -18,5 +18,5 @@ __all__ = [
     "Perplexity",
     "Scaled",
     "TransformerSchedule",
-    "recipe_learning_rate",
+    "translation_learning_rate",
 ]

@@ -91,8 +91,8 @@ class Scaled(keras.optimizers.schedules.LearningRateSchedule):
         return cls(schedule, config["factor"])
 
 
-def recipe_learning_rate(arch, d_model, warmup_steps, metric, scale="auto", rate=None):
-    """(schedule, Decision "lr_scale"): a translation recipe's learning rate.
+def translation_learning_rate(arch, d_model, warmup_steps, metric, scale="auto", rate=None):
+    """(schedule, Decision "lr_scale"): a translation task's learning rate.
 
     A `Scaled` schedule (which `KeepBest` lowers after a fall): the
     Transformer's schedule for `arch` "transformer", else `RNN_LEARNING_RATE`,
@@ -100,7 +100,7 @@ def recipe_learning_rate(arch, d_model, warmup_steps, metric, scale="auto", rate
     1). A constant `rate` given replaces both.
 
     Example:
-    >>> schedule, decision = recipe_learning_rate("rnn", 256, 400, "exact_match")
+    >>> schedule, decision = translation_learning_rate("rnn", 256, 400, "exact_match")
     >>> round(float(schedule(0)), 6), decision.reason
     (0.0015, 'auto: exact_match data')
     """

@@ -1,6 +1,7 @@
 """Attention over an image drawn on the image: one heat map per generated word."""
 
 import numpy as np
+import tensorflow as tf
 
 from kseq.training.reporting.plotting import figure_pixels
 
@@ -54,3 +55,21 @@ def attention_overlay(image, weights, words, columns=6):
         axis.imshow(colours)
         axis.set_title(word, fontsize=9)
     return figure_pixels(figure)
+
+
+def write_image_attention(writer, step, images, attention, texts):
+    """One TensorBoard image a caption: a heat map over its image per word.
+
+    Args:
+        writer: a `tf.summary` writer.
+        step: the summaries' step.
+        images: (N, H, W, 3) images.
+        attention: (N, T, h, w) each word's attention over the feature grid.
+        texts: N captions, their words split on spaces.
+    """
+    attention = np.asarray(attention)
+    with writer.as_default(step=step):
+        for row, (image, text) in enumerate(zip(images, texts)):
+            words = text.split()
+            panel = attention_overlay(image, attention[row, :len(words)], words)
+            tf.summary.image(f"attention_{row}", panel[None, :, :, :3])

@@ -5,7 +5,7 @@ import dataclasses
 
 @dataclasses.dataclass(frozen=True)
 class Decision:
-    """A choice a recipe made for the user (the metric, the learning rate,
+    """A choice a task made for the user (the metric, the learning rate,
     the model size, the decoding, XLA, the precision): printed, written to
     metrics.json and logged as an HParam in one way.
 

@@ -91,6 +91,19 @@ def name_alignment(model, tokenizer, sources, targets, max_length, batch_size=32
     return {"pairs": len(probe), "name_pieces": total, **{key: round(count / total, 4) for key, count in hits.items()}}
 
 
+def report_name_alignment(model, tokenizer, sources, targets, max_length):
+    """{"name_alignment": `name_alignment`'s figures}, printed; {} where the
+    pairs hold no copied name to probe (a user's data may hold none)."""
+    try:
+        found = name_alignment(model, tokenizer, sources, targets, max_length)
+    except ValueError as error:
+        print(f"name alignment: not measured ({error})")
+        return {}
+    print(f"name alignment: attention on the name for {found['attention']:.1%} of {found['name_pieces']} name pieces "
+          f"in {found['pairs']} test pairs (the diagonal: {found['diagonal']:.1%})")
+    return {"name_alignment": found}
+
+
 def padded(rows):
     ids = np.full((len(rows), max(map(len, rows))), PAD_ID, np.int32)
     for i, row in enumerate(rows):

@@ -67,6 +67,15 @@ class RecentWeights(keras.callbacks.Callback):
                 for group in zip(*weights)]
 
 
+def recent_weights(options):
+    """The `RecentWeights` a task's `StoppingOptions` ask to average at the
+    end, or None: averaging off, or several workers (the chief alone cannot
+    score the average)."""
+    if options.average_snapshots < 2 or options.strategy == "multiworker":
+        return None
+    return RecentWeights(options.snapshot_every, options.average_snapshots)
+
+
 def keep_better_average(model, recent, score, mode):
     """Sets the model to the average of `recent`'s snapshots if that scores
     better than its current weights by `score(model) -> float` ("max" or

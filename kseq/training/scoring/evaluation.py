@@ -154,6 +154,16 @@ def write_test_report(sources, hypotheses, references, logdir, shown=3):
     }
 
 
+def test_translations(translate, test_pairs, logdir, limit=None):
+    """Test scores of `translate` (strings -> strings) on `test_pairs`
+    (sources, references), the first `limit` of them (None: all), with the
+    report `write_test_report` writes to `logdir` and the seconds it took."""
+    sources, references = (texts[:limit] for texts in test_pairs)
+    start = time.time()
+    hypotheses = translate(sources)
+    return {**write_test_report(sources, hypotheses, references, logdir), "test_seconds": round(time.time() - start, 1)}
+
+
 def model_translator(model, tokenizer, max_source_length, search, jit_compile=False, seconds=None):
     """strings -> strings through the export's in-graph translate function
     (`kseq.export.translate_function`, one tokenizer for both sides), in

@@ -8,11 +8,10 @@ import time
 
 from kseq.decoding import BeamSearch, GreedySearch, Limits
 from kseq.decoding.limits import DEFAULT_LENGTH_SLACK
-from kseq.training.config.options import AUTO, Auto, RecipeOptions, option
+from kseq.training.config.training_options import METRICS
 from kseq.training.reporting.decisions import Decision
-from kseq.training.scoring.evaluation import exact_match, translation_scores
+from kseq.training.scoring.evaluation import exact_match, model_translator, translation_scores
 
-METRICS = ("bleu", "chrf", "exact_match")
 # Targets of at most this many words (median) are labels, codes, dates or
 # numbers: one wrong character makes them wrong, and BLEU's 4-grams do not
 # exist in them (a one-word target scores BLEU 0 however close it is).
@@ -106,37 +105,6 @@ LENGTH_HEADROOM = 1.5
 
 
 @dataclasses.dataclass(frozen=True)
-class DecodingOptions(RecipeOptions):
-    """A recipe's decoding options: "auto" ones are chosen on validation pairs."""
-
-    beam_size: int | Auto = option(AUTO, "beams (1: greedy); auto: 4 or 1", minimum=1)
-    length_penalty: float | Auto = option(
-        AUTO, "the beam's length penalty; auto: 0.6, 1.0, 1.5 or 2.0 (0.6 or 1.0 with --beam-patience 0)")
-    no_repeat_ngram: int | Auto = option(
-        AUTO, "no N tokens twice (0: no limit); auto: no 3 tokens twice or no 4 tokens a third time", minimum=0)
-    max_length_ratio: float | Auto = option(
-        AUTO, f"outputs end by ceil(ratio x source tokens) + {DEFAULT_LENGTH_SLACK} (0: --max-length alone); "
-        "auto: fitted", minimum=0)
-    tune_sentences: int = option(200, "validation pairs the auto decoding settings are chosen on", minimum=1)
-    beam_patience: float | None = option(
-        1.0, "a beam stops a sentence once it holds ceil(P x beams) finished hypotheses (1: as CTranslate2 "
-        "and fairseq); 0: only once no alive hypothesis can win (the exact rule: most sentences run on to "
-        "their length limit)")
-
-    def problems(self):
-        """--beam-patience must be in [0, 1]."""
-        found = super().problems()
-        if self.beam_patience is not None and not 0 <= self.beam_patience <= 1:
-            found.append(f"--beam-patience {self.beam_patience}: expected a number in [0, 1] (0: the exact rule)")
-        return found
-
-    def decoding_candidates(self, max_length_ratio):
-        """`decoding_candidates` of these options with the ratio decided."""
-        return decoding_candidates(self.beam_size, self.length_penalty, self.no_repeat_ngram, max_length_ratio,
-                                   self.beam_patience)
-
-
-@dataclasses.dataclass(frozen=True)
 class DecodingSettings:
     """One decoding configuration: `beam_size` (1: greedy), its
     `length_penalty`, the n-gram limit (`no_repeat_ngram` tokens at most
@@ -207,7 +175,8 @@ def choose_decoding(options, source_lengths, target_lengths, translator_for, val
     """
     ratio, ratio_reason = fitted_length_ratio(options.max_length_ratio, source_lengths, target_lengths)
     print(f"max length: ceil({ratio} x source tokens) + {DEFAULT_LENGTH_SLACK} ({ratio_reason})")
-    candidates = options.decoding_candidates(ratio)
+    candidates = decoding_candidates(options.beam_size, options.length_penalty, options.no_repeat_ngram, ratio,
+                                     options.beam_patience)
     details = {"max_length_ratio_reason": ratio_reason}
     if len(candidates) == 1:
         return candidates[0], Decision("decoding", dataclasses.asdict(candidates[0]), "asked for", details)
@@ -219,3 +188,24 @@ def choose_decoding(options, source_lengths, target_lengths, translator_for, val
     details.update(decoding_candidates=table, decoding_tune_seconds=round(time.time() - start, 1))
     return best, Decision("decoding", dataclasses.asdict(best),
                           f"best {metric} on {len(sources)} validation pairs", details)
+
+
+def choose_translator_decoding(options, model, tokenizer, valid, metric, decode_xla=False):
+    """`choose_decoding` for a translator `model` whose one tokenizer serves
+    both sides, decoding through the export's translate function.
+
+    Returns:
+        {"settings": the chosen `DecodingSettings` as a dict, "metrics": the
+        decision's metrics.json entries}.
+    """
+    def token_lengths(texts):
+        return tokenizer.tokenize(texts).row_lengths().numpy()
+
+    source_lengths = [min(length, options.max_length) for length in token_lengths(valid[0])]
+    settings, decision = choose_decoding(
+        options, source_lengths, token_lengths(valid[1]),
+        lambda candidate: model_translator(model, tokenizer, options.max_length, candidate.search(options.max_length),
+                                           decode_xla),
+        valid, metric)
+    print(decision)
+    return {"settings": dataclasses.asdict(settings), "metrics": decision.metrics()}

@@ -1,6 +1,6 @@
-"""A recipe's typed options (kseq.training.config.options), its decisions
-(kseq.training.reporting.decisions) and the option groups that sit beside their
-policies: decoding, stopping, cadence, the seq2seq model."""
+"""A task's typed options (kseq.training.config.options), its decisions
+(kseq.training.reporting.decisions) and the option groups with the policies
+that read them: decoding, stopping, cadence, the seq2seq model."""
 
 import dataclasses
 import types
@@ -9,19 +9,19 @@ import pytest
 
 from kseq.models import RNNSeq2Seq, TransformerSeq2Seq
 from kseq.training.config import options as opts
-from kseq.training.loop.cadenced_fit import CadenceOptions
+from kseq.training.config import DecodingOptions, EvaluationOptions, Seq2SeqOptions, StoppingOptions
 from kseq.training.reporting.decisions import Decision, as_hparams, as_metrics
-from kseq.training.objectives.schedules import RNN_LEARNING_RATE, Scaled, TransformerSchedule, recipe_learning_rate
+from kseq.training.objectives.schedules import RNN_LEARNING_RATE, Scaled, TransformerSchedule, translation_learning_rate
+from kseq.training.scoring.averaging import recent_weights
 from kseq.training.scoring.selection import (
-    LENGTH_HEADROOM, DecodingOptions, DecodingSettings, choose_decoding, decoding_candidates, fitted_length_ratio,
+    LENGTH_HEADROOM, DecodingSettings, choose_decoding, decoding_candidates, fitted_length_ratio,
 )
-from kseq.training.config.seq2seq_options import Seq2SeqOptions
-from kseq.training.loop.stopping import KeepBest, StoppingOptions, sampling_noise
-from kseq.training.devices.xla import JitDecision, check_replicas, decide_for_recipe
+from kseq.training.loop.stopping import KeepBest, keep_best, sampling_noise
+from kseq.training.devices.xla import JitDecision, check_replicas, decide_for_translation
 
 
 @dataclasses.dataclass(frozen=True)
-class Options(opts.TextRecipeOptions):
+class Options(opts.TextTaskOptions):
     """Test options.
 
     Their epilog.
@@ -133,18 +133,18 @@ def test_decoding_is_asked_for_or_the_best_on_validation_pairs(capsys):
 
 
 def test_the_learning_rate_decision():
-    schedule, decision = recipe_learning_rate("transformer", 64, 10, "chrf")
+    schedule, decision = translation_learning_rate("transformer", 64, 10, "chrf")
     assert isinstance(schedule, Scaled) and isinstance(schedule.schedule, TransformerSchedule)
     assert decision.metrics() == {"lr_scale": 1.0, "lr_scale_reason": "auto: chrf data"}
-    schedule, decision = recipe_learning_rate("rnn", 64, 10, "exact_match")
+    schedule, decision = translation_learning_rate("rnn", 64, 10, "exact_match")
     assert float(schedule(0)) == pytest.approx(RNN_LEARNING_RATE / 2) and decision.value == 0.5
-    schedule, decision = recipe_learning_rate("rnn", 64, 10, "exact_match", scale=2.0, rate=0.01)
+    schedule, decision = translation_learning_rate("rnn", 64, 10, "exact_match", scale=2.0, rate=0.01)
     assert float(schedule(0)) == pytest.approx(0.01) and decision.reason == "--learning-rate given"
 
 
-def test_the_xla_decision_for_a_recipe_and_its_replica_check():
-    assert decide_for_recipe("off", 96, 12.0, "transformer") == JitDecision("off", False, "asked for")
-    assert decide_for_recipe("on", 96, 12.0, "rnn").use
+def test_the_xla_decision_for_translation_and_its_replica_check():
+    assert decide_for_translation("off", 96, 12.0, "transformer") == JitDecision("off", False, "asked for")
+    assert decide_for_translation("on", 96, 12.0, "rnn").use
     two_cpus = types.SimpleNamespace(num_replicas_in_sync=2, extended=types.SimpleNamespace(
         worker_devices=("/job:localhost/device:CPU:0", "/job:localhost/device:CPU:1")))
     auto = check_replicas(JitDecision("auto", True, "measured"), two_cpus)
@@ -157,23 +157,23 @@ def test_the_xla_decision_for_a_recipe_and_its_replica_check():
 
 def test_stopping_options_make_keep_best_and_snapshots(tmp_path):
     options = StoppingOptions(patience=2, lr_decay=1.0)
-    keep = options.keep_best(str(tmp_path), "exact_match", 200, lr_factor=object())
+    keep = keep_best(options, str(tmp_path), "exact_match", 200, lr_factor=object())
     assert isinstance(keep, KeepBest) and (keep.monitor, keep.mode, keep.patience) == ("val_exact_match", "max", 2)
     assert keep.lr_factor is None, "--lr-decay 1: never lowered"
-    assert options.keep_best(str(tmp_path), "chrf", 200).monitor == "val_loss"
+    assert keep_best(options, str(tmp_path), "chrf", 200).monitor == "val_loss"
     assert sampling_noise("val_loss", 200) is None
-    assert options.recent_weights() is None
-    assert StoppingOptions(average_snapshots=3, snapshot_every=5).recent_weights().every == 5
-    assert StoppingOptions(average_snapshots=3, strategy="multiworker").recent_weights() is None
+    assert recent_weights(options) is None
+    assert recent_weights(StoppingOptions(average_snapshots=3, snapshot_every=5)).every == 5
+    assert recent_weights(StoppingOptions(average_snapshots=3, strategy="multiworker")) is None
     assert StoppingOptions(lr_decay=0.0).problems() == ["--lr-decay must be in (0, 1]"]
 
 
 def test_cadence_options():
-    assert str(CadenceOptions(eval_every="auto", max_minutes=12.0).cadence) == "every 2 min"
-    assert CadenceOptions(eval_every="auto", max_minutes=12.0).decoding_seconds == 12.0
-    assert CadenceOptions(eval_every="500").decoding_seconds == 30.0
-    assert CadenceOptions(eval_every="500", eval_seconds=5.0).decoding_seconds == 5.0
-    assert CadenceOptions(eval_every="soon").problems()[0].startswith("--eval-every: `eval_every` must be")
+    assert str(EvaluationOptions(eval_every="auto", max_minutes=12.0).cadence) == "every 2 min"
+    assert EvaluationOptions(eval_every="auto", max_minutes=12.0).decoding_seconds == 12.0
+    assert EvaluationOptions(eval_every="500").decoding_seconds == 30.0
+    assert EvaluationOptions(eval_every="500", eval_seconds=5.0).decoding_seconds == 5.0
+    assert EvaluationOptions(eval_every="soon").problems()[0].startswith("--eval-every: `eval_every` must be")
 
 
 def test_seq2seq_options_build_the_model_they_name():
@@ -195,12 +195,12 @@ def test_seq2seq_options_build_the_model_they_name():
     assert Seq2SeqOptions(arch="rnn", embedding_stddev=0.0).problems() == ["--embedding-stddev must be > 0"]
 
 
-def test_option_groups_take_each_recipes_defaults(capsys):
-    from kseq.training.config.common_options import RNNOptions, TrainingOptions
+def test_option_groups_take_each_tasks_defaults(capsys):
+    from kseq.training.config import RNNOptions, TrainingOptions
 
-    @opts.recipe_options(units=256, vocab_size=99)
-    class Grouped(RNNOptions, TrainingOptions, opts.TextRecipeOptions):
-        extra: int = opts.option(3, "an option of the recipe's own")
+    @opts.task_options(units=256, vocab_size=99)
+    class Grouped(RNNOptions, TrainingOptions, opts.TextTaskOptions):
+        extra: int = opts.option(3, "an option of the task's own")
 
     options = opts.parse(Grouped, ["--units", "7"])
     assert (options.units, options.vocab_size, options.extra, options.embed_dim) == (7, 99, 3, 128)
@@ -209,4 +209,4 @@ def test_option_groups_take_each_recipes_defaults(capsys):
         opts.parse(Grouped, ["--help"])
     assert "the RNN's units (default: 256)" in capsys.readouterr().out.replace("\n                        ", " ")
     with pytest.raises(TypeError, match="no inherited option 'unitz'"):
-        opts.recipe_options(unitz=3)(type("Bad", (RNNOptions,), {}))
+        opts.task_options(unitz=3)(type("Bad", (RNNOptions,), {}))

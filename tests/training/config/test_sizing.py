@@ -1,4 +1,4 @@
-"""The model's width and dropout from the data's size (kseq.training.config.sizing), and how recipes know
+"""The model's width and dropout from the data's size (kseq.training.config.sizing), and how tasks know
 which options the user gave."""
 
 import dataclasses
@@ -72,7 +72,7 @@ def test_model_for_data_rejects_bad_arguments():
 
 
 @dataclasses.dataclass(frozen=True)
-class Options(opts.RecipeOptions):
+class Options(opts.TaskOptions):
     rate: float = opts.option(0.5, "a rate")
     name: str = opts.option("x", "a name")
     flag: bool = opts.option(False, "a flag")
@@ -92,7 +92,7 @@ class WordTokenizer:
 
 
 def size_for_data(options, targets, tokenizer, metric):
-    """(options resized, metrics.json's entries) as the translation recipe sizes its model."""
+    """(options resized, metrics.json's entries) as the translation task sizes its model."""
     sizes, decision = choose_model_size(options, tokenizer.tokenize(targets).row_lengths().numpy(), metric)
     return dataclasses.asdict(dataclasses.replace(options, **sizes)), decision.metrics()
 

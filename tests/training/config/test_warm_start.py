@@ -9,14 +9,16 @@ import pytest
 
 from kseq.data.subword_tokenizer import SubwordTokenizer
 from kseq.training.config import options as opts
-from kseq.training import recipe
+from kseq.data.tokenizers import tokenizer_files
+from kseq.training.task import compile_model
+from kseq.training.vocabulary import run_tokenizer
 from kseq.training.objectives.optimizers import FusedAdam
 from kseq.training.config.options import option
 from kseq.training.config.warm_start import init_weights, keep_trained
 
 
 @dataclasses.dataclass(frozen=True)
-class Toy(opts.TextRecipeOptions):
+class Toy(opts.TextTaskOptions):
     ARCHITECTURE = ("units",)
 
     units: int = option(4, "width", minimum=1)
@@ -31,7 +33,7 @@ class Other(Toy):
 
 def toy_model(units, learning_rate=1e-3):
     model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(units), keras.layers.Dense(1)])
-    recipe.compile_model(model, FusedAdam(learning_rate), "mse")
+    compile_model(model, FusedAdam(learning_rate), "mse")
     model.optimizer.build(model.trainable_variables)
     return model
 
@@ -45,7 +47,7 @@ def finished(tmp_path):
     keep_trained(options, model)
     words = [f"{a}{b}{c}" for a in "abcdefgh" for b in "ijklmnop" for c in "qrstuvwx"]
     tokenizer = SubwordTokenizer.train([" ".join(words[i: i + 9]) for i in range(0, len(words), 3)], 300)
-    for name, content in recipe.tokenizer_files(tokenizer).items():
+    for name, content in tokenizer_files(tokenizer).items():
         (tmp_path / "first" / name).write_bytes(content)
     return dict(folder=str(tmp_path / "first"), model=model, tokenizer=tokenizer)
 
@@ -68,8 +70,8 @@ def test_the_weights_come_in_and_the_optimizer_starts_afresh(finished):
 
 def test_the_tokenizer_is_the_runs(finished, tmp_path):
     options = opts.parse(Toy, ["--init-from", finished["folder"], "--logdir", str(tmp_path / "second")])
-    (tmp_path / "second").mkdir()  # recipe.start makes it
-    tokenizer = recipe.tokenizer_for(options, ["other text entirely"], vocab_size=20)
+    (tmp_path / "second").mkdir()  # task.start makes it
+    tokenizer = run_tokenizer(["other text entirely"], options.logdir, init_from=options.init_from, vocab_size=20)
     assert tokenizer.vocab_size == finished["tokenizer"].vocab_size
     assert (tmp_path / "second" / "spm.model").read_bytes() == (tmp_path / "first" / "spm.model").read_bytes()
 

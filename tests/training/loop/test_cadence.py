@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from kseq.training.loop.periods import Cadence, EvaluationPeriods, StepTimer, parse_cadence
+from kseq.training.loop.periods import EvaluationPeriods, StepTimer
+from kseq.training.progress import Cadence, parse_cadence
 
 
 @pytest.mark.parametrize("text, expected", [
@@ -93,7 +94,7 @@ def test_a_streamed_run_ends_with_its_data_and_resumed_after_its_last_batch_trai
     from kseq.data.streaming import streamed_pair_dataset
     from kseq.data.bucketing import bucketed_pair_dataset
     from kseq.models import RNNSeq2Seq
-    from kseq.training import recipe
+    from kseq.training.task import compile_model
     from kseq.training.loop.cadenced_fit import CadencedFit
     from kseq.training.devices.distribution import weights_fingerprint
     from kseq.training.objectives.losses import MaskedSparseCategoricalCrossentropy
@@ -116,7 +117,7 @@ def test_a_streamed_run_ends_with_its_data_and_resumed_after_its_last_batch_trai
         keras.utils.set_random_seed(3)
         model = RNNSeq2Seq(tokenizer.vocab_size, tokenizer.vocab_size, embed_dim=8, units=8)
         model.build()
-        recipe.compile_model(model, FusedAdam(1e-2), MaskedSparseCategoricalCrossentropy())
+        compile_model(model, FusedAdam(1e-2), MaskedSparseCategoricalCrossentropy())
         fit = CadencedFit(str(tmp_path / "run"), position, Cadence(steps=7), None, None, save_every=5,
                           max_minutes=None, resuming=ResumableBackup.saved_state(str(tmp_path / "run" / "backup")),
                           non_finite_hint="")

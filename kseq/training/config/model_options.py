@@ -1,20 +1,33 @@
-"""A translation recipe's model: its options and the model they build."""
+"""The models' option groups: a recurrent network's, and a translator's
+(Transformer or RNN), which builds its model."""
 
 import dataclasses
 
 from kseq.models import RNNSeq2Seq, TransformerSeq2Seq
-from kseq.training.config.options import RecipeOptions, option
+from kseq.training.config.options import TaskOptions, option
 
 ATTENTIONS = ("none", "dot", "general", "concat", "bahdanau")
-# Bible en->fr, 12 minutes on 2 cores with bfloat16 units
-# (benchmarks/results-rnn-translation-*.md): under mixed_bfloat16 the RNN ran 2,990 steps to validation
-# loss 3.465 and test BLEU 12.41; in float32 2,058 steps to 3.374 and 13.64.
+# What "auto" precision takes for the RNN translator on a CPU with bfloat16
+# units (benchmarks/RESULTS.md, "Precision").
 RNN_PRECISION = "float32: the RNN translator learned more in its 12 minutes in float32 than under mixed_bfloat16"
 
 
 @dataclasses.dataclass(frozen=True)
-class Seq2SeqOptions(RecipeOptions):
-    """The Transformer's or the RNN's options; `build` makes the model."""
+class RNNOptions(TaskOptions):
+    """The recurrent model."""
+
+    ARCHITECTURE = ("cell", "num_layers", "embed_dim", "units")
+
+    cell: str = option("lstm", "the RNN's cell", choices=("rnn", "lstm", "gru"))
+    num_layers: int = option(1, "recurrent layers", minimum=1)
+    embed_dim: int = option(128, "embedding width", minimum=1)
+    units: int = option(128, "the RNN's units", minimum=1)
+    dropout: float = option(0.0, "dropout rate")
+
+
+@dataclasses.dataclass(frozen=True)
+class Seq2SeqOptions(TaskOptions):
+    """The translator: a Transformer or an RNN with attention; `build` makes it."""
 
     ARCHITECTURE = ("arch", "attention", "cell", "input_feeding", "num_layers", "d_model", "num_heads", "ff_dim",
                     "embed_dim", "units", "bidirectional", "peeky", "reverse_source")
@@ -38,7 +51,7 @@ class Seq2SeqOptions(RecipeOptions):
     @property
     def bfloat16_cpu(self):
         """What was measured of the model under mixed_bfloat16 on a CPU with
-        bfloat16 units (`kseq.training.recipe.start`)."""
+        bfloat16 units (`kseq.training.task.start`)."""
         return True if self.arch == "transformer" else RNN_PRECISION
 
     @property
@@ -57,7 +70,16 @@ class Seq2SeqOptions(RecipeOptions):
         return super().problems()
 
     def build(self, vocab_size, max_length, dtype=None):
-        """The model, one vocabulary for both sides (`max_length` tokens at most for the Transformer)."""
+        """The model, one vocabulary for both sides.
+
+        Args:
+            vocab_size: ids of the joint vocabulary.
+            max_length: the Transformer's longest sequence (BOS included).
+            dtype: the dtype policy (None: keras' global one).
+
+        Returns:
+            An unbuilt `TransformerSeq2Seq` or `RNNSeq2Seq`.
+        """
         if self.arch == "transformer":
             return TransformerSeq2Seq(
                 vocab_size, vocab_size, num_layers=self.num_layers, d_model=self.d_model,

@@ -1,0 +1,287 @@
+"""The steps every task shares, named once, so that a task's `main` reads
+as its own choices between them (as OpenNMT-tf's runner names train,
+evaluate, export):
+
+    run = task.start(options, jit)              # strategy, precision, seed, logdir, XLA cache
+    tokenizer = run.tokenizer(texts, resuming)  # resumed, --init-from's, --tokenizer's, or trained
+    model = run.compile(build, metrics)         # built and compiled under the strategy
+    trained = run.train_once("trained", fit, lambda: run.fit(fit, model, train, valid), build)
+    run.write_metrics({...}, scores=(...))      # metrics.json, test scores in TensorBoard
+    run.export(lambda: export_...(...), {"input": [...]})  # once; then called as TF Serving would
+
+Each step that a restart must not repeat is a phase (`Run.phases`,
+`kseq.training.checkpoints.Phases`): training, exports, and the task's own
+(`run.phases.once(name, compute)`).
+"""
+
+import dataclasses
+import os
+import time
+
+import keras
+import tensorflow as tf
+
+from kseq._atomic import write_json_atomic
+from kseq._compat import accumulate_after_all_reduce
+from kseq.training.checkpoints.phases import Phases
+from kseq.training.config.config_files import write_config
+from kseq.training.config.options import config_values
+from kseq.training.config.warm_start import init_weights
+from kseq.training.config.warm_start import describe as describe_init
+from kseq.training.devices.distribution import clip_after_all_reduce, is_chief, make_strategy, task
+from kseq.training.devices.precision import describe_precision, resolve_precision
+from kseq.training.devices.xla import check_replicas, enable_persistent_cache, jit_decision
+from kseq.training.loop.cadenced_fit import Trained
+from kseq.training.loop.fit import Fit, train_once
+from kseq.training.loop.periods import StepTensorBoard
+from kseq.training.objectives.losses import MaskedSparseCategoricalCrossentropy
+from kseq.training.objectives.optimizers import FusedAdam
+from kseq.training.reporting.decisions import as_hparams
+from kseq.training.reporting.tensorboard import write_hparams, write_scores
+from kseq.training.vocabulary import run_tokenizer
+
+
+class Run:
+    """One run of a task: its options, where it runs, and the shared steps.
+
+    Attributes:
+        options: the task's options.
+        jit: the `JitDecision` for the train step (XLA off where the
+            strategy's CPU replicas cannot run it, `check_replicas`).
+        strategy: the tf.distribute strategy; `chief`: whether this process
+            writes logs, checkpoints, metrics.json and exports.
+        workdir: the logdir, or this worker's folder under it.
+        precision: the resolved `Precision`; `xla_cache`: the persistent
+            XLA cache folder (None where nothing compiles).
+        phases: the finished steps a restart skips.
+    """
+
+    def __init__(self, options, jit, compiles=False, bfloat16_cpu=False):
+        self.started = time.monotonic()
+        self.options = options
+        # TensorFlow reads XLA's flags when it sets up its devices: first.
+        self.xla_cache = enable_persistent_cache(options.xla_cache) if jit.use or compiles else None
+        # Then a multi-worker strategy sets up collectives before other TensorFlow work.
+        self.strategy = make_strategy(options.strategy)
+        self.chief = is_chief(self.strategy)
+        task_type, task_id = task(self.strategy)
+        print(f"strategy: {type(self.strategy).__name__} with {self.strategy.num_replicas_in_sync} "
+              "replica(s)" + ("" if self.chief else f"; this is {task_type} {task_id}: logs and "
+                              "exports are the chief's"))
+        self.jit = check_replicas(jit, self.strategy)
+        self.precision = resolve_precision(options.precision, bfloat16_cpu=bfloat16_cpu)
+        print(describe_precision(self.precision))
+        if options.init_from:
+            print(describe_init(options))
+        keras.utils.set_random_seed(options.seed)
+        # Other workers keep their own files, as on separate disks.
+        self.workdir = options.logdir if self.chief else os.path.join(
+            options.logdir, "workers", f"{task_type}-{task_id}")
+        os.makedirs(self.workdir, exist_ok=True)
+        if self.chief:
+            write_config(config_values(options), options.logdir)
+        self.phases = Phases(self.workdir)
+
+    @property
+    def seconds(self):
+        """Seconds since the run started."""
+        return time.monotonic() - self.started
+
+    def decisions(self, model):
+        """The run's auto choices as they ran, as `Decision`s: the precision,
+        and XLA as keras runs it for `model`."""
+        return [self.precision.as_decision(), jit_decision(model, self.jit)]
+
+    def tokenizer(self, texts, resuming, cache=None):
+        """The run's tokenizer: the one a resumed run saved in its workdir,
+        else `--init-from`'s, `--tokenizer PATH`'s, or a SentencePiece
+        vocabulary trained on `texts` (`--vocab-size`; "auto": sized to the
+        texts, at most `--max-vocab-size`). Its files go to the workdir.
+
+        Args:
+            texts: the training texts the vocabulary is trained on.
+            resuming: whether this run goes on from an earlier one.
+            cache: a folder of the data's own (the corpus scan's) where a
+                vocabulary trained on `texts` is kept for the next run.
+
+        Returns:
+            The tokenizer.
+        """
+        options = self.options
+        return run_tokenizer(texts, self.workdir, resuming=resuming, path=options.tokenizer,
+                             init_from=options.init_from, vocab_size=options.vocab_size,
+                             max_vocab_size=getattr(options, "max_vocab_size", None), cache=cache)
+
+    def compile(self, build, metrics=(), loss=None, optimizer=None):
+        """A model built and compiled under the strategy.
+
+        The replicas' summed gradient is clipped (`--clipnorm`, as on one
+        device); `--accumulate` N updates once every N batches with their
+        mean gradient; `--init-from` loads a finished run's weights.
+
+        Args:
+            build: `() -> model`, unbuilt (kseq's models build without shapes).
+            metrics: keras metrics.
+            loss: default `MaskedSparseCategoricalCrossentropy()`.
+            optimizer: `() -> optimizer`, called under the strategy; default
+                `FusedAdam(--learning-rate)` clipping `--clipnorm`.
+
+        Returns:
+            The compiled model.
+        """
+        options = self.options
+        with self.strategy.scope():
+            model = build()
+            model.build()  # variables under the strategy, before fit or a restore
+            adam = optimizer() if optimizer else FusedAdam(options.learning_rate, global_clipnorm=options.clipnorm)
+            return compile_model(model, adam, loss or MaskedSparseCategoricalCrossentropy(), metrics,
+                                 jit_compile=self.jit.use, accumulate=options.accumulate, init_from=options.init_from)
+
+    def make_fit(self, folder=None, monitor=None, mode="min", patience=0):
+        """The `kseq.training.loop.Fit` of the options' cadence (`--epochs`,
+        `--max-minutes`, `--eval-every`, `--save-every`), its backup in the
+        workdir (or its subfolder `folder`); with a `monitor` ("val_loss"),
+        it keeps the best evaluation's weights and stops after `patience`
+        evaluations without a better one. Create it before the data: the
+        training pipeline starts from its `position`."""
+        options = self.options
+        workdir = os.path.join(self.workdir, folder) if folder else self.workdir
+        return Fit(workdir, options.cadence, options.save_steps, options.max_minutes, monitor, mode, patience)
+
+    def fit(self, fit, model, train, valid, logging=(), stopping=(), logdir=None, hparams=None, hparams_dir=None,
+            decisions=(), examples=None, batches=None, save=True):
+        """`fit.fit` with the chief's TensorBoard: HParams of the options and
+        decisions (a resumed run's curves continue the first run's: only a
+        first run writes them), curves at the global step, and `logging`.
+
+        Args:
+            fit: the task's `kseq.training.loop.Fit`.
+            model, train, valid: the compiled model and its data.
+            logging: the chief's other callbacks (samples, scores, maps).
+            stopping: callbacks whose state the backup keeps.
+            logdir: TensorBoard's folder (default: `--logdir`).
+            hparams: entries beside the options' in HParams; False: none.
+            hparams_dir: where HParams go (default: `logdir`).
+            decisions: the task's own `Decision`s, before the run's.
+            examples: what the training position counts ("pairs", "texts",
+                "tokens"): printed as read by this worker; None: not printed.
+            batches: an epoch's batches, described in the opening line.
+            save: write `<logdir>/model.keras` (the kept weights) after.
+
+        Returns:
+            `Trained` (model, decisions, fit's metrics).
+        """
+        logdir = logdir or self.options.logdir
+        decisions = [*decisions, *self.decisions(model)]
+        callbacks = []
+        if self.chief:
+            if not fit.resuming and hparams is not False:
+                values = self.options.as_hparams() | (hparams or {}) | as_hparams(decisions)
+                write_hparams(hparams_dir or logdir, values)
+            # The logging callbacks first: the scores they add to an evaluation's logs reach the curves.
+            callbacks = [*logging, StepTensorBoard(logdir, profile_batch=self.options.profile_batch)]
+        metrics = fit.fit(model, train, valid, self.options.epochs, callbacks, stopping, batches=batches)
+        if examples:
+            print(f"this worker read {fit.position.pairs_read():,} training {examples} from the files")
+        if save and self.chief:
+            model.save(os.path.join(logdir, "model.keras"))
+        return Trained(model, decisions, metrics)
+
+    def train_once(self, name, fit, train, build=None, keep=True, logdir=None):
+        """Phase `name`'s `Trained`, trained once.
+
+        The first time, `train()` returns it; with `keep`, the chief writes
+        its weights and options to `logdir` (default `--logdir`: what
+        `--init-from` reads); then the phase is recorded with its metrics
+        (the decisions among them) and `fit`'s backup released. After a
+        restart, the record's metrics come back with the model `build()`
+        makes, loaded with those weights (or no model, without `keep`).
+        """
+        options = dataclasses.replace(self.options, logdir=logdir or self.options.logdir) if keep else None
+        return train_once(self.phases, name, fit, train, options, build, self.chief, lambda: self.seconds)
+
+    def write_metrics(self, metrics, scores=()):
+        """`<logdir>/metrics.json`, written whole or not at all. The entries
+        named in `scores` (e.g. "test_bleu") are also logged as scalars of
+        run `<logdir>/test` (without their "test_"), at the step training
+        reached: TensorBoard's HParams dashboard lists them beside the
+        run's settings. Returns `metrics`."""
+        logdir = self.options.logdir
+        write_json_atomic(os.path.join(logdir, "metrics.json"), metrics)
+        if scores:
+            values = {name.removeprefix("test_"): metrics[name] for name in scores}
+            write_scores(logdir, "test", values, step=metrics.get("steps", 0))
+        return metrics
+
+    def export(self, write, sample, phase="export"):
+        """The export `write()` makes (its path), once (phase `phase`), then
+        loaded as TF Serving would and called on `sample` ({input name:
+        strings}); prints the answer. Returns the path."""
+        path = self.phases.once(phase, write)
+        path = path["path"] if isinstance(path, dict) else path  # as earlier versions recorded it
+        serve_sample(path, sample)
+        return path
+
+    def done(self):
+        """Prints where TensorBoard reads this run."""
+        print(f"TensorBoard: tensorboard --logdir {self.options.logdir}")
+
+
+def start(options, jit, compiles=False, bfloat16_cpu=False):
+    """Sets up a run; call it before any other TensorFlow work.
+
+    Args:
+        options: the task's parsed options.
+        jit: the `JitDecision` for the train step.
+        compiles: whether anything else is compiled with XLA (decoding on
+            a GPU): compiled programs then go to the persistent cache too.
+        bfloat16_cpu: what was measured of the task's model under
+            mixed_bfloat16 on a CPU with bfloat16 units; "auto" precision
+            picks it there only for True (`resolve_precision`).
+
+    Returns:
+        `Run`.
+    """
+    return Run(options, jit, compiles, bfloat16_cpu)
+
+
+def compile_model(model, optimizer, loss, metrics=(), jit_compile=False, accumulate=1, init_from=None):
+    """Compiles `model` (built under the run's strategy scope) so that the
+    replicas' summed gradient is clipped, as on one device
+    (`clip_after_all_reduce`).
+
+    Args:
+        model, optimizer, loss, metrics: as `keras.Model.compile` takes them.
+        jit_compile: compile the train step with XLA.
+        accumulate: > 1: the optimizer updates once every `accumulate`
+            batches with their mean gradient (`accumulate_after_all_reduce`;
+            its `iterations` counts updates).
+        init_from: a finished run's logdir whose weights the model starts
+            from (`kseq.training.config.warm_start`).
+
+    Returns:
+        `model`.
+    """
+    if accumulate > 1:
+        optimizer = accumulate_after_all_reduce(optimizer, accumulate)
+    else:
+        optimizer = clip_after_all_reduce(optimizer)
+    model.compile(optimizer=optimizer, loss=loss, metrics=list(metrics), jit_compile=jit_compile)
+    if init_from:
+        init_weights(model, init_from)
+    return model
+
+
+def serve_sample(path, inputs):
+    """Loads the export at `path` as TF Serving would and calls its
+    `serving_default` on `inputs` ({input name: strings}); prints and
+    returns the outputs as Python values."""
+    served = tf.saved_model.load(path).signatures["serving_default"]
+    outputs = {name: value.numpy() for name, value in served(
+        **{name: tf.constant(values) for name, values in inputs.items()}).items()}
+    shown = {name: [v.decode() if isinstance(v, bytes) else v for v in value.tolist()][:1]
+             for name, value in outputs.items() if name != "token_ids"}
+    first = next(iter(inputs.values()))[0]
+    print(f"exported {path}: {f'({len(first):,} bytes)' if isinstance(first, bytes) else repr(first)} -> {shown}")
+    return outputs
+
