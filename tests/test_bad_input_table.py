@@ -2,9 +2,9 @@
 each gets.
 
 Each row is (where, input, action, expected): `where` is the surface (the
-Python API, kseq.export, a recipe's command line, the served signature);
+Python API, kseq.export, a task's command line, the served signature);
 `expected` is either an error (exception type and a regex on its message,
-which names the argument and what was expected), a recipe's exit (code and
+which names the argument and what was expected), a task's exit (code and
 a regex on stderr) or a behaviour (a check on the result). The served
 signatures are exported once and called in ONE TensorFlow-only process
 (tensorflow and tensorflow_text's ops, no keras, no kseq), as TF Serving
@@ -49,7 +49,7 @@ class Raises(NamedTuple):
 
 
 class Exits(NamedTuple):
-    """A recipe stops with SystemExit `code` and `pattern` on stderr (argparse's
+    """A task stops with SystemExit `code` and `pattern` on stderr (argparse's
     `parser.error`), or in the exit message when `code` is None."""
     code: object
     pattern: str
@@ -265,7 +265,7 @@ def test_export_api(export_paths, where, given, action, expected):
 
 
 # ---------------------------------------------------------------------------
-# Recipes: argparse errors exit with status 2 and the message on stderr,
+# Tasks: argparse errors exit with status 2 and the message on stderr,
 # before any data is read or any model is built.
 
 class Paths:
@@ -297,7 +297,7 @@ def translate_args(p, *argv):
     return ["--logdir", p.logs, *argv]
 
 
-RECIPE_ROWS = [
+TASK_ROWS = [
     ("translate.py", "--train-tsv a missing file", lambda p: translate.parse_args(["--train-tsv", p.missing]), Exits(2, r"--train-tsv .*missing.tsv: no such file")),
     ("translate.py", "--valid-tsv a missing file", lambda p: translate.parse_args(["--valid-tsv", p.missing]), Exits(2, r"--valid-tsv .*missing.tsv: no such file")),
     ("translate.py", "--test-tsv a directory", lambda p: translate.parse_args(["--test-tsv", p.folder]), Exits(2, r"--test-tsv .*a_folder: is a directory, not a file")),
@@ -328,20 +328,20 @@ RECIPE_ROWS = [
 
 
 @pytest.fixture(scope="module")
-def recipe_paths(tmp_path_factory):
-    return Paths(tmp_path_factory.mktemp("recipes"))
+def task_paths(tmp_path_factory):
+    return Paths(tmp_path_factory.mktemp("tasks"))
 
 
-@pytest.mark.parametrize("where,given,action,expected", RECIPE_ROWS,
-                         ids=[f"{r[0]}: {r[1]}" for r in RECIPE_ROWS])
-def test_recipes(recipe_paths, capsys, where, given, action, expected):
-    if "permission" in given and os.access(recipe_paths.locked, os.R_OK):
+@pytest.mark.parametrize("where,given,action,expected", TASK_ROWS,
+                         ids=[f"{r[0]}: {r[1]}" for r in TASK_ROWS])
+def test_tasks(task_paths, capsys, where, given, action, expected):
+    if "permission" in given and os.access(task_paths.locked, os.R_OK):
         pytest.skip("this user reads files without read permission (root)")
-    run_row(action, expected, recipe_paths, capsys)
+    run_row(action, expected, task_paths, capsys)
 
 
 def test_an_export_never_overwrites_a_version_taken_meanwhile(served):
-    """The race the recipes can meet (they export to the next free version):
+    """The race the tasks can meet (they export to the next free version):
     another export takes that version between the choice and the rename.
     The export moves to the next number; the other version is untouched."""
     assert served.raced_path.endswith(os.path.join("translator", "2"))

@@ -15,7 +15,7 @@ import zipfile
 import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "tasks"))  # its folder, for:
-from test_translate_recipe import write_pairs  # noqa: E402
+from test_translate import write_pairs  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OTHER_PYTHONS = ("3.12", "3.13")

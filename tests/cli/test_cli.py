@@ -1,7 +1,7 @@
 """The installed commands over the exports (kseq.cli): one line in, one
 line out (K with --n-best K), equal to calling the signatures; the same
 answers in any batch size; the newest version of a base folder; every
-error one line with the recipes' exit status (2: the command line, 1: the
+error one line with the tasks' exit status (2: the command line, 1: the
 input or the run)."""
 
 import functools

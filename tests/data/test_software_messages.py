@@ -215,7 +215,7 @@ def test_split_is_fixed_and_disjoint(fake_pypi, tmp_path):
     assert 0.6 < len(splits["train"]) / TOTAL < 0.9
 
 
-def test_write_tsv_splits_feeds_the_recipes_reader(fake_pypi, tmp_path):
+def test_write_tsv_splits_feeds_the_tasks_reader(fake_pypi, tmp_path):
     paths = sm.write_tsv_splits(tmp_path / "out", cache_dir=tmp_path / "cache")
     assert sorted(os.listdir(tmp_path / "out")) == ["test.tsv", "train.tsv", "valid.tsv"]
     for split, path in paths.items():

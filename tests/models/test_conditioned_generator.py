@@ -198,7 +198,7 @@ def test_bad_call_inputs():
 def test_learns_a_sequence_per_condition():
     """The sign of the first feature picks the sequence (5 6 7 8 or 9 8 7),
     through the initial state alone (no peeky input); the second feature
-    is noise. (The recipe test learns from class ids.)"""
+    is noise. (The task test learns from class ids.)"""
     sequences = [[5, 6, 7, 8, EOS], [9, 8, 7, EOS]]
     which = np.arange(64) % 2
     rng = np.random.default_rng(0)

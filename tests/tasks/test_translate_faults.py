@@ -16,7 +16,7 @@ import tensorflow as tf
 from tensorboard.backend.event_processing import event_multiplexer
 
 from support import subprocess_env
-from test_translate_recipe import write_pairs
+from test_translate import write_pairs
 
 pytestmark = pytest.mark.long
 RECIPE = os.path.join(os.path.dirname(__file__), "..", "..", "recipes", "translate.py")
@@ -25,7 +25,7 @@ FAST = ["--num-layers", "1", "--d-model", "32", "--num-heads", "2", "--ff-dim", 
         "--eval-sentences", "4", "--attention-plots", "0", "--beam-size", "1",
         "--max-test-sentences", "4", "--save-every", "5", "--warmup-steps", "50",
         "--eval-every", "20", "--jit-compile", "off", "--no-repeat-ngram", "0"]  # decoding given: no tuning
-# --attention-plots 0 here (2 in test_translate_recipe): no plots once crashed the first evaluation.
+# --attention-plots 0 here (2 in test_translate): no plots once crashed the first evaluation.
 
 
 @pytest.fixture(scope="module")

@@ -98,7 +98,7 @@ def test_what_cannot_fit_is_refused_at_parse_time(finished, tmp_path, capsys, ar
     assert exit_info.value.code == 2 and message in capsys.readouterr().err
 
 
-def test_a_run_of_another_recipe_is_refused(finished, tmp_path, capsys):
+def test_a_run_of_another_task_is_refused(finished, tmp_path, capsys):
     with pytest.raises(SystemExit):
         opts.parse(Other, ["--init-from", finished["folder"], "--logdir", str(tmp_path / "second")])
     assert "a run of recipe 'toy', not 'other'" in capsys.readouterr().err

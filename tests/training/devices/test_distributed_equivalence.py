@@ -194,7 +194,7 @@ KERAS_CLIPS_PER_REPLICA = pytest.mark.xfail(strict=True, raises=AssertionError, 
 def test_clipping_under_two_replicas_matches_one_device(clip, fixed):
     """Replica gradients (3, 0) and (0, 4) sum to (3, 4), of norm 5: one
     device clips that to (0.6, 0.8); clipping each replica's part first
-    gives (1, 0) + (0, 1). The recipes clip, and call clip_after_all_reduce."""
+    gives (1, 0) + (0, 1). The tasks clip, and call clip_after_all_reduce."""
     results = []
     for strategy in (tf.distribute.get_strategy(), tf.distribute.MirroredStrategy(DEVICES)):
         with strategy.scope():

@@ -36,7 +36,7 @@ def test_a_cpu_with_bfloat16_units_is_its_own_device_class(tmp_path, monkeypatch
     monkeypatch.setattr(precision, "device_class", lambda: "cpu")
     assert precision_class() == expected
     assert resolve_precision("auto").policy == MEASURED_FASTEST[expected][0]
-    # Recipes whose models were not measured there keep the plain CPU's choice.
+    # Tasks whose models were not measured there keep the plain CPU's choice.
     unmeasured = resolve_precision("auto", bfloat16_cpu=False)
     assert unmeasured.policy == MEASURED_FASTEST["cpu"][0]
     assert unmeasured.reason.startswith(f"auto on {expected}")

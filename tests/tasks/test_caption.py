@@ -51,7 +51,7 @@ def test_bad_options_stop_before_any_work(capsys):
         assert message in capsys.readouterr().err
 
 
-@pytest.mark.slow  # about 11 minutes on 2 idle CPU cores: the recipe's default budget
+@pytest.mark.slow  # about 11 minutes on 2 idle CPU cores: the task's default budget
 def test_default_budget_meets_the_content_targets(tmp_path):
     metrics = caption.main(["--logdir", str(tmp_path / "runs"), "--export-dir", str(tmp_path / "export")])
     attention, plain = metrics["content_accuracy_attention"], metrics["content_accuracy_plain"]

@@ -1,4 +1,4 @@
-"""The streamed text recipes under `--strategy multiworker`, two workers on
+"""The streamed text tasks under `--strategy multiworker`, two workers on
 127.0.0.1 as two machines would run them: each reads its own half of the
 training lines (no worker reads another's), and both end together with the
 chief's results written."""
@@ -10,7 +10,7 @@ import subprocess
 import pytest
 
 from support import subprocess_env
-from test_epoch_recipe_faults import command, read_json
+from test_epoch_task_faults import command, read_json
 from test_translate_faults import free_ports
 
 pytestmark = pytest.mark.long
@@ -41,7 +41,7 @@ def texts_read(output):
             for count in re.findall(r"this worker read ([\d,]+) training (?:texts|tokens)", output)]
 
 
-@pytest.mark.slow  # about a minute each: two recipe processes under MultiWorkerMirroredStrategy
+@pytest.mark.slow  # about a minute each: two task processes under MultiWorkerMirroredStrategy
 @pytest.mark.parametrize("name", ["classify", "language_model", "generate_reviews"])
 def test_two_workers_each_read_their_own_half_of_the_lines_and_end_together(name, tmp_path):
     alone, two = tmp_path / "alone", tmp_path / "two"

@@ -10,16 +10,16 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 from kseq.tasks import reverse  # noqa: E402
 
 
-def run_recipe(*args):
+def run_task(*args):
     return subprocess.run(
         [sys.executable, os.path.join(ROOT, "recipes", "reverse.py"), *args],
         capture_output=True, text=True, cwd=ROOT,
     )
 
 
-def test_reverse_recipe_end_to_end(tmp_path):
+def test_reverse_task_end_to_end(tmp_path):
     logdir, export_dir = tmp_path / "logs", tmp_path / "export"
-    result = run_recipe(
+    result = run_task(
         "--arch", "rnn", "--attention", "dot", "--cell", "lstm", "--train-examples", "1280",
         "--valid-examples", "64", "--epochs", "2", "--logdir", str(logdir), "--export-dir", str(export_dir),
         "--profile-steps", "3,4",
@@ -49,7 +49,7 @@ def test_reverse_recipe_end_to_end(tmp_path):
     (["--profile-steps", "9,3"], "--profile-steps must be two steps A,B with 0 < A <= B"),
     (["--logdir", "FILE"], "exists and is not a directory"),
 ])
-def test_reverse_recipe_rejects_bad_arguments(tmp_path, capsys, argv, message):
+def test_reverse_task_rejects_bad_arguments(tmp_path, capsys, argv, message):
     (tmp_path / "file").write_text("x")
     argv = [str(tmp_path / "file") if arg == "FILE" else arg for arg in argv]
     with pytest.raises(SystemExit) as exit_info:

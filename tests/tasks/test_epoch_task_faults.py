@@ -1,4 +1,4 @@
-"""The recipes that train in epochs (reverse, classify, language_model,
+"""The tasks that train in epochs (reverse, classify, language_model,
 generate_reviews, caption), killed with SIGKILL in real processes and started again
 with the same command: mid-training they resume from the last epoch's
 save, after training they train nothing again, and either way they end
@@ -15,7 +15,7 @@ import time
 import pytest
 
 from support import subprocess_env
-from test_generate_reviews_recipe import export_word_classifier, write_reviews
+from test_generate_reviews import export_word_classifier, write_reviews
 
 pytestmark = pytest.mark.long
 RECIPES = os.path.join(os.path.dirname(__file__), "..", "..", "recipes")
@@ -72,7 +72,7 @@ def caption_args(root):
             "--max-caption-length", "12", "--attention-plots", "2"]
 
 
-# (recipe, its arguments, the model whose backup a mid-training kill waits for, its training phase)
+# (task, its arguments, the model whose backup a mid-training kill waits for, its training phase)
 RUNS = {
     "reverse": (reverse_args, "", "trained"),
     "classify": (classify_args, "", "trained"),
@@ -131,7 +131,7 @@ def stable(metrics):
 
 @pytest.fixture(scope="module")
 def uninterrupted(tmp_path_factory):
-    """{recipe: its uninterrupted run's stable metrics}, each run once."""
+    """{task: its uninterrupted run's stable metrics}, each run once."""
     runs = {}
 
     def get(name):
@@ -146,7 +146,7 @@ def uninterrupted(tmp_path_factory):
 
 @pytest.mark.slow  # test_fault_tolerance.py and training/test_consistent_save.py resume killed fits by default
 @pytest.mark.parametrize("name", RUNS)
-def test_a_recipe_killed_mid_training_resumes_from_its_last_epoch(name, uninterrupted, tmp_path):
+def test_a_task_killed_mid_training_resumes_from_its_last_epoch(name, uninterrupted, tmp_path):
     """SIGKILL once the first epoch is saved: the restart resumes there and
     ends as the uninterrupted run did (weights, scores, samples)."""
     argv = command(name, tmp_path)
@@ -159,9 +159,9 @@ def test_a_recipe_killed_mid_training_resumes_from_its_last_epoch(name, uninterr
     assert all(listed == ["1"] for listed in versions(tmp_path / "export")) and not backup.exists()
 
 
-@pytest.mark.slow  # tests/training/loop/test_epoch_fit.py kills and resumes mid-epoch in the default suite
+@pytest.mark.slow  # tests/training/loop/test_fit.py kills and resumes mid-epoch in the default suite
 @pytest.mark.parametrize("name", ["reverse", "language_model", "classify"])
-def test_a_recipe_evaluating_inside_epochs_resumes_mid_epoch(name, tmp_path):
+def test_a_task_evaluating_inside_epochs_resumes_mid_epoch(name, tmp_path):
     """Evaluating every 7 steps and saving every 4 (20 batches an epoch for
     reverse, about 50 for the language model's streams, 27 for the
     classifier's texts streamed from their file), killed in the first epoch
@@ -185,7 +185,7 @@ def test_a_recipe_evaluating_inside_epochs_resumes_mid_epoch(name, tmp_path):
 
 @pytest.mark.slow  # train_once's unit test and translate's subprocess test cover it in the default suite
 @pytest.mark.parametrize("name", RUNS)
-def test_a_recipe_killed_after_training_trains_nothing_again(name, uninterrupted, tmp_path):
+def test_a_task_killed_after_training_trains_nothing_again(name, uninterrupted, tmp_path):
     """SIGKILL as soon as training is recorded: the restart loads the
     trained weights, trains nothing and ends as the uninterrupted run did."""
     argv = command(name, tmp_path)

@@ -310,7 +310,7 @@ def test_init_from_starts_from_the_runs_weights_and_accumulate_counts_updates(ru
         np.testing.assert_allclose(np.asarray(mine), np.asarray(theirs), atol=1e-6)
 
 
-def test_recipe_rejects_bad_arguments(tmp_path, capsys):
+def test_task_rejects_bad_arguments(tmp_path, capsys):
     blocker = tmp_path / "file"
     blocker.write_text("x")
     cases = [

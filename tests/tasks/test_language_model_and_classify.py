@@ -65,7 +65,7 @@ def test_language_model_export_serves_without_kseq_and_matches_python(lm_run):
     prompts = ["the lord said", "", "moses and"]
     served = serve_with_text_ops(path, prompts)
     assert served["input"] == "prompt"
-    # The Python model with the recipe's seeded sampler: the same continuations.
+    # The Python model with the task's seeded sampler: the same continuations.
     model = keras.saving.load_model(os.path.join(lm_run["logdir"], "tbptt", "model.keras"))
     tokenizer = SubwordTokenizer.load(os.path.join(lm_run["logdir"], "spm.model"))
     ids = tokenizer.tokenize(prompts).to_tensor()
@@ -148,7 +148,7 @@ def test_classifier_export_reads_texts_as_training_read_text(classify_run):
     check_served_text_is_normalized(os.path.join(classify_run["export_dir"], "1"), words, "label")
 
 
-def test_recipes_reject_bad_arguments(tmp_path, capsys):
+def test_tasks_reject_bad_arguments(tmp_path, capsys):
     logdir_file = tmp_path / "file"
     logdir_file.write_text("x")
     cases = [
@@ -159,7 +159,7 @@ def test_recipes_reject_bad_arguments(tmp_path, capsys):
         (classify, ["--encoder", "transformer", "--pooling", "last"], "--pooling last"),
         (classify, ["--batch-size", "0"], "--batch-size must be >= 1"),
     ]
-    for recipe, argv, message in cases:
+    for task, argv, message in cases:
         with pytest.raises(SystemExit):
-            recipe.main(argv)
-        assert message in capsys.readouterr().err, (recipe.__name__, argv)
+            task.main(argv)
+        assert message in capsys.readouterr().err, (task.__name__, argv)

@@ -30,7 +30,7 @@ def write_reviews(path, lines, seed):
 
 
 class WordClassifier(tf.Module):
-    """A stand-in for the classifier recipe's export (same signature): "pos"
+    """A stand-in for the classifier task's export (same signature): "pos"
     when a text holds a GOOD word, else "neg" (or other names)."""
 
     def __init__(self, names=("neg", "pos")):
@@ -127,7 +127,7 @@ def test_classifier_export_is_reused_when_present(tmp_path, monkeypatch):
     assert generate_reviews.classifier_path(options) == (str(tmp_path / "cls" / "3"), 0.0)
 
 
-def test_without_an_export_the_classifier_recipe_trains_one(tmp_path, monkeypatch):
+def test_without_an_export_the_classifier_task_trains_one(tmp_path, monkeypatch):
     calls = []
 
     def train_classifier(argv):
@@ -171,7 +171,7 @@ def test_bad_arguments_exit_with_usage(tmp_path, capsys):
 
 @pytest.mark.slow  # 4-7 minutes: the real snippets, a classifier trained first
 def test_real_snippets_follow_their_label(tmp_path):
-    """The default data and model for 2 minutes: the classifier recipe's
+    """The default data and model for 2 minutes: the classifier task's
     export labels most generated snippets as the requested class (measured
     2026-11-24: 83.5% after the default 5 minutes, 81% after these 2 on an
     idle machine; 66.5% in 327 steps beside other slow tests, rotten 38%
