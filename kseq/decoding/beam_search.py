@@ -123,29 +123,49 @@ class BeamSearch:
             EOS kept, PAD after EOS; scores (B, N) float32 length-penalised
             log-probabilities.
         """
-        reorder_state = reorder_state or gather_beams
-        beams, length, alpha, returned = self.beam_size, self.max_length, self.length_penalty, self.num_return
+        loop = _BeamLoop(self, step_fn, reorder_state or gather_beams, select_rows)
+        variables = loop.initial(state, batch_size, start_tokens, length_limits, tile_state)
+        (variables,) = tf.while_loop(loop.keep_going, loop.body, (variables,), shape_invariants=loop.shapes)
+        return loop.results(variables)
+
+
+class _BeamLoop:
+    """One `BeamSearch` call's `tf.while_loop`: its first loop variables, its
+    condition and its body. Made afresh by every call, in the caller's graph,
+    so no tensor or Python state is shared between traces.
+
+    Args:
+        search: the `BeamSearch`.
+        step_fn, reorder_state, select_rows: as `BeamSearch.__call__` takes
+            them (`reorder_state` given).
+    """
+
+    def __init__(self, search, step_fn, reorder_state, select_rows):
+        self.search, self.step_fn, self.reorder_state, self.select_rows = search, step_fn, reorder_state, select_rows
+        self.beams, self.length = search.beam_size, search.max_length
+        self.alpha, self.returned = search.length_penalty, search.num_return
         # The most any continuation can be divided by: penalties grow with
         # length for alpha >= 0 and shrink for alpha < 0.
-        best_penalty_at_max = length_penalty(length, alpha)
-        positions = tf.range(length)
-        neg_inf = tf.constant(-float("inf"))
-        pad = tf.constant(self.pad_id, tf.int32)
+        self.best_penalty_at_max = length_penalty(self.length, self.alpha)
+        self.positions = tf.range(self.length)
+        self.neg_inf = tf.constant(-float("inf"))
+        self.pad = tf.constant(search.pad_id, tf.int32)
+        self.shapes = None  # the shape invariants, once `initial` made the loop variables
 
-        def searching(index, alive_logp, finished_scores):
-            """(rows,): whether a row's alive hypotheses can still beat its
-            `num_return`-th finished one from step `index` on (and, with a
-            `patience`, it holds too few finished ones)."""
-            reachable = tf.maximum(length_penalty(index + 1, alpha), best_penalty_at_max)
-            going = tf.reduce_max(alive_logp, axis=1) / reachable > finished_scores[:, returned - 1]
-            if self.finished_to_stop is None:
-                return going
-            finished = tf.reduce_sum(tf.cast(finished_scores > neg_inf, tf.int32), axis=1)
-            return tf.logical_and(going, finished < self.finished_to_stop)
+    def initial(self, state, batch_size, start_tokens, length_limits, tile_state):
+        """The loop variables before the first step (a dict); sets `shapes`.
 
-        alive_ids = tf.fill([batch_size, beams, length], pad)
+        Args:
+            state, batch_size, start_tokens, length_limits, tile_state: as
+                `BeamSearch.__call__` takes them.
+
+        Returns:
+            The dict of loop variables.
+        """
+        beams, neg_inf = self.beams, self.neg_inf
+        alive_ids = tf.fill([batch_size, beams, self.length], self.pad)
         if start_tokens is None:
-            tokens = tf.fill([batch_size * beams], tf.constant(self.bos_id, tf.int32))
+            tokens = tf.fill([batch_size * beams], tf.constant(self.search.bos_id, tf.int32))
         else:
             tokens = tf.repeat(tf.cast(start_tokens, tf.int32), beams)
         loop = dict(
@@ -157,77 +177,118 @@ class BeamSearch:
         )
         if length_limits is not None:
             loop["limits"] = length_limits
-        if select_rows is not None:
-            loop.update(rows=tf.range(batch_size), out_ids=tf.fill([batch_size, returned, length], pad),
-                        out_scores=tf.fill([batch_size, returned], neg_inf))
-        elif self.finished_to_stop is not None:
+        if self.select_rows is not None:
+            loop.update(rows=tf.range(batch_size), out_ids=tf.fill([batch_size, self.returned, self.length], self.pad),
+                        out_scores=tf.fill([batch_size, self.returned], neg_inf))
+            self.shapes = (_row_invariants(loop),)
+        elif self.search.finished_to_stop is not None:
             # Rows that stopped for their count stay in the loop: no later
             # hypothesis may join their pool (the result would then depend on
             # the rest of the batch).
             loop["done"] = tf.zeros([batch_size], tf.bool)
+        return loop
 
-        shapes = None
-        if select_rows is not None:  # every row-major loop tensor may lose rows
-            shapes = {key: tf.nest.map_structure(_any_rows, value) for key, value in loop.items()}
-            shapes.update(index=loop["index"].shape, out_ids=loop["out_ids"].shape,
-                          out_scores=loop["out_scores"].shape)
-            shapes = (shapes,)
+    def searching(self, index, alive_logp, finished_scores):
+        """(rows,): whether a row's alive hypotheses can still beat its
+        `num_return`-th finished one from step `index` on (and, with a
+        `patience`, it holds too few finished ones)."""
+        reachable = tf.maximum(length_penalty(index + 1, self.alpha), self.best_penalty_at_max)
+        going = tf.reduce_max(alive_logp, axis=1) / reachable > finished_scores[:, self.returned - 1]
+        if self.search.finished_to_stop is None:
+            return going
+        finished = tf.reduce_sum(tf.cast(finished_scores > self.neg_inf, tf.int32), axis=1)
+        return tf.logical_and(going, finished < self.search.finished_to_stop)
 
-        def keep_going(v):
-            if select_rows is not None:
-                return tf.logical_and(v["index"] < length, tf.size(v["rows"]) > 0)
-            if "done" in v:
-                return tf.logical_and(v["index"] < length, tf.logical_not(tf.reduce_all(v["done"])))
-            return tf.logical_and(v["index"] < length,
-                                  tf.reduce_any(searching(v["index"], v["alive_logp"], v["finished_scores"])))
+    def keep_going(self, v):
+        """The loop's condition: steps are left and some row still searches."""
+        if self.select_rows is not None:
+            return tf.logical_and(v["index"] < self.length, tf.size(v["rows"]) > 0)
+        if "done" in v:
+            return tf.logical_and(v["index"] < self.length, tf.logical_not(tf.reduce_all(v["done"])))
+        return tf.logical_and(v["index"] < self.length,
+                              tf.reduce_any(self.searching(v["index"], v["alive_logp"], v["finished_scores"])))
 
-        def body(v):
-            index, rows = v["index"], tf.shape(v["alive_logp"])[0]
-            logits, state = step_fn(v["tokens"], v["state"], index)
-            logp = tf.nn.log_softmax(suppress_special_tokens(tf.cast(logits, tf.float32)))
-            history = tf.reshape(v["alive_ids"], [-1, length])
-            logp = apply_limits(logp, history, index, v.get("limits"), self.limits)
-            vocab = tf.shape(logp)[-1]
-            total = v["alive_logp"][:, :, None] + tf.reshape(logp, [rows, beams, vocab])
-            top_logp, top_index = tf.math.top_k(tf.reshape(total, [rows, -1]), 2 * beams)
-            source_beam, token = top_index // vocab, top_index % vocab  # (B, 2K)
-            candidates = tf.gather(v["alive_ids"], source_beam, batch_dims=1)
-            candidates = tf.where(positions == index, token[:, :, None], candidates)
+    def body(self, v):
+        """One step: every alive hypothesis extended, the best finished and
+        alive ones kept, the state reordered to the kept beams.
 
-            # Finished: EOS candidates ranked within the best K, and at the
-            # last step every such candidate.
-            in_beam = tf.range(2 * beams) < beams
-            ends = tf.logical_or(tf.equal(token, self.limits.eos_id), index + 1 >= length)
-            ends = tf.logical_and(ends, in_beam[None, :])
-            scores = tf.where(ends, top_logp / length_penalty(index + 1, alpha), neg_inf)
-            if "done" in v:
-                scores = tf.where(v["done"][:, None], neg_inf, scores)
-            finished_scores, pick = tf.math.top_k(tf.concat([v["finished_scores"], scores], 1), beams)
-            finished_ids = tf.gather(tf.concat([v["finished_ids"], candidates], 1), pick, batch_dims=1)
+        Args:
+            v: the loop variables (a dict).
 
-            # Alive: the K best candidates that did not emit EOS (2K hold at
-            # least K, since each alive beam has one EOS extension).
-            not_eos = tf.where(tf.equal(token, self.limits.eos_id), neg_inf, top_logp)
-            alive_logp, pick = tf.math.top_k(not_eos, beams)
-            new = dict(v, index=index + 1, tokens=tf.gather(token, pick, batch_dims=1),
-                       alive_ids=tf.gather(candidates, pick, batch_dims=1), alive_logp=alive_logp,
-                       finished_ids=finished_ids, finished_scores=finished_scores, state=state)
-            parents = tf.gather(source_beam, pick, batch_dims=1) + tf.range(rows)[:, None] * beams
-            if "done" in v:
-                stopped = tf.logical_not(searching(index + 1, alive_logp, finished_scores))
-                new["done"] = tf.logical_or(v["done"], stopped)
-            if select_rows is not None:
-                going = tf.logical_and(searching(index + 1, alive_logp, finished_scores), index + 1 < length)
-                new, parents = tf.cond(tf.reduce_all(going), lambda: (new, parents),
-                                       lambda: _retire(new, parents, going, returned, select_rows))
-            new["state"] = reorder_state(new["state"], tf.reshape(parents, [-1]))
-            new["tokens"] = tf.reshape(new["tokens"], [-1])
-            return (_keep_shapes(new, shapes[0] if shapes else v),)
+        Returns:
+            A 1-tuple of the next step's loop variables.
+        """
+        index, rows = v["index"], tf.shape(v["alive_logp"])[0]
+        logp, state = self.log_probs(v)
+        top_logp, source_beam, token, candidates = self.extensions(v, logp, rows)
+        finished_ids, finished_scores = self.finished(v, top_logp, token, candidates)
+        # Alive: the K best candidates that did not emit EOS (2K hold at
+        # least K, since each alive beam has one EOS extension).
+        not_eos = tf.where(tf.equal(token, self.search.limits.eos_id), self.neg_inf, top_logp)
+        alive_logp, pick = tf.math.top_k(not_eos, self.beams)
+        new = dict(v, index=index + 1, tokens=tf.gather(token, pick, batch_dims=1),
+                   alive_ids=tf.gather(candidates, pick, batch_dims=1), alive_logp=alive_logp,
+                   finished_ids=finished_ids, finished_scores=finished_scores, state=state)
+        parents = tf.gather(source_beam, pick, batch_dims=1) + tf.range(rows)[:, None] * self.beams
+        new, parents = self.stop_rows(v, new, parents)
+        new["state"] = self.reorder_state(new["state"], tf.reshape(parents, [-1]))
+        new["tokens"] = tf.reshape(new["tokens"], [-1])
+        return (_keep_shapes(new, self.shapes[0] if self.shapes else v),)
 
-        (loop,) = tf.while_loop(keep_going, body, (loop,), shape_invariants=shapes)
-        if select_rows is not None:
-            return loop["out_ids"], loop["out_scores"]
-        return loop["finished_ids"][:, :returned], loop["finished_scores"][:, :returned]
+    def log_probs(self, v):
+        """The step's (B*K, V) log-probabilities, limits applied, and the
+        step function's new state."""
+        logits, state = self.step_fn(v["tokens"], v["state"], v["index"])
+        logp = tf.nn.log_softmax(suppress_special_tokens(tf.cast(logits, tf.float32)))
+        history = tf.reshape(v["alive_ids"], [-1, self.length])
+        return apply_limits(logp, history, v["index"], v.get("limits"), self.search.limits), state
+
+    def extensions(self, v, logp, rows):
+        """The 2K most likely extensions of each row's alive hypotheses:
+        (log-probabilities, source beams, tokens, ids (rows, 2K, length))."""
+        vocab = tf.shape(logp)[-1]
+        total = v["alive_logp"][:, :, None] + tf.reshape(logp, [rows, self.beams, vocab])
+        top_logp, top_index = tf.math.top_k(tf.reshape(total, [rows, -1]), 2 * self.beams)
+        source_beam, token = top_index // vocab, top_index % vocab  # (B, 2K)
+        candidates = tf.gather(v["alive_ids"], source_beam, batch_dims=1)
+        candidates = tf.where(self.positions == v["index"], token[:, :, None], candidates)
+        return top_logp, source_beam, token, candidates
+
+    def finished(self, v, top_logp, token, candidates):
+        """The pool of finished hypotheses with this step's joined:
+        (ids (rows, K, length), scores (rows, K)), best first. Finished: EOS
+        candidates ranked within the best K, and at the last step every
+        such candidate."""
+        index, beams = v["index"], self.beams
+        in_beam = tf.range(2 * beams) < beams
+        ends = tf.logical_or(tf.equal(token, self.search.limits.eos_id), index + 1 >= self.length)
+        ends = tf.logical_and(ends, in_beam[None, :])
+        scores = tf.where(ends, top_logp / length_penalty(index + 1, self.alpha), self.neg_inf)
+        if "done" in v:
+            scores = tf.where(v["done"][:, None], self.neg_inf, scores)
+        finished_scores, pick = tf.math.top_k(tf.concat([v["finished_scores"], scores], 1), beams)
+        finished_ids = tf.gather(tf.concat([v["finished_ids"], candidates], 1), pick, batch_dims=1)
+        return finished_ids, finished_scores
+
+    def stop_rows(self, v, new, parents):
+        """Marks the rows that stopped `done`, or, given `select_rows`,
+        retires them from the loop; returns (new, parents)."""
+        index = v["index"]
+        if "done" in v:
+            stopped = tf.logical_not(self.searching(index + 1, new["alive_logp"], new["finished_scores"]))
+            new["done"] = tf.logical_or(v["done"], stopped)
+        if self.select_rows is not None:
+            going = tf.logical_and(self.searching(index + 1, new["alive_logp"], new["finished_scores"]),
+                                   index + 1 < self.length)
+            new, parents = tf.cond(tf.reduce_all(going), lambda: (new, parents),
+                                   lambda: _retire(new, parents, going, self.returned, self.select_rows))
+        return new, parents
+
+    def results(self, v):
+        """(ids (B, N, length), scores (B, N)) from the final loop variables."""
+        if self.select_rows is not None:
+            return v["out_ids"], v["out_scores"]
+        return v["finished_ids"][:, :self.returned], v["finished_scores"][:, :self.returned]
 
 
 _PER_ROW = ("rows", "tokens", "alive_ids", "alive_logp", "finished_ids", "finished_scores", "limits")
@@ -246,6 +307,14 @@ def _retire(loop, parents, going, returned, select_rows):
     loop = dict(loop, out_ids=out_ids, out_scores=out_scores, state=select_rows(loop["state"], kept),
                 **{key: tf.gather(loop[key], kept) for key in _PER_ROW if key in loop})
     return loop, tf.gather(parents, kept)
+
+
+def _row_invariants(loop):
+    """The loop variables' shape invariants where rows leave the loop: every
+    row-major tensor may lose rows; the step and the results keep theirs."""
+    shapes = {key: tf.nest.map_structure(_any_rows, value) for key, value in loop.items()}
+    shapes.update(index=loop["index"].shape, out_ids=loop["out_ids"].shape, out_scores=loop["out_scores"].shape)
+    return shapes
 
 
 def _any_rows(tensor):
