@@ -10,7 +10,19 @@ import tensorflow as tf
 
 
 def check_choice(name, value, choices):
-    """Raises ValueError unless `value` is one of `choices`."""
+    """Checks that `value` is one of `choices`.
+
+    Args:
+        name: the argument's name, for the message.
+        value: the value to check.
+        choices: the allowed values.
+
+    Returns:
+        `value`, unchanged.
+
+    Raises:
+        ValueError: `value` is not one of `choices`.
+    """
     if value not in choices:
         raise ValueError(
             f"`{name}` must be one of {list(choices)}; got {value!r}."
@@ -19,7 +31,19 @@ def check_choice(name, value, choices):
 
 
 def check_positive_int(name, value, allow_zero=False):
-    """Raises ValueError unless `value` is an int > 0 (or >= 0)."""
+    """Checks that `value` is an integer > 0 (or >= 0).
+
+    Args:
+        name: the argument's name, for the message.
+        value: the value to check; a bool is not an integer here.
+        allow_zero: accept 0 too. Default False.
+
+    Returns:
+        `value` as a Python int.
+
+    Raises:
+        ValueError: `value` is not an integer or is below the bound.
+    """
     low = 0 if allow_zero else 1
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
         raise ValueError(f"`{name}` must be an integer; got {value!r}.")
@@ -29,14 +53,36 @@ def check_positive_int(name, value, allow_zero=False):
 
 
 def check_rate(name, value):
-    """Raises ValueError unless 0 <= value < 1."""
+    """Checks that `value` is a rate in [0, 1), such as a dropout rate.
+
+    Args:
+        name: the argument's name, for the message.
+        value: the value to check, an int or float.
+
+    Returns:
+        `value` as a float.
+
+    Raises:
+        ValueError: `value` is not a number in [0, 1).
+    """
     if not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
         raise ValueError(f"`{name}` must be a float in [0, 1); got {value!r}.")
     return float(value)
 
 
 def as_id_array(ids, name):
-    """Python lists of ids -> a numpy array; anything else is returned as is."""
+    """Turns Python lists of ids into a numpy array; anything else is returned as is.
+
+    Args:
+        ids: a list or tuple of id rows, or an array or tensor.
+        name: the argument's name, for the message.
+
+    Returns:
+        A numpy array for a list or tuple, else `ids` unchanged.
+
+    Raises:
+        ValueError: the rows have different lengths.
+    """
     if not isinstance(ids, (list, tuple)):
         return ids
     try:
@@ -57,6 +103,21 @@ def check_token_ids(ids, name, vocab_size=None, max_length=None):
     Static properties (dtype, rank, empty or over-long length) raise
     ValueError at once. Id ranges raise ValueError when called eagerly; inside
     a traced function they become runtime assertions with the same message.
+
+    Args:
+        ids: (B, L) integer ids: an array, tensor or list of equal-length rows.
+        name: the argument's name, for the message.
+        vocab_size: ids must lie in [0, vocab_size); None (default) skips
+            the range check.
+        max_length: the longest L allowed; None (default) for any.
+
+    Returns:
+        The ids as an int32 tensor; a symbolic Keras tensor is returned
+        unchanged.
+
+    Raises:
+        ValueError: `ids` is ragged or sparse, not integer, not rank 2,
+            empty, longer than `max_length`, or (eagerly) out of range.
     """
     symbolic = isinstance(ids, keras.KerasTensor)
     if isinstance(ids, (tf.RaggedTensor, tf.SparseTensor)):
@@ -108,9 +169,7 @@ def check_token_ids(ids, name, vocab_size=None, max_length=None):
 
 
 def ids_in_range(ids, size, message):
-    """Int32 `ids` clipped into [0, size), with an assertion that they were
-    in range (failing with `message`, a string or a list of strings and
-    int32 tensors), for traced functions.
+    """Clips ids into [0, size), asserting that they were in range, for traced functions.
 
     The assertion is a side effect nothing waits for: a train step on a GPU
     would otherwise stall on copying its condition to the host before every
@@ -118,6 +177,15 @@ def ids_in_range(ids, size, message):
     range (an id out of range fails deep inside TensorFlow on a CPU and reads
     zeros on a GPU), and the step still ends with `message`. Under XLA the
     assertion compiles to nothing, as every assertion does.
+
+    Args:
+        ids: an integer tensor of ids, any shape.
+        size: the number of valid ids (an int or scalar tensor).
+        message: what the assertion fails with: a string, or a list of
+            strings and int32 tensors.
+
+    Returns:
+        `ids` as int32, clipped into [0, size).
     """
     wide = tf.cast(ids, "int64")
     size = tf.cast(size, "int64")
@@ -129,8 +197,21 @@ def ids_in_range(ids, size, message):
 
 
 def check_float(name, value, low=None, high=None, low_open=False):
-    """Raises ValueError unless `value` is a finite real in [low, high]
-    (or (low, high] with `low_open`)."""
+    """Checks that `value` is a finite number in [low, high] (or (low, high]).
+
+    Args:
+        name: the argument's name, for the message.
+        value: the value to check; a bool is not a number here.
+        low: the lower bound; None (default) for none.
+        high: the upper bound, inclusive; None (default) for none.
+        low_open: exclude `low` itself. Default False.
+
+    Returns:
+        `value` as a float.
+
+    Raises:
+        ValueError: `value` is not a finite number within the bounds.
+    """
     if isinstance(value, bool) or not isinstance(value, (int, float, np.floating)):
         raise ValueError(f"`{name}` must be a number; got {value!r}.")
     value = float(value)

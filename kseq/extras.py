@@ -9,8 +9,16 @@ _warned = set()
 
 
 def missing(extra, left_out):
-    """True where `extra`'s module cannot be imported; the first time for
-    each extra, warns "`left_out`: ... (pip install 'kseq[extra]')"."""
+    """Tells whether an optional dependency is missing, warning once per extra.
+
+    Args:
+        extra: the extra's name in pyproject: "plots" or "serving".
+        left_out: what is left out without it, the warning's opening words.
+
+    Returns:
+        True where `extra`'s module cannot be imported. The first time for
+        each extra it also warns "`left_out`: ... (pip install 'kseq[extra]')".
+    """
     if importlib.util.find_spec(MODULES[extra]) is not None:
         return False
     if extra not in _warned:

@@ -19,7 +19,11 @@ NAME = "kseq-classify"
 
 
 def main(argv=None):
-    """The installed command's entry point."""
+    """Runs kseq-classify, the installed command's entry point.
+
+    Args:
+        argv: the command-line arguments; None (default) reads `sys.argv`.
+    """
     command.run(parser(), classify, argv)
 
 
@@ -34,6 +38,11 @@ def parser():
 
 
 def classify(args):
+    """Labels --input's lines in the format the options ask for.
+
+    Args:
+        args: the parsed arguments.
+    """
     _, signatures = command.load(args, ["text"], NAME)
     signature = signatures["serving_default"]
 
@@ -46,6 +55,17 @@ def classify(args):
 
 
 def shown(label, probabilities, class_id, args):
+    """Formats one output line: the label, after the probabilities the options ask for.
+
+    Args:
+        label: the label, bytes.
+        probabilities: (V,) every class's probability, V the classes.
+        class_id: the label's class id.
+        args: the parsed arguments (--scores, --probabilities).
+
+    Returns:
+        The tab-separated line, a str.
+    """
     numbers = list(probabilities) if args.probabilities else [probabilities[class_id]] if args.scores else []
     return "\t".join([command.number(p) for p in numbers] + [servable.text(label)])
 

@@ -15,7 +15,18 @@ WINDOW_BATCHES = 64
 
 
 def parser(prog, description, what, epilog=None):
-    """The options every command takes; `what` names what one input line holds."""
+    """Builds the parser of the options every command takes.
+
+    Args:
+        prog: the command's name, as usage and messages show it.
+        description: --help's opening text.
+        what: what one input line holds, for --input's help.
+        epilog: --help's closing text; None (default) for none.
+
+    Returns:
+        An `argparse.ArgumentParser` with --model, --input, --output,
+        --batch-size and --no-sort; a command adds its own options.
+    """
     arguments = argparse.ArgumentParser(prog=prog, description=description, epilog=epilog,
                                         formatter_class=argparse.RawDescriptionHelpFormatter)
     arguments.add_argument("--model", required=True, metavar="DIR",
@@ -35,13 +46,31 @@ def parser(prog, description, what, epilog=None):
 
 
 def epilog(doc):
-    """--help's closing text: a command module's docstring from its
-    "Output formats:" on, so the formats are written once."""
+    """Gives --help's closing text: a command module's docstring from its "Output formats:" on.
+
+    The formats are so written once.
+
+    Args:
+        doc: the command module's docstring.
+
+    Returns:
+        The text from "Output formats:" to the end, trailing space removed.
+    """
     return "Output formats:" + doc.partition("Output formats:")[2].rstrip()
 
 
 def positive(text):
-    """An int >= 1, for argparse: its message names the option."""
+    """Parses an int >= 1, as an argparse `type` (argparse's message names the option).
+
+    Args:
+        text: the option's value as typed.
+
+    Returns:
+        The value as an int.
+
+    Raises:
+        argparse.ArgumentTypeError: `text` is not an integer, or is below 1.
+    """
     try:
         value = int(text)
     except ValueError:
@@ -52,9 +81,20 @@ def positive(text):
 
 
 def run(arguments, command, argv=None):
-    """Parses `argv`, checks the files, runs `command(args)`; stops with the
-    tasks' exit statuses: 2 (usage, the message naming the option) or 1
-    (one line on stderr), never a traceback for a user's mistake."""
+    """Parses `argv`, checks the files and runs `command(args)`.
+
+    Stops with the tasks' exit statuses: 2 (usage, the message naming the
+    option) or 1 (one line on stderr), never a traceback for a user's
+    mistake; 130 on Ctrl-C.
+
+    Args:
+        arguments: the command's `argparse.ArgumentParser` (see `parser`).
+        command: a function of the parsed arguments that does the work.
+        argv: the arguments; None (default) reads `sys.argv`.
+
+    Raises:
+        SystemExit: with status 2, 1 or 130 when the command stops early.
+    """
     # TensorFlow's C++ logs read the level when they log: after the import, this still quiets the run.
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     args = arguments.parse_args(argv)
@@ -78,9 +118,22 @@ def run(arguments, command, argv=None):
 
 
 def load(args, inputs, command):
-    """The signatures of --model, checked to be `command`'s kind (its
-    serving_default takes `inputs`); says on stderr which version a base
-    folder gave."""
+    """Loads the signatures of --model, checked to be `command`'s kind.
+
+    Says on stderr which version a base folder gave.
+
+    Args:
+        args: the parsed arguments; `args.model` is the export's folder.
+        inputs: the input names `command`'s exports take in serving_default.
+        command: the command's name, for the messages.
+
+    Returns:
+        (version folder, {signature name: concrete function}).
+
+    Raises:
+        Failure: the model cannot be loaded.
+        UsageError: the export is of another kind.
+    """
     folder, picked = servable.version_folder(args.model)
     if picked:
         print(f"{command}: {picked}", file=sys.stderr)
@@ -90,13 +143,27 @@ def load(args, inputs, command):
 
 
 def serve(args, answer, width=1, parse=None):
-    """Streams --input to --output: the non-blank lines of each window of
-    `WINDOW_BATCHES` batches, sorted by length (unless --no-sort), go to
-    `answer` a batch at a time (a list of requests -> a list with, for
-    each, its `width` output lines), and the window's answers are written
-    in input order; a blank line (whitespace only: the exports read it as
-    empty) gets `width` blank lines without a call. `parse(text)` turns a
-    line into a request, raising ValueError with the reason it cannot."""
+    """Streams --input to --output, answering a batch of lines at a time.
+
+    The non-blank lines of each window of `WINDOW_BATCHES` batches, sorted
+    by length (unless --no-sort), go to `answer` a batch at a time, and the
+    window's answers are written in input order; a blank line (whitespace
+    only: the exports read it as empty) gets `width` blank lines without a
+    call.
+
+    Args:
+        args: the parsed arguments (--input, --output, --batch-size, --no-sort).
+        answer: a function of a list of requests giving, for each, a list of
+            its `width` output lines.
+        width: output lines per input line. Default 1.
+        parse: a function turning a line's text into a request, raising
+            ValueError with the reason it cannot; None (default) passes the
+            text itself.
+
+    Raises:
+        Failure: a line cannot be read, parsed or answered; the first such
+            line of the window is named.
+    """
     interactive = lines.interactive(args.input)  # each line answered as it is typed
     size = 1 if interactive else args.batch_size
     window = size if interactive or args.no_sort else size * WINDOW_BATCHES
@@ -120,6 +187,20 @@ def serve(args, answer, width=1, parse=None):
 
 
 def parsed(path, number, text, parse):
+    """Turns one input line into a request with `parse`.
+
+    Args:
+        path: the --input path, for the message.
+        number: the line's number, from 1.
+        text: the line's text.
+        parse: a function of the text raising ValueError, or None.
+
+    Returns:
+        `parse(text)`, or `text` when `parse` is None.
+
+    Raises:
+        Failure: `parse` raised ValueError; the message names the line.
+    """
     if parse is None:
         return text
     try:
@@ -129,9 +210,23 @@ def parsed(path, number, text, parse):
 
 
 def answered(path, requests, answer):
-    """`answer`'s outputs for [(line number, request)]; a request the graph
-    refuses (an unknown label) is found by asking line by line, so the
-    message names its line."""
+    """Calls `answer` on a batch of requests, naming the line of any the graph refuses.
+
+    A request the graph refuses (an unknown label) is found by asking line
+    by line, so the message names its line.
+
+    Args:
+        path: the --input path, for the message.
+        requests: a list of (line number, request).
+        answer: a function of a list of requests giving a list of answers.
+
+    Returns:
+        `answer`'s outputs, one for each request ([] for no requests).
+
+    Raises:
+        Failure: the graph refused a request (naming its line) or the batch
+            (naming its lines).
+    """
     import tensorflow as tf
 
     if not requests:
@@ -153,8 +248,18 @@ def answered(path, requests, answer):
 
 
 def named_lines(numbers):
-    """"lines 3-9" for consecutive line numbers, else "lines 3, 17, 40" (at
-    most 5 named): a batch of lines sorted by length is rarely consecutive."""
+    """Names a batch's line numbers for a message.
+
+    A batch of lines sorted by length is rarely consecutive, so at most 5
+    are named.
+
+    Args:
+        numbers: the line numbers, not empty.
+
+    Returns:
+        "lines 3-9" for consecutive numbers, else "lines 3, 17, 40" (with
+        "and N more" past 5).
+    """
     numbers = sorted(numbers)
     if numbers == list(range(numbers[0], numbers[-1] + 1)):
         return f"lines {numbers[0]}-{numbers[-1]}"
@@ -163,5 +268,12 @@ def named_lines(numbers):
 
 
 def number(value):
-    """A score or probability as the commands print it."""
+    """Formats a score or probability as the commands print it.
+
+    Args:
+        value: a number.
+
+    Returns:
+        The value with 4 decimals, as a string.
+    """
     return f"{float(value):.4f}"

@@ -8,10 +8,16 @@ class UsageError(Exception):
 
 
 class Failure(Exception):
-    """The input or the run fails (a line that is not UTF-8, an unknown
-    label, a model that cannot load): one line naming the file and the
-    line, exit 1, as the tasks' SystemExit messages. `line`: the first
-    input line it names, if any."""
+    """The input or the run fails: reported as one line, exit 1.
+
+    A line that is not UTF-8, an unknown label, a model that cannot load:
+    one line naming the file and the line, as the tasks' SystemExit
+    messages.
+
+    Args:
+        message: the message, naming the file and line.
+        line: the first input line it names, if any; None (default) for none.
+    """
 
     def __init__(self, message, line=None):
         super().__init__(message)

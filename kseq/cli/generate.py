@@ -21,7 +21,11 @@ NAME = "kseq-generate"
 
 
 def main(argv=None):
-    """The installed command's entry point."""
+    """Runs kseq-generate, the installed command's entry point.
+
+    Args:
+        argv: the command-line arguments; None (default) reads `sys.argv`.
+    """
     command.run(parser(), generate, argv)
 
 
@@ -31,6 +35,11 @@ def parser():
 
 
 def generate(args):
+    """Continues --input's prompts, one continuation a line.
+
+    Args:
+        args: the parsed arguments.
+    """
     _, signatures = command.load(args, ["prompt"], NAME)
     signature = signatures["serving_default"]
 

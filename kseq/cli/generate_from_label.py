@@ -20,7 +20,11 @@ NAME = "kseq-generate-from-label"
 
 
 def main(argv=None):
-    """The installed command's entry point."""
+    """Runs kseq-generate-from-label, the installed command's entry point.
+
+    Args:
+        argv: the command-line arguments; None (default) reads `sys.argv`.
+    """
     command.run(parser(), generate_from_label, argv)
 
 
@@ -30,6 +34,11 @@ def parser():
 
 
 def generate_from_label(args):
+    """Writes a text for each of --input's labels, one a line.
+
+    Args:
+        args: the parsed arguments.
+    """
     _, signatures = command.load(args, ["label"], NAME)
     signature = signatures["serving_default"]
 

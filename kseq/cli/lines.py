@@ -16,18 +16,40 @@ BOM = "\ufeff"
 
 
 def is_stdio(path):
-    """No path or "-": stdin for --input, stdout for --output."""
+    """Tells whether a path means stdin (for --input) or stdout (for --output).
+
+    Args:
+        path: the option's value.
+
+    Returns:
+        True for no path (None) or "-".
+    """
     return path in (None, "-")
 
 
 def input_name(path):
-    """How messages name the input."""
+    """Gives how messages name the input.
+
+    Args:
+        path: the --input value.
+
+    Returns:
+        "stdin", or the path.
+    """
     return "stdin" if is_stdio(path) else path
 
 
 def check_input(path):
-    """Raises UsageError for an --input the command could not read, before
-    the model loads (the tasks' wording for their input files)."""
+    """Checks, before the model loads, that the command can read --input.
+
+    The messages use the tasks' wording for their input files.
+
+    Args:
+        path: the --input value; stdin passes.
+
+    Raises:
+        UsageError: `path` is a folder, missing, or not readable.
+    """
     if is_stdio(path):
         return
     if os.path.isdir(path):
@@ -39,8 +61,14 @@ def check_input(path):
 
 
 def check_output(path):
-    """Raises UsageError for an --output that cannot be written, before
-    any work is done."""
+    """Checks, before any work is done, that --output can be written.
+
+    Args:
+        path: the --output value; stdout passes.
+
+    Raises:
+        UsageError: `path` is a folder, or its folder is missing or not writable.
+    """
     if is_stdio(path):
         return
     folder = os.path.dirname(os.path.abspath(path))
@@ -53,10 +81,20 @@ def check_output(path):
 
 
 def read_lines(path):
-    """Yields (line number from 1, text) without the line end (`\\n` or
-    `\\r\\n`) or a leading BOM; only `\\n` ends a line, so a text keeps any
-    other Unicode separator. Raises Failure at the first line that is not
-    UTF-8, naming it: the export would silently replace its bytes."""
+    """Reads the input's lines, without the line end (`\\n` or `\\r\\n`) or a leading BOM.
+
+    Only `\\n` ends a line, so a text keeps any other Unicode separator.
+
+    Args:
+        path: the --input value (None or "-" for stdin).
+
+    Returns:
+        A generator of (line number from 1, text).
+
+    Raises:
+        Failure: a line is not UTF-8 (the export would silently replace its
+            bytes), or the file cannot be opened.
+    """
     with _opened(path) as stream:
         for number, raw in enumerate(stream, 1):
             raw = raw.removesuffix(b"\n").removesuffix(b"\r")
@@ -82,13 +120,29 @@ def _opened(path):
 
 
 def interactive(path):
-    """Whether the input is a terminal: a person typing waits for each
-    answer, not for a batch to fill."""
+    """Tells whether the input is a terminal.
+
+    A person typing waits for each answer, not for a batch to fill.
+
+    Args:
+        path: the --input value.
+
+    Returns:
+        True where the input is stdin and stdin is a terminal.
+    """
     return is_stdio(path) and sys.stdin.isatty()
 
 
 def batches(numbered_lines, size):
-    """Lists of up to `size` items, in order."""
+    """Splits an iterable into lists of up to `size` items, in order.
+
+    Args:
+        numbered_lines: any iterable, such as `read_lines`' pairs.
+        size: the most items a list holds.
+
+    Returns:
+        A generator of lists; only the last may be shorter than `size`.
+    """
     batch = []
     for item in numbered_lines:
         batch.append(item)
@@ -101,9 +155,18 @@ def batches(numbered_lines, size):
 
 @contextlib.contextmanager
 def output_stream(path):
-    """A binary stream for the answers: stdout, or a temporary file beside
-    `path` renamed onto it when the block ends without an error, so a
-    failed run leaves `path` as it was (and --output may be --input)."""
+    """Opens a binary stream for the answers: stdout, or a file written atomically.
+
+    For a file, a temporary file beside `path` is renamed onto it when the
+    block ends without an error, so a failed run leaves `path` as it was
+    (and --output may be --input).
+
+    Args:
+        path: the --output value (None or "-" for stdout).
+
+    Returns:
+        A context manager yielding the binary stream.
+    """
     if is_stdio(path):
         yield sys.stdout.buffer
         return
@@ -112,7 +175,14 @@ def output_stream(path):
 
 
 def write_lines(stream, lines):
-    """Writes `lines`, each ended by `\\n`, and flushes: a reader at the
-    other end of a pipe gets each batch as soon as it is answered."""
+    """Writes `lines` as UTF-8, each ended by `\\n`, and flushes.
+
+    A reader at the other end of a pipe gets each batch as soon as it is
+    answered.
+
+    Args:
+        stream: a binary stream, from `output_stream`.
+        lines: the strings to write.
+    """
     stream.write("".join(line + "\n" for line in lines).encode("utf-8"))
     stream.flush()

@@ -22,11 +22,23 @@ KINDS = {
 
 
 def version_folder(path):
-    """(the SavedModel folder `path` names, the message saying which version
-    was picked or None): `path` itself if it holds saved_model.pb, else its
-    highest numbered complete version, as TF Serving picks one (numbers,
-    not names, compared: 10 is newer than 9; a folder without
-    saved_model.pb, such as a half-copied one, is passed over)."""
+    """Finds the SavedModel folder that --model names.
+
+    That is `path` itself if it holds saved_model.pb, else its highest
+    numbered complete version, as TF Serving picks one (numbers, not names,
+    compared: 10 is newer than 9; a folder without saved_model.pb, such as
+    a half-copied one, is passed over).
+
+    Args:
+        path: the --model value: a version folder or a folder of versions.
+
+    Returns:
+        (the SavedModel folder, the message saying which version was picked,
+        or None where `path` is the version folder).
+
+    Raises:
+        UsageError: `path` is missing, a file, or holds no complete version.
+    """
     if os.path.isfile(os.path.join(path, "saved_model.pb")):
         return path, None
     if not os.path.exists(path):
@@ -46,8 +58,18 @@ def version_folder(path):
 
 
 def load_signatures(folder):
-    """{name: concrete function} of the SavedModel in `folder`; Failure if
-    it cannot be read (damaged, half-written, ops this TensorFlow lacks)."""
+    """Loads the signatures of the SavedModel in `folder`.
+
+    Args:
+        folder: a SavedModel version folder.
+
+    Returns:
+        {signature name: concrete function}.
+
+    Raises:
+        Failure: it cannot be read (damaged, half-written, ops this
+            TensorFlow lacks).
+    """
     import tensorflow as tf
 
     importlib.import_module("tensorflow_text")  # registers the text ops the exports' graphs hold
@@ -59,8 +81,19 @@ def load_signatures(folder):
 
 
 def check_kind(signatures, folder, inputs, command):
-    """Raises UsageError unless `serving_default` takes exactly `inputs`,
-    naming what it takes, what that is and which command serves it."""
+    """Checks that the export's `serving_default` takes exactly `inputs`.
+
+    Args:
+        signatures: {signature name: concrete function}, from `load_signatures`.
+        folder: the SavedModel folder, for the message.
+        inputs: the input names the command needs, such as ["source"].
+        command: the command's name, for the message.
+
+    Raises:
+        UsageError: there is no serving_default, or it takes other inputs;
+            the message names what it takes, what that is and which command
+            serves it.
+    """
     if "serving_default" not in signatures:
         raise UsageError(f"--model {folder}: no serving_default signature (it has: "
                          f"{', '.join(sorted(signatures)) or 'none'}); {command} needs one taking "
@@ -77,18 +110,42 @@ def check_kind(signatures, folder, inputs, command):
 
 
 def input_names(signature):
+    """Lists a signature's input names.
+
+    Args:
+        signature: a concrete function of the export.
+
+    Returns:
+        The names of its keyword inputs.
+    """
     return list(signature.structured_input_signature[1])
 
 
 def output_shape(signature, name):
-    """The static shape (a list, None where unknown) of output `name`, or
-    None if the signature has no such output."""
+    """Gives the static shape of one of a signature's outputs.
+
+    Args:
+        signature: a concrete function of the export.
+        name: the output's name.
+
+    Returns:
+        The shape as a list (None where a size is unknown), or None if the
+        signature has no such output.
+    """
     spec = signature.structured_outputs.get(name)
     return None if spec is None else spec.shape.as_list()
 
 
 def call(signature, **inputs):
-    """{output name: numpy array} of one call on lists of strings."""
+    """Calls a signature once on lists of strings.
+
+    Args:
+        signature: a concrete function of the export.
+        **inputs: each input's name and its list of strings.
+
+    Returns:
+        {output name: numpy array}.
+    """
     import tensorflow as tf
 
     outputs = signature(**{name: tf.constant(values, tf.string) for name, values in inputs.items()})
@@ -96,18 +153,40 @@ def call(signature, **inputs):
 
 
 def text(value):
-    """A string output (bytes) as text; the exports' outputs are UTF-8."""
+    """Decodes a string output (bytes) as text; the exports' outputs are UTF-8.
+
+    Args:
+        value: bytes from an output.
+
+    Returns:
+        The text, a str.
+    """
     return value.decode("utf-8")
 
 
 def first_line(message):
+    """Gives a message's first non-blank line, stripped.
+
+    Args:
+        message: a possibly multi-line message.
+
+    Returns:
+        The first non-blank line, or `message` itself when all are blank.
+    """
     return next((line.strip() for line in message.splitlines() if line.strip()), message)
 
 
 def graph_error(message):
-    """The words of a TensorFlow error raised inside a served graph: an
-    Assert's text and values ("assertion failed: [text] [values]"), else
-    the first line that is not TensorFlow's framing."""
+    """Extracts the words that matter from a TensorFlow error raised inside a served graph.
+
+    Args:
+        message: the error's message.
+
+    Returns:
+        An Assert's text and values ("assertion failed: [text] [values]"
+        gives "text values"), else the first line that is not TensorFlow's
+        framing, without a trailing "[Op:...]".
+    """
     for line in message.splitlines():
         if line.startswith("assertion failed:"):
             return " ".join(re.findall(r"\[([^\]]*)\]", line)) or line

@@ -25,7 +25,16 @@ TASKS = ("translate", "language_model", "classify", "generate_reviews", "caption
 
 
 def main(argv=None):
-    """The installed command's entry point: `kseq-train TASK [OPTIONS]`."""
+    """Runs `kseq-train TASK [OPTIONS]`, the installed command's entry point.
+
+    Args:
+        argv: the command line after the program's name; None (default)
+            reads `sys.argv`.
+
+    Raises:
+        SystemExit: after printing the help (0, or 2 without a task), or 2
+            for an unknown task.
+    """
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help"):
         print(__doc__.strip())
@@ -38,7 +47,12 @@ def main(argv=None):
 
 
 def run(task, argv):
-    """Run `task` (a name in TASKS) on the command line `argv`, as a fresh process would."""
+    """Runs `task` on the command line `argv`, as a fresh process would.
+
+    Args:
+        task: a name in TASKS, with underscores.
+        argv: the task's options, a list of strings.
+    """
     from kseq.training.devices.runtime import tune_cpu_runtime
 
     tune_cpu_runtime()

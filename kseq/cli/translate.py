@@ -26,7 +26,11 @@ NAME = "kseq-translate"
 
 
 def main(argv=None):
-    """The installed command's entry point."""
+    """Runs kseq-translate, the installed command's entry point.
+
+    Args:
+        argv: the command-line arguments; None (default) reads `sys.argv`.
+    """
     command.run(parser(), translate, argv)
 
 
@@ -42,6 +46,14 @@ def parser():
 
 
 def translate(args):
+    """Translates --input's lines in the format the options ask for.
+
+    Args:
+        args: the parsed arguments.
+
+    Raises:
+        UsageError: the options conflict or the export lacks what they need.
+    """
     if args.score_pairs and (args.n_best > 1 or args.scores):
         raise UsageError("--score-pairs prints one log-probability a pair: it takes neither --n-best nor --scores")
     folder, signatures = command.load(args, ["source"], NAME)
@@ -58,8 +70,22 @@ def translate(args):
 
 
 def needed(signatures, name, folder, option, *outputs):
-    """Signature `name`, which `option` needs, with `outputs`; else a usage
-    error (an export made before it was served, or with n_best=0)."""
+    """Gives signature `name`, which `option` needs, checked to have `outputs`.
+
+    Args:
+        signatures: {signature name: concrete function}.
+        name: the signature's name, such as "n_best".
+        folder: the SavedModel folder, for the message.
+        option: the option that needs it, for the message.
+        *outputs: the output names it must have.
+
+    Returns:
+        The signature's concrete function.
+
+    Raises:
+        UsageError: the signature or an output is missing (an export made
+            before it was served, or with n_best=0).
+    """
     if name not in signatures:
         raise UsageError(f"{option}: --model {folder} has no {name} signature (re-export it with "
                          f"kseq.export.export_translator{', n_best>=2' if name == 'n_best' else ''})")
@@ -71,6 +97,15 @@ def needed(signatures, name, folder, option, *outputs):
 
 
 def check_width(signature, wanted):
+    """Checks that the n_best signature gives at least `wanted` hypotheses.
+
+    Args:
+        signature: the n_best signature.
+        wanted: the --n-best value.
+
+    Raises:
+        UsageError: the export was made with a smaller n_best.
+    """
     width = servable.output_shape(signature, "translations")[-1]
     if width is not None and wanted > width:
         raise UsageError(f"--n-best {wanted}: this export gives at most {width} hypotheses an input "
@@ -78,12 +113,29 @@ def check_width(signature, wanted):
 
 
 def shown(text, score=None):
-    """`score<TAB>text`, or the text alone when there is no score."""
+    """Formats one output line: `score<TAB>text`, or the text alone.
+
+    Args:
+        text: the translation, bytes.
+        score: its score; None (default) for the text alone.
+
+    Returns:
+        The line, a str.
+    """
     text = servable.text(text)
     return text if score is None else f"{command.number(score)}\t{text}"
 
 
 def best(signature, with_scores):
+    """Makes the `answer` function for the best translation of each source.
+
+    Args:
+        signature: serving_default.
+        with_scores: prefix each translation with its score.
+
+    Returns:
+        A function of a list of sources giving, for each, a one-line list.
+    """
     def answer(sources):
         out = servable.call(signature, source=sources)
         scores = out["score"] if with_scores else [None] * len(sources)
@@ -93,6 +145,16 @@ def best(signature, with_scores):
 
 
 def n_best(signature, k, with_scores):
+    """Makes the `answer` function for the `k` best translations of each source.
+
+    Args:
+        signature: the n_best signature.
+        k: hypotheses an input.
+        with_scores: prefix each hypothesis with its score.
+
+    Returns:
+        A function of a list of sources giving, for each, its `k` lines, best first.
+    """
     def answer(sources):
         out = servable.call(signature, source=sources)
         return [[shown(text, score if with_scores else None) for text, score in zip(texts[:k], scores[:k])]
@@ -102,7 +164,17 @@ def n_best(signature, k, with_scores):
 
 
 def pair(text):
-    """A `source<TAB>target` line -> (source, target)."""
+    """Splits a `source<TAB>target` line.
+
+    Args:
+        text: the line.
+
+    Returns:
+        (source, target).
+
+    Raises:
+        ValueError: the line does not hold exactly one tab.
+    """
     fields = text.split("\t")
     if len(fields) != 2:
         raise ValueError(f"--score-pairs takes source<TAB>target lines; this one has "
@@ -111,6 +183,15 @@ def pair(text):
 
 
 def pair_scores(signature):
+    """Makes the `answer` function scoring (source, target) pairs.
+
+    Args:
+        signature: the score signature.
+
+    Returns:
+        A function of a list of (source, target) giving, for each, a one-line
+        list: the target's log-probability given the source.
+    """
     def answer(pairs):
         sources, targets = zip(*pairs)
         out = servable.call(signature, source=list(sources), target=list(targets))

@@ -99,6 +99,14 @@ parse_args = options_parser(Options, __doc__, PRESETS)
 
 
 def main(argv=None):
+    """Trains, tests and exports the plain and/or attention captioners (`--models`).
+
+    Args:
+        argv: the task's options; None (default) reads the command line.
+
+    Returns:
+        The metrics written to `<logdir>/metrics.json`, each model's under "models".
+    """
     options = parse_args(argv)
     run = task.start(options, decide_jit_compile(options.jit_compile, num_shapes=len(BUCKETS) + 1,
                                                  budget_minutes=options.max_minutes))
@@ -136,9 +144,21 @@ def main(argv=None):
 
 
 def make_datasets(options, data, tokenizer, position):
-    """{split: batches of ((images uint8, BOS + words), words + EOS)}, every
-    reference caption of every image once per epoch, bucketed by length;
-    the training split in an order fixed by `position`'s data epoch."""
+    """Makes every split's batches, bucketed by caption length; prints the first batch's shapes.
+
+    Every reference caption of every image comes once per epoch; the
+    training split in an order fixed by `position`'s data epoch.
+
+    Args:
+        options: the task's options (--batch-size, --seed, --epochs).
+        data: {split: scenes}.
+        tokenizer: the caption tokenizer.
+        position: the `Fit`'s training position.
+
+    Returns:
+        {split: batches of ((images (B, H, W, 3) uint8, BOS + words (B, T)),
+        words + EOS (B, T))}.
+    """
     datasets = {split: make_dataset(scenes, tokenizer, options, position if split == "train" else None)
                 for split, scenes in data.items()}
     (images, target_in), labels = next(iter(datasets["train"]))
@@ -148,6 +168,19 @@ def make_datasets(options, data, tokenizer, position):
 
 
 def make_dataset(scenes, tokenizer, options, position=None):
+    """Makes one split's batches, bucketed by caption length.
+
+    Args:
+        scenes: the split's scenes (images and their reference captions).
+        tokenizer: the caption tokenizer.
+        options: the task's options (--batch-size, --seed, --epochs).
+        position: the training position, for the training split's epoch
+            order; None (default): one pass, in order, for a held-out split.
+
+    Returns:
+        A dataset of ((images (B, H, W, 3) uint8, BOS + words (B, T)),
+        words + EOS (B, T)).
+    """
     references = len(scenes.captions[0])
     target_in, target_out = add_specials(tokenizer.tokenize([c for cs in scenes.captions for c in cs]))
     which = np.repeat(np.arange(len(scenes), dtype=np.int32), references)  # each caption's image
@@ -168,7 +201,14 @@ def make_dataset(scenes, tokenizer, options, position=None):
 
 
 def png_bytes(image):
-    """An (H, W, 3) uint8 image as PNG bytes (what the export takes)."""
+    """Encodes an image as PNG bytes, what the export takes.
+
+    Args:
+        image: (H, W, 3) uint8.
+
+    Returns:
+        The PNG file's bytes.
+    """
     return tf.io.encode_png(image).numpy()
 
 
@@ -176,7 +216,17 @@ def png_bytes(image):
 
 
 def build_model(options, name, vocab_size, precision="float32"):
-    """The "plain" or "attention" captioner of these options, unbuilt."""
+    """Makes the "plain" or "attention" captioner of these options, unbuilt.
+
+    Args:
+        options: the task's options (sizes, --attention, --peeky, ...).
+        name: "plain" or "attention".
+        vocab_size: V, the caption tokenizer's size.
+        precision: the dtype policy. Default "float32".
+
+    Returns:
+        An `ImageCaptioner` named "<name>_captioner".
+    """
     return kseq.models.ImageCaptioner(
         vocab_size, image_size=scene_data.IMAGE_SIZE, filters=[int(w) for w in options.filters.split(",")],
         backbone=options.backbone, embed_dim=options.embed_dim, units=options.units, cell=options.cell,
@@ -187,13 +237,31 @@ def build_model(options, name, vocab_size, precision="float32"):
 
 
 def beam_search(options):
-    """The export's search; `caption` decodes the test images with the same."""
+    """Makes the export's search; `caption` decodes the test images with the same.
+
+    Args:
+        options: the task's options (--max-caption-length, --beam-size).
+
+    Returns:
+        A `BeamSearch`.
+    """
     return BeamSearch(options.max_caption_length, beam_size=options.beam_size)
 
 
 def caption(model, tokenizer, images, options, method="beam", batch=100):
-    """Captions of `images` (N, H, W, 3) uint8, decoded as the export does
-    (beam search) or greedily -> (texts, ids (N, T'))."""
+    """Captions images, decoded as the export does (beam search) or greedily.
+
+    Args:
+        model: the captioner.
+        tokenizer: the caption tokenizer.
+        images: (N, H, W, 3) uint8.
+        options: the task's options (--max-caption-length, --beam-size).
+        method: "beam" (default) or "greedy".
+        batch: images a call of `generate`. Default 100.
+
+    Returns:
+        (N caption texts, their ids (N, T) padded with 0 to the longest).
+    """
     texts, ids = [], []
     for begin in range(0, len(images), batch):
         generated = model.generate(images[begin:begin + batch], max_length=options.max_caption_length,
@@ -205,9 +273,20 @@ def caption(model, tokenizer, images, options, method="beam", batch=100):
 
 
 def train_resumably(run, name, data, tokenizer):
-    """One captioner trained once in `<logdir>/<name>`, keeping its epoch of
-    best validation loss: a kill resumes from its last save, a restart
-    after its training loads its weights. -> (model, its training metrics)."""
+    """Trains one captioner once in `<logdir>/<name>`, keeping its epoch of best validation loss.
+
+    A kill resumes from its last save; a restart after its training loads
+    its weights.
+
+    Args:
+        run: the task's `Run`.
+        name: "plain" or "attention".
+        data: {split: scenes}.
+        tokenizer: the caption tokenizer.
+
+    Returns:
+        (model, its training metrics).
+    """
     options = run.options
     logdir = os.path.join(options.logdir, name)
     fit = run.make_fit(name, monitor="val_loss")
@@ -232,7 +311,14 @@ def train_resumably(run, name, data, tokenizer):
 class CaptionMonitor(keras.callbacks.Callback):
     """At every evaluation: greedy captions of the first `monitor_images`
     validation scenes, their content accuracy (printed, logged, added to
-    the epoch's logs) and samples; the attention model's per-word heat maps."""
+    the epoch's logs) and samples; the attention model's per-word heat maps.
+
+    Args:
+        scenes: the validation scenes.
+        options: the task's options (--monitor-images, --attention-plots, ...).
+        tokenizer: the caption tokenizer.
+        logdir: the model's folder; the logs go to its "generation" run.
+    """
 
     def __init__(self, scenes, options, tokenizer, logdir):
         super().__init__()
@@ -265,8 +351,21 @@ class CaptionMonitor(keras.callbacks.Callback):
 
 
 def test(options, model, name, scenes, tokenizer, step):
-    """Beam-search captions of the test scenes: BLEU against the references,
-    content accuracy, and (attention) where the shape words look."""
+    """Scores beam-search captions of the test scenes.
+
+    Args:
+        options: the task's options.
+        model: the trained captioner.
+        name: "plain" or "attention", for the logs.
+        scenes: the test scenes.
+        tokenizer: the caption tokenizer.
+        step: the training step the heat maps are logged at.
+
+    Returns:
+        {"test_bleu" against the references, "content_accuracy" (also by
+        shape count), "samples"; for the attention model, how often the
+        shape words look at their shape}.
+    """
     texts, ids = caption(model, tokenizer, scenes.images, options)
     references = [list(column) for column in zip(*scenes.captions)]  # sacrebleu: one list per reference
     results = {

@@ -69,6 +69,14 @@ parse_args = options_parser(Options, __doc__)
 
 
 def main(argv=None):
+    """Trains, tests and exports a sequence classifier.
+
+    Args:
+        argv: the task's options; None (default) reads the command line.
+
+    Returns:
+        The metrics written to `<logdir>/metrics.json`.
+    """
     options = parse_args(argv)
     run = task.start(options, decide_jit_compile(options.jit_compile, num_shapes=1))
     fit = run.make_fit(monitor="val_accuracy", mode="max", patience=options.patience)
@@ -100,10 +108,21 @@ def main(argv=None):
 
 
 def load_data(options):
-    """({"train": the training texts, scanned once (`kseq.data.corpus.CorpusScan`:
-    their files, bad lines, labels and a sample for the vocabulary), "valid" and
-    "test": (texts, class ids)}, label names), from the TSV files or the default
-    corpus."""
+    """Reads the splits from the TSV files or the default corpus.
+
+    Args:
+        options: the task's options (--train-tsv, --valid-tsv, --test-tsv,
+            --vocab-sample, --seed).
+
+    Returns:
+        ({"train": the training texts, scanned once (`kseq.data.corpus.CorpusScan`:
+        their files, bad lines, labels and a sample for the vocabulary), "valid"
+        and "test": (texts, class ids)}, label names).
+
+    Raises:
+        SystemExit: the training files hold fewer than 2 labels, or a
+            held-out split has a label they lack.
+    """
     from kseq.data.rotten_tomatoes import LABELS, load_rotten_tomatoes, split_file
 
     def default():
@@ -133,7 +152,20 @@ def load_data(options):
 
 
 def class_ids_of(texts, labels, names, split):
-    """(texts, class ids) of a held-out split, whose labels must be the training data's."""
+    """Maps a held-out split's labels to class ids; its labels must be the training data's.
+
+    Args:
+        texts: the split's texts.
+        labels: their labels, strings.
+        names: the training data's label names, in class id order.
+        split: the split's name, for the message.
+
+    Returns:
+        (texts, class ids).
+
+    Raises:
+        SystemExit: a label does not occur in the training data.
+    """
     unknown = sorted(set(labels) - set(names))
     if unknown:
         raise SystemExit(f"{split} labels {unknown[:5]} do not occur in the training data")
@@ -141,11 +173,24 @@ def class_ids_of(texts, labels, names, split):
 
 
 def train_dataset(corpus, names, tokenizer, options, position, strategy):
-    """Padded batches of the training texts streamed from their files, every
-    epoch's (each window shuffled whole by its epoch and place; see
-    `kseq.data.labelled_texts`), from `position`. Under multiworker each
-    worker reads its own share of the lines, in batches of its share of
-    --batch-size."""
+    """Makes padded batches of the training texts, streamed from their files.
+
+    Every epoch's batches (each window shuffled whole by its epoch and
+    place; see `kseq.data.labelled_texts`), from `position`. Under
+    multiworker each worker reads its own share of the lines, in batches of
+    its share of --batch-size.
+
+    Args:
+        corpus: the training corpus scan.
+        names: the label names, in class id order.
+        tokenizer: the text tokenizer.
+        options: the task's options (--max-length, --batch-size, ...).
+        position: the `Fit`'s training position.
+        strategy: the tf.distribute strategy.
+
+    Returns:
+        A dataset of ((B, T) ids, (B,) class ids).
+    """
     def examples(texts, class_ids):
         return tokenizer.tokenize(texts)[:, : options.max_length], class_ids
 
@@ -156,7 +201,17 @@ def train_dataset(corpus, names, tokenizer, options, position, strategy):
 
 
 def make_dataset(texts, labels, tokenizer, options):
-    """Padded batches of a held-out split, in order."""
+    """Makes padded batches of a held-out split, in order.
+
+    Args:
+        texts: the split's texts.
+        labels: their class ids.
+        tokenizer: the text tokenizer.
+        options: the task's options (--max-length, --batch-size).
+
+    Returns:
+        A dataset of ((B, T) int ids padded with PAD_ID, (B,) int32 class ids).
+    """
     ids = tokenizer.tokenize(list(texts))[:, : options.max_length]
     examples = tf.data.Dataset.from_tensor_slices((ids, tf.constant(np.asarray(labels, np.int32))))
     return examples.ragged_batch(options.batch_size).map(
@@ -165,7 +220,17 @@ def make_dataset(texts, labels, tokenizer, options):
 
 
 def build_model(options, vocab_size, num_classes, precision="float32"):
-    """The classifier of these options, unbuilt."""
+    """Makes the classifier of these options, unbuilt.
+
+    Args:
+        options: the task's options (--encoder, --pooling, sizes, ...).
+        vocab_size: V, the tokenizer's size.
+        num_classes: the number of labels.
+        precision: the dtype policy. Default "float32".
+
+    Returns:
+        A `SequenceClassifier`.
+    """
     return kseq.models.SequenceClassifier(
         vocab_size, num_classes, encoder=options.encoder, pooling=options.pooling,
         embed_dim=options.embed_dim, units=options.units, cell=options.cell,
@@ -176,7 +241,18 @@ def build_model(options, vocab_size, num_classes, precision="float32"):
 
 
 def evaluate(trained, test, data, names):
-    """Test accuracy and loss, and the majority class's accuracy for reference."""
+    """Scores the trained model on the test split.
+
+    Args:
+        trained: the `Trained` model.
+        test: the test dataset.
+        data: `load_data`'s splits (the training label counts, the test ids).
+        names: the label names, in class id order.
+
+    Returns:
+        {"test_accuracy", "test_loss", "majority_class_test_accuracy"}: the
+        last, the most frequent training label's accuracy, for reference.
+    """
     scores = trained.model.evaluate(test, verbose=0, return_dict=True)
     counts = data["train"].labels
     majority = float(np.mean(np.asarray(data["test"][1]) == names.index(max(names, key=counts.get))))

@@ -78,6 +78,17 @@ parse_args = options_parser(Options, __doc__)
 
 
 def main(argv=None):
+    """Trains and exports a label-conditioned review generator, then scores its samples.
+
+    A classifier labels the samples: the one under --classifier-export, or
+    one trained here first.
+
+    Args:
+        argv: the task's options; None (default) reads the command line.
+
+    Returns:
+        The metrics written to `<logdir>/metrics.json`.
+    """
     options = parse_args(argv)
     classifier, classifier_seconds = classifier_path(options)
     run = task.start(options, decide_jit_compile(options.jit_compile, num_shapes=len(BUCKETS) + 1,
@@ -122,9 +133,18 @@ def main(argv=None):
 
 
 def classifier_path(options):
-    """The classifier export to label with: the latest version under
-    `--classifier-export`, else one that kseq-train classify trains now
-    (with `--classifier-args`, on the same data). -> (path, seconds spent)."""
+    """Finds the classifier export to label with, training one if there is none.
+
+    That is the latest version under `--classifier-export`, else one that
+    kseq-train classify trains now (with `--classifier-args`, on the same
+    data).
+
+    Args:
+        options: the task's options.
+
+    Returns:
+        (the export's path, seconds spent training it: 0.0 for a found one).
+    """
     path = latest_version(options.classifier_export)
     if path:
         print(f"classifier: {path}")
@@ -145,9 +165,18 @@ def classifier_path(options):
 
 
 def classifier_ceiling(path, data, names):
-    """The classifier on the real test snippets, before training: its
-    ceiling for the agreement, and a check that it knows these labels.
-    -> ({label: agreement}, overall)."""
+    """Scores the classifier on the real test snippets, before training.
+
+    This is its ceiling for the agreement, and a check that it knows these labels.
+
+    Args:
+        path: the classifier export.
+        data: the splits, from `classify.load_data`.
+        names: the label names, in class id order.
+
+    Returns:
+        ({label: agreement}, overall agreement).
+    """
     predicted = label_texts(path, data["test"][0])
     check_labels(path, predicted, names)
     return agreement(predicted, [names[i] for i in data["test"][1]], names)
@@ -157,10 +186,24 @@ def classifier_ceiling(path, data, names):
 
 
 def make_datasets(options, data, names, tokenizer, position, strategy):
-    """{split: batches}: the training snippets streamed from their files for
-    every epoch from `position` (see `kseq.data.labelled_texts`; under
-    multiworker each worker reads its own share of the lines, in batches
-    of its share of --batch-size), the others from their lists, in order."""
+    """Makes every split's batches; prints how many snippets each keeps.
+
+    The training snippets are streamed from their files for every epoch
+    from `position` (see `kseq.data.labelled_texts`; under multiworker each
+    worker reads its own share of the lines, in batches of its share of
+    --batch-size), the others from their lists, in order.
+
+    Args:
+        options: the task's options (--batch-size, --max-length, ...).
+        data: the splits, from `classify.load_data`.
+        names: the label names, in class id order.
+        tokenizer: the text tokenizer.
+        position: the `Fit`'s training position.
+        strategy: the tf.distribute strategy.
+
+    Returns:
+        {split: batches of ((class ids (B,), BOS + pieces (B, T)), pieces + EOS (B, T))}.
+    """
     batch_size = share_per_worker("--batch-size", options.batch_size, strategy)
 
     def examples(texts, class_ids):
@@ -188,10 +231,21 @@ def make_datasets(options, data, names, tokenizer, position, strategy):
 
 
 def make_dataset(texts, class_ids, tokenizer, options):
-    """((class id, BOS + pieces), pieces + EOS) batches of a held-out split,
-    bucketed by length, and how many snippets it kept. Snippets over
-    `max_length` pieces (EOS included) are left out rather than cut: a cut
-    one would teach the model to stop mid-sentence."""
+    """Makes a held-out split's batches, bucketed by length.
+
+    Snippets over `max_length` pieces (EOS included) are left out rather
+    than cut: a cut one would teach the model to stop mid-sentence.
+
+    Args:
+        texts: the split's snippets.
+        class_ids: their class ids.
+        tokenizer: the text tokenizer.
+        options: the task's options (--max-length, --batch-size).
+
+    Returns:
+        (batches of ((class ids (B,), BOS + pieces (B, T)), pieces + EOS
+        (B, T)), how many snippets it kept).
+    """
     pieces = tokenizer.tokenize(list(texts))
     keep = (pieces.row_lengths() < options.max_length).numpy()
     target_in, target_out = add_specials(tf.ragged.boolean_mask(pieces, keep))
@@ -201,8 +255,15 @@ def make_dataset(texts, class_ids, tokenizer, options):
 
 
 def bucketed(examples, batch_size):
-    """Batches of `batch_size` examples of similar length (cut at
-    `BUCKETS`), each padded to its longest."""
+    """Batches examples of similar length (cut at `BUCKETS`), each batch padded to its longest.
+
+    Args:
+        examples: a dataset of ((class id, ragged ids), ragged labels).
+        batch_size: examples a batch.
+
+    Returns:
+        The dataset of padded batches.
+    """
     # Rows of a ragged tensor come out ragged; padded_batch needs them dense.
     dense = examples.map(lambda inputs, labels: ((inputs[0], tf.identity(inputs[1])), tf.identity(labels)))
     return dense.bucket_by_sequence_length(
@@ -210,7 +271,17 @@ def bucketed(examples, batch_size):
 
 
 def build_model(options, vocab_size, num_classes, precision="float32"):
-    """The label-conditioned generator of these options, unbuilt."""
+    """Makes the label-conditioned generator of these options, unbuilt.
+
+    Args:
+        options: the task's options (sizes, --cell, --peeky, --dropout).
+        vocab_size: V, the tokenizer's size.
+        num_classes: the number of labels.
+        precision: the dtype policy. Default "float32".
+
+    Returns:
+        A `ConditionedGenerator`.
+    """
     return kseq.models.ConditionedGenerator(
         vocab_size, num_classes=num_classes, embed_dim=options.embed_dim, units=options.units,
         cell=options.cell, num_layers=options.num_layers, peeky=options.peeky,
@@ -219,15 +290,35 @@ def build_model(options, vocab_size, num_classes, precision="float32"):
 
 
 def sampler(options):
-    """Seeded top-k sampling without repeated n-grams: every row differs
-    (greedy would give one snippet per label), and loops are cut."""
+    """Makes the export's search: seeded top-k sampling without repeated n-grams.
+
+    Every row differs (greedy would give one snippet per label), and loops
+    are cut.
+
+    Args:
+        options: the task's options (--sample-length, --temperature,
+            --top-k, --seed, --no-repeat-ngram).
+
+    Returns:
+        A `Sampler`.
+    """
     return Sampler(options.sample_length, temperature=options.temperature,
                    top_k=options.top_k, seed=options.seed,
                    no_repeat_ngram_size=options.no_repeat_ngram)
 
 
 def sample_writer(model, tokenizer, names, options):
-    """label strings -> sampled snippets, with the export's search."""
+    """Makes a function sampling a snippet for each label, with the export's search.
+
+    Args:
+        model: the generator.
+        tokenizer: the text tokenizer.
+        names: the label names, in class id order.
+        options: the task's options, for `sampler`.
+
+    Returns:
+        A function of a list of label strings giving a list of snippets.
+    """
     search = sampler(options)
 
     def write(labels):
@@ -239,8 +330,19 @@ def sample_writer(model, tokenizer, names, options):
 
 
 def train(run, fit, build, datasets, tokenizer, names):
-    """Trains the generator, keeping the epoch with the best validation loss,
-    and scores it on the test snippets."""
+    """Trains the generator, keeping the epoch with the best validation loss, and tests it.
+
+    Args:
+        run: the task's `Run`.
+        fit: its `Fit`.
+        build: `() -> model`, compiled.
+        datasets: `make_datasets`' batches.
+        tokenizer: the text tokenizer.
+        names: the label names, in class id order.
+
+    Returns:
+        `Trained`, its metrics with "test_perplexity" on the test snippets.
+    """
     model = build()
     print(f"model: {model.count_params():,} parameters")
     shown = [name for name in names for _ in range(2)]
@@ -254,9 +356,24 @@ def train(run, fit, build, datasets, tokenizer, names):
 
 
 def score_samples(options, path, classifier, data, names, step):
-    """How often the classifier labels snippets sampled from the export as
-    asked, and how they read; the samples come from the export itself, so
-    what is measured is what is served."""
+    """Measures how often the classifier labels snippets sampled from the export as asked.
+
+    The samples come from the export itself, so what is measured is what
+    is served. The agreement and samples are logged to TensorBoard.
+
+    Args:
+        options: the task's options (--samples-per-class, --logdir).
+        path: the generator's export.
+        classifier: the classifier's export.
+        data: the splits, from `classify.load_data`.
+        names: the label names, in class id order.
+        step: the training step the logs are written at.
+
+    Returns:
+        {"agreement" per label, "agreement_overall", "samples", and how the
+        samples read: "copied_from_train", "known_word_rate" (beside the
+        real test snippets')}.
+    """
     wanted = [name for name in names for _ in range(options.samples_per_class)]
     served = tf.saved_model.load(path).signatures["serving_default"]
     texts = [t.decode() for t in served(label=tf.constant(wanted))["text"].numpy()]

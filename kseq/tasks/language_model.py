@@ -74,6 +74,14 @@ parse_args = options_parser(Options, __doc__)
 
 
 def main(argv=None):
+    """Trains a language model with truncated BPTT beside its baseline, tests and exports it.
+
+    Args:
+        argv: the task's options; None (default) reads the command line.
+
+    Returns:
+        The metrics written to `<logdir>/metrics.json`.
+    """
     options = parse_args(argv)
     run = task.start(options, decide_jit_compile(options.jit_compile, num_shapes=1, budget_minutes=options.max_minutes))
     texts = load_texts(options)
@@ -95,10 +103,17 @@ def main(argv=None):
 
 
 def load_texts(options):
-    """{"train": the training text, scanned once (`kseq.data.corpus.CorpusScan`
-    of one document a line: its files, bad lines and a sample for the
-    vocabulary), "valid" and "test": [documents]}, from the text files or the
-    default corpus."""
+    """Reads the splits from the text files or the default corpus.
+
+    Args:
+        options: the task's options (--train-txt, --valid-txt, --test-txt,
+            --vocab-sample, --seed).
+
+    Returns:
+        {"train": the training text, scanned once (`kseq.data.corpus.CorpusScan`
+        of one document a line: its files, bad lines and a sample for the
+        vocabulary), "valid" and "test": [documents]}.
+    """
     from kseq.data.bible import bible_text_file, load_bible_pairs
 
     def default():
@@ -115,10 +130,20 @@ def load_texts(options):
 
 
 def make_streams(options, texts, tokenizer, strategy):
-    """{split: batches of parallel token streams} of the held-out splits,
-    and "train": `position -> the training streams` (from their files, every
-    epoch's; under multiworker each worker its own share of the lines, cut
-    into its share of the streams)."""
+    """Cuts every split into parallel token streams, read --bptt tokens at a time.
+
+    Args:
+        options: the task's options (--batch-size, --bptt, --window-lines, --epochs).
+        texts: `load_texts`' splits.
+        tokenizer: the text tokenizer.
+        strategy: the tf.distribute strategy.
+
+    Returns:
+        {"valid" and "test": batches of parallel token streams, "train": a
+        function of the training position giving the training streams (from
+        their files, every epoch's; under multiworker each worker its own
+        share of the lines, cut into its share of the streams)}.
+    """
     streams = {}
     for split in ("valid", "test"):
         tokens = join_documents(tokenizer.tokenize(texts[split]))
@@ -144,7 +169,17 @@ def make_streams(options, texts, tokenizer, strategy):
 
 
 def build_model(options, vocab_size, carry_state, precision="float32"):
-    """The language model of these options, unbuilt; `carry_state`: truncated BPTT."""
+    """Makes the language model of these options, unbuilt.
+
+    Args:
+        options: the task's options (sizes, --cell, --tie-weights, ...).
+        vocab_size: V, the tokenizer's size.
+        carry_state: carry the state from batch to batch (truncated BPTT).
+        precision: the dtype policy. Default "float32".
+
+    Returns:
+        An `RNNLanguageModel`.
+    """
     return kseq.models.RNNLanguageModel(
         vocab_size, embed_dim=options.embed_dim, units=options.units, cell=options.cell,
         num_layers=options.num_layers, dropout=options.dropout,
@@ -153,6 +188,16 @@ def build_model(options, vocab_size, carry_state, precision="float32"):
 
 
 def make_continuer(model, tokenizer, options):
+    """Makes a function continuing prompts with the export's sampler.
+
+    Args:
+        model: the language model.
+        tokenizer: the text tokenizer.
+        options: the task's options (--sample-length, --temperature, --top-k, --seed).
+
+    Returns:
+        (a function of a list of prompts giving their continuations, the `Sampler`).
+    """
     search = Sampler(options.sample_length, temperature=options.temperature,
                      top_k=options.top_k, seed=options.seed)
 
@@ -168,7 +213,16 @@ def train(run, streams, tokenizer):
     """The truncated-BPTT model, then the baseline: the same model, options
     and budget, from a zero state at every batch (independent chunks).
     Each is trained once (a restart goes on from the first unfinished one).
-    -> the first's `Trained`, with the baseline's scores beside its own."""
+
+    Args:
+        run: the task's `Run`.
+        streams: `make_streams`' streams.
+        tokenizer: the text tokenizer.
+
+    Returns:
+        The truncated-BPTT model's `Trained`, with the baseline's scores
+        beside its own (prefixed "baseline_").
+    """
     trained = train_once_in(run, "tbptt", streams, tokenizer, carry_state=True)
     baseline = train_once_in(run, "independent_chunks", streams, tokenizer, carry_state=False)
     compared = ("test_perplexity", "valid_loss", "train_seconds", "steps")
@@ -177,8 +231,20 @@ def train(run, streams, tokenizer):
 
 
 def train_once_in(run, name, streams, tokenizer, carry_state):
-    """One model trained once in `<logdir>/<name>`, its best epoch kept and
-    scored on the test stream; the BPTT one's weights are kept."""
+    """Trains one model once in `<logdir>/<name>`, its best epoch kept and scored on the test stream.
+
+    The BPTT one's weights are kept for `--init-from`.
+
+    Args:
+        run: the task's `Run`.
+        name: the model's folder and phase name.
+        streams: `make_streams`' streams.
+        tokenizer: the text tokenizer.
+        carry_state: truncated BPTT (True) or independent chunks (False).
+
+    Returns:
+        `Trained`, its metrics with "test_perplexity".
+    """
     options = run.options
     logdir = os.path.join(options.logdir, name)
     fit = run.make_fit(name, monitor="val_loss")
@@ -203,7 +269,15 @@ def train_once_in(run, name, streams, tokenizer, carry_state):
 
 
 def continuations(continuer, prompts):
-    """[{prompt, continuation}] of the exported model's sampler, printed."""
+    """Continues each prompt and prints the samples.
+
+    Args:
+        continuer: a function of prompts giving continuations (`make_continuer`).
+        prompts: the prompts, strings.
+
+    Returns:
+        [{"prompt": ..., "continuation": ...}].
+    """
     samples = [{"prompt": p, "continuation": c} for p, c in zip(prompts, continuer(prompts))]
     for sample in samples:
         print(f"  {sample['prompt']!r} -> {sample['continuation']!r}")

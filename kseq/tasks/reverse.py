@@ -46,6 +46,14 @@ parse_args = options_parser(Options, __doc__)
 
 
 def main(argv=None):
+    """Trains, tests and exports the word reverser.
+
+    Args:
+        argv: the task's options; None (default) reads the command line.
+
+    Returns:
+        The metrics written to `<logdir>/metrics.json`.
+    """
     options = parse_args(argv)
     run = task.start(options, decide_jit_compile(options.jit_compile, num_shapes=options.max_length))
     fit = run.make_fit(monitor="val_loss")
@@ -82,13 +90,31 @@ def main(argv=None):
 
 
 def words(options, count, seed):
-    """(`count` random words, the same words reversed); `seed` sets each split apart."""
+    """Generates a split's words and their reversals.
+
+    Args:
+        options: the task's options (--min-length, --max-length, --seed).
+        count: how many words.
+        seed: added to --seed, to set each split apart.
+
+    Returns:
+        (`count` random words, the same words reversed), two lists of strings.
+    """
     return reversed_words(count, min_length=options.min_length, max_length=options.max_length,
                           seed=options.seed + seed)
 
 
 def build_model(options, vocab_size, precision="float32"):
-    """The task's Transformer or RNN (`--arch`), unbuilt."""
+    """Makes the task's Transformer or RNN (`--arch`), unbuilt.
+
+    Args:
+        options: the task's options (--arch, --attention, --cell).
+        vocab_size: V, for both source and target.
+        precision: the dtype policy. Default "float32".
+
+    Returns:
+        A `TransformerSeq2Seq` or `RNNSeq2Seq`.
+    """
     if options.arch == "transformer":
         return kseq.models.TransformerSeq2Seq(
             vocab_size, vocab_size, num_layers=2, d_model=64, num_heads=4, ff_dim=128,
@@ -102,7 +128,16 @@ def build_model(options, vocab_size, precision="float32"):
 
 
 def translator(model, tokenizer, options):
-    """words -> the model's greedy reversals."""
+    """Makes a function giving the model's greedy reversals of words.
+
+    Args:
+        model: the trained seq2seq model.
+        tokenizer: the character tokenizer, for both sides.
+        options: the task's options (--max-length).
+
+    Returns:
+        A function of a list of words giving a list of strings.
+    """
     def translate(texts):
         generated = model.generate(tokenizer.tokenize(texts).to_tensor(), max_length=options.max_length + 1)
         return [t.decode() for t in tokenizer.detokenize(generated).numpy()]

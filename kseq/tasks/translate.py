@@ -80,6 +80,15 @@ parse_args = options_parser(Options, __doc__, PRESETS)
 
 
 def main(argv=None):
+    """Trains a translator, chooses its decoding, tests and exports it.
+
+    Args:
+        argv: the task's options; None (default) reads the command line.
+
+    Returns:
+        The metrics written to `<logdir>/metrics.json`; on a worker that is
+        not the chief, the `Trained` it ends with.
+    """
     options = parse_args(argv)
     jit = decide_for_translation(options.jit_compile, options.max_length, options.max_minutes, options.arch)
     # Decoding is compiled on a GPU; a CPU with bfloat16 units trains the
@@ -124,11 +133,20 @@ def main(argv=None):
 
 
 def trained_model(logdir, dtype=None):
-    """(model, tokenizer) of a translate run whose training finished: the
-    weights, options and tokenizer it kept in `logdir` (as `--init-from`
-    reads them), to export again, e.g. with `kseq.export.export_ctranslate2`.
-    `dtype`: the model's dtype policy (default: keras' global one), e.g.
-    "mixed_bfloat16" as the run's export computes on a CPU with bfloat16 units."""
+    """Loads the model of a translate run whose training finished, to export it again.
+
+    The weights, options and tokenizer it kept in `logdir` are read as
+    `--init-from` reads them, e.g. for `kseq.export.export_ctranslate2`.
+
+    Args:
+        logdir: the run's --logdir.
+        dtype: the model's dtype policy, e.g. "mixed_bfloat16" as the run's
+            export computes on a CPU with bfloat16 units; None (default):
+            keras' global one.
+
+    Returns:
+        (model, built and loaded; tokenizer).
+    """
     options, tokenizer = finished_run(logdir, Options)
     model = options.build(tokenizer.vocab_size, options.max_length + 1, dtype=dtype)
     model.build()
@@ -137,9 +155,18 @@ def trained_model(logdir, dtype=None):
 
 
 def load_data(options):
-    """{"train": the training corpus, scanned once (`kseq.data.corpus.CorpusScan`: its
-    files, their bad lines, a sample), "valid" and "test": (sources, targets)}, from
-    the TSV files or the default corpus."""
+    """Reads the splits from the TSV files or the default corpus.
+
+    Without --valid-tsv, validation pairs are held out of the training files.
+
+    Args:
+        options: the task's options (--train-tsv, --valid-tsv, --test-tsv,
+            --vocab-sample, --seed).
+
+    Returns:
+        {"train": the training corpus, scanned once (`kseq.data.corpus.CorpusScan`:
+        its files, their bad lines, a sample), "valid" and "test": (sources, targets)}.
+    """
     from kseq.data.bible import bible_split_file, load_bible_pairs
 
     def default():
@@ -158,9 +185,18 @@ def load_data(options):
 
 
 def compile_translator(run, vocab_size, metric):
-    """(model, its learning-rate schedule, the rate's Decision): built and
-    compiled under the strategy, its optimizer's variables made (fit then
-    traces one step, fresh or resumed)."""
+    """Builds and compiles the translator under the strategy, its optimizer's variables made.
+
+    With the variables made, fit traces one step, fresh or resumed.
+
+    Args:
+        run: the task's `Run`.
+        vocab_size: V, the joint vocabulary's size.
+        metric: the validation metric chosen, which the learning rate depends on.
+
+    Returns:
+        (model, its learning-rate schedule, the rate's `Decision`).
+    """
     options = run.options
     with run.strategy.scope():
         schedule, rate = translation_learning_rate(options.arch, options.d_model, options.warmup_steps, metric,
@@ -179,9 +215,27 @@ def compile_translator(run, vocab_size, metric):
 
 
 def pipelines(options, data, tokenizer, xla, strategy, position):
-    """(train, valid, train report): the training pairs streamed from their
-    files for all epochs from `position`, each worker its own share of the
-    lines and of --token-budget; under XLA a few fixed shapes, remainders padded."""
+    """Makes the training and validation pipelines.
+
+    The training pairs are streamed from their files for all epochs from
+    `position`, each worker its own share of the lines and of
+    --token-budget; under XLA the batches take a few fixed shapes,
+    remainders padded.
+
+    Args:
+        options: the task's options (--max-length, --token-budget, ...).
+        data: `load_data`'s splits.
+        tokenizer: the joint tokenizer.
+        xla: whether the train step is compiled with XLA.
+        strategy: the tf.distribute strategy.
+        position: the `Fit`'s training position.
+
+    Returns:
+        (train dataset, valid dataset, the training pipeline's epoch report).
+
+    Raises:
+        SystemExit: --token-budget leaves a worker less than --max-length.
+    """
     shapes = dict(max_length=options.max_length)
     if xla:
         shapes.update(boundaries=xla_boundaries(options.max_length), pad_remainder=True)
@@ -209,7 +263,18 @@ def pipelines(options, data, tokenizer, xla, strategy, position):
 def train(run, fit, data, tokenizer, decided):
     """Fits the model until the validation score stops improving; keeps the
     best evaluation's weights, or the mean of recent snapshots where better.
-    `decided`: the decisions made so far, the metric first."""
+
+    Args:
+        run: the task's `Run`.
+        fit: its `Fit`.
+        data: `load_data`'s splits.
+        tokenizer: the joint tokenizer.
+        decided: the decisions made so far, the metric first.
+
+    Returns:
+        `Trained` with the model, decisions, metrics and whether decoding
+        uses XLA.
+    """
     options, metric = run.options, decided[0].value
     model, schedule, rate = compile_translator(run, tokenizer.vocab_size, metric)
     train_data, valid, report = pipelines(options, data, tokenizer, model.jit_compile, run.strategy, fit.position)
@@ -240,15 +305,38 @@ def train(run, fit, data, tokenizer, decided):
 
 
 def valid_score(monitor, valid, key):
-    """model -> the stopping score `key` on validation (for averaged snapshots)."""
+    """Makes a function scoring a model on validation, to compare averaged snapshots.
+
+    Args:
+        monitor: the chief's `GenerationMonitor`, for a decoded score.
+        valid: the validation dataset, for the loss.
+        key: the stopping score: "val_loss", else exact match.
+
+    Returns:
+        A function of a model giving the score.
+    """
     if key == "val_loss":
         return lambda model: model.evaluate(valid, verbose=0, return_dict=True)["loss"]
     return lambda model: monitor.evaluate()[2]["exact_match"]
 
 
 def test(run, trained, served, search, tokenizer, test_pairs):
-    """Test scores of `search` through the export's translate function (a
-    phase), and with attention, how often it finds copied names."""
+    """Tests `search` through the export's translate function, once (a phase).
+
+    With attention, it also reports how often the attention finds copied names.
+
+    Args:
+        run: the task's `Run`.
+        trained: the `Trained` model.
+        served: the model in the weights the export serves.
+        search: the chosen decoding search.
+        tokenizer: the joint tokenizer.
+        test_pairs: (sources, targets).
+
+    Returns:
+        {name: value}: the test scores and seconds, with attention the
+        name-alignment report's entries too.
+    """
     options = run.options
     translate = model_translator(served, tokenizer, options.max_length, search, trained.decode_xla)
     tested = run.phases.once("test", lambda: test_translations(translate, test_pairs, options.logdir,

@@ -54,6 +54,13 @@ class Run:
         precision: the resolved `Precision`; `xla_cache`: the persistent
             XLA cache folder (None where nothing compiles).
         phases: the finished steps a restart skips.
+
+    Args:
+        options: the task's parsed options.
+        jit: the `JitDecision` for the train step.
+        compiles: whether anything else is compiled with XLA. Default False.
+        bfloat16_cpu: whether "auto" precision picks mixed_bfloat16 on a CPU
+            with bfloat16 units. Default False. See `start`.
     """
 
     def __init__(self, options, jit, compiles=False, bfloat16_cpu=False):
@@ -88,8 +95,14 @@ class Run:
         return time.monotonic() - self.started
 
     def decisions(self, model):
-        """The run's auto choices as they ran, as `Decision`s: the precision,
-        and XLA as keras runs it for `model`."""
+        """Lists the run's auto choices as they ran.
+
+        Args:
+            model: the compiled model, whose `jit_compile` keras decided.
+
+        Returns:
+            [the precision's `Decision`, XLA's `Decision` as keras runs it for `model`].
+        """
         return [self.precision.as_decision(), jit_decision(model, self.jit)]
 
     def tokenizer(self, texts, resuming, cache=None):
@@ -138,21 +151,35 @@ class Run:
                                  jit_compile=self.jit.use, accumulate=options.accumulate, init_from=options.init_from)
 
     def make_fit(self, folder=None, monitor=None, mode="min", patience=0):
-        """The `kseq.training.loop.Fit` of the options' cadence (`--epochs`,
-        `--max-minutes`, `--eval-every`, `--save-every`), its backup in the
-        workdir (or its subfolder `folder`); with a `monitor` ("val_loss"),
-        it keeps the best evaluation's weights and stops after `patience`
-        evaluations without a better one. Create it before the data: the
-        training pipeline starts from its `position`."""
+        """Makes the `kseq.training.loop.Fit` of the options' cadence.
+
+        The cadence is `--epochs`, `--max-minutes`, `--eval-every` and
+        `--save-every`. Create it before the data: the training pipeline
+        starts from its `position`.
+
+        Args:
+            folder: a subfolder of the workdir for its backup; None (default):
+                the workdir itself.
+            monitor: a logged score, such as "val_loss", whose best
+                evaluation's weights are kept; None (default) for none.
+            mode: "min" (default) or "max": which way `monitor` improves.
+            patience: evaluations without a better `monitor` before training
+                stops; 0 (default) never stops for that.
+
+        Returns:
+            The `Fit`.
+        """
         options = self.options
         workdir = os.path.join(self.workdir, folder) if folder else self.workdir
         return Fit(workdir, options.cadence, options.save_steps, options.max_minutes, monitor, mode, patience)
 
     def fit(self, fit, model, train, valid, logging=(), stopping=(), logdir=None, hparams=None, hparams_dir=None,
             decisions=(), examples=None, batches=None, save=True):
-        """`fit.fit` with the chief's TensorBoard: HParams of the options and
-        decisions (a resumed run's curves continue the first run's: only a
-        first run writes them), curves at the global step, and `logging`.
+        """Trains with `fit.fit`, the chief writing TensorBoard's HParams, curves and `logging`.
+
+        HParams hold the options and decisions (a resumed run's curves
+        continue the first run's: only a first run writes them); curves are
+        written at the global step.
 
         Args:
             fit: the task's `kseq.training.loop.Fit`.
@@ -196,16 +223,39 @@ class Run:
         (the decisions among them) and `fit`'s backup released. After a
         restart, the record's metrics come back with the model `build()`
         makes, loaded with those weights (or no model, without `keep`).
+
+        Args:
+            name: the phase's name, such as "trained".
+            fit: the task's `kseq.training.loop.Fit`.
+            train: `() -> Trained`, the training itself.
+            build: `() -> model`, unbuilt, for a restart; None (default)
+                where `keep` is False.
+            keep: write the weights and options for `--init-from`. Default True.
+            logdir: where they go; None (default): `--logdir`.
+
+        Returns:
+            `Trained`.
         """
         options = dataclasses.replace(self.options, logdir=logdir or self.options.logdir) if keep else None
         return train_once(self.phases, name, fit, train, options, build, self.chief, lambda: self.seconds)
 
     def write_metrics(self, metrics, scores=()):
-        """`<logdir>/metrics.json`, written whole or not at all. The entries
-        named in `scores` (e.g. "test_bleu") are also logged as scalars of
-        run `<logdir>/test` (without their "test_"), at the step training
-        reached: TensorBoard's HParams dashboard lists them beside the
-        run's settings. Returns `metrics`."""
+        """Writes `<logdir>/metrics.json`, whole or not at all.
+
+        The entries named in `scores` are also logged as scalars of run
+        `<logdir>/test` (without their "test_"), at the step training
+        reached: TensorBoard's HParams dashboard lists them beside the run's
+        settings.
+
+        Args:
+            metrics: {name: JSON-serialisable value}; `metrics["steps"]`
+                (default 0) is the scores' step.
+            scores: names of entries to log as scores, such as "test_bleu".
+                Default none.
+
+        Returns:
+            `metrics`.
+        """
         logdir = self.options.logdir
         write_json_atomic(os.path.join(logdir, "metrics.json"), metrics)
         if scores:
@@ -214,9 +264,18 @@ class Run:
         return metrics
 
     def export(self, write, sample, phase="export"):
-        """The export `write()` makes (its path), once (phase `phase`), then
-        loaded as TF Serving would and called on `sample` ({input name:
-        strings}); prints the answer. Returns the path."""
+        """Exports once, then loads the export as TF Serving would and calls it on `sample`.
+
+        Prints the answer.
+
+        Args:
+            write: `() -> path` (or {"path": path}), writing the export.
+            sample: {input name: list of strings} to call it on.
+            phase: the phase's name. Default "export".
+
+        Returns:
+            The export's path.
+        """
         path = self.phases.once(phase, write)
         path = path["path"] if isinstance(path, dict) else path  # as earlier versions recorded it
         serve_sample(path, sample)
@@ -273,9 +332,17 @@ def compile_model(model, optimizer, loss, metrics=(), jit_compile=False, accumul
 
 
 def serve_sample(path, inputs):
-    """Loads the export at `path` as TF Serving would and calls its
-    `serving_default` on `inputs` ({input name: strings}); prints and
-    returns the outputs as Python values."""
+    """Loads the export at `path` as TF Serving would and calls its `serving_default`.
+
+    Prints the first answer of each output.
+
+    Args:
+        path: the SavedModel folder.
+        inputs: {input name: list of strings (or bytes)}.
+
+    Returns:
+        {output name: numpy array}.
+    """
     served = tf.saved_model.load(path).signatures["serving_default"]
     outputs = {name: value.numpy() for name, value in served(
         **{name: tf.constant(values) for name, values in inputs.items()}).items()}
