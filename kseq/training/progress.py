@@ -9,16 +9,30 @@ from kseq._compat import batches_applied
 
 
 def global_step(model):
-    """The optimizer's step count, its updates (0 before it is built): the
-    x-axis of every curve kseq's callbacks write."""
+    """Gives the optimizer's step count, its updates: the x-axis of every curve kseq's callbacks write.
+
+    Args:
+        model: a keras model.
+
+    Returns:
+        The step, an int; 0 without an optimizer.
+    """
     optimizer = getattr(model, "optimizer", None)
     return int(optimizer.iterations.numpy()) if optimizer is not None else 0
 
 
 def batches_trained(model):
-    """Batches trained on: the global step times the batches each update
-    accumulates (`gradient_accumulation_steps`), plus those of an update
-    in progress. The data position follows it."""
+    """Counts the batches trained on; the data position follows it.
+
+    That is the global step times the batches each update accumulates
+    (`gradient_accumulation_steps`), plus those of an update in progress.
+
+    Args:
+        model: a keras model.
+
+    Returns:
+        The count, an int; 0 without an optimizer.
+    """
     optimizer = getattr(model, "optimizer", None)
     return batches_applied(optimizer) if optimizer is not None else 0
 
@@ -39,9 +53,22 @@ class Cadence:
 
 
 def parse_cadence(text, budget_minutes=None, periods=6, open_ended_minutes=10.0):
-    """`--eval-every` -> Cadence: "500" (steps), "5m" or "5min" (minutes),
-    "epoch" (at each data epoch's end), or "auto": `periods` evaluations
-    over a `budget_minutes` budget, else every `open_ended_minutes`."""
+    """Parses `--eval-every` into a `Cadence`.
+
+    Args:
+        text: "500" (steps), "5m" or "5min" (minutes), "epoch" (at each
+            data epoch's end), or "auto".
+        budget_minutes: the training budget, for "auto"; None (default) for none.
+        periods: evaluations "auto" makes over the budget. Default 6.
+        open_ended_minutes: minutes between "auto" evaluations without a
+            budget. Default 10.
+
+    Returns:
+        The `Cadence`.
+
+    Raises:
+        ValueError: `text` is none of those forms, or not positive.
+    """
     text = str(text).strip().lower()
     if text == "epoch":
         return Cadence(epoch=True)
@@ -58,9 +85,17 @@ def parse_cadence(text, budget_minutes=None, periods=6, open_ended_minutes=10.0)
 
 
 def data_epochs(model, position=None, steps_per_epoch=None):
-    """How far `model`'s training is into its data, in epochs: from the
-    `position` of streamed data, else from fixed `steps_per_epoch`; None
-    when neither tells."""
+    """Tells how far `model`'s training is into its data, in epochs.
+
+    Args:
+        model: the model in training.
+        position: the `TrainingPosition` of the data; None (default) for none.
+        steps_per_epoch: batches per data epoch, used without a `position`;
+            None (default) where unknown.
+
+    Returns:
+        A float, or None when neither tells.
+    """
     batches = batches_trained(model)
     if position is not None:
         return position.data_epochs(batches)

@@ -61,8 +61,18 @@ def run_tokenizer(texts, folder, *, resuming=False, path=None, init_from=None, v
 
 
 def given_tokenizer(path=None, init_from=None):
-    """`--init-from`'s tokenizer, else `--tokenizer PATH`'s; a path that holds
-    no tokenizer exits with a message naming it."""
+    """Loads the tokenizer the user gave: `--init-from`'s, else `--tokenizer PATH`'s.
+
+    Args:
+        path: `--tokenizer`'s value; None (default) for none.
+        init_from: `--init-from`'s run folder; None (default) for none.
+
+    Returns:
+        The tokenizer.
+
+    Raises:
+        SystemExit: the path holds no tokenizer; the message names it.
+    """
     if init_from:
         tokenizer = init_tokenizer(init_from)
         print(f"tokenizer: --init-from {init_from}'s, {tokenizer.vocab_size} ids")
@@ -76,8 +86,18 @@ def given_tokenizer(path=None, init_from=None):
 
 
 def trained_tokenizer(texts, vocab_size):
-    """A SentencePiece vocabulary of `vocab_size` pieces trained on `texts`;
-    a size the texts cannot give exits naming `--vocab-size`."""
+    """Trains a SentencePiece vocabulary of `vocab_size` pieces on `texts`.
+
+    Args:
+        texts: the training texts.
+        vocab_size: the pieces wanted.
+
+    Returns:
+        A `SubwordTokenizer`.
+
+    Raises:
+        SystemExit: the texts cannot give that size; the message names `--vocab-size`.
+    """
     from kseq.data.subword_tokenizer import SubwordTokenizer
 
     try:
@@ -89,6 +109,11 @@ def trained_tokenizer(texts, vocab_size):
 
 
 def write_tokenizer_files(tokenizer, folder):
-    """Writes `tokenizer`'s files (`tokenizer_files`) into `folder`, each atomically."""
+    """Writes `tokenizer`'s files (`tokenizer_files`) into `folder`, each atomically.
+
+    Args:
+        tokenizer: a kseq tokenizer.
+        folder: an existing folder.
+    """
     for name, content in tokenizer_files(tokenizer).items():
         write_bytes_atomic(os.path.join(folder, name), content)

@@ -17,7 +17,16 @@ from kseq._atomic import write_json_atomic
 
 
 class Phases:
-    """{phase name: its JSON result} of the run in `folder`, recorded as each ends.
+    """Records each finished phase of the run in `folder` with its JSON result.
+
+    `done` holds {phase name: its JSON result}, recorded as each ends in
+    `<folder>/phases.json`.
+
+    Args:
+        folder: the run's folder.
+
+    Raises:
+        SystemExit: phases.json is damaged.
 
     Example:
     >>> import tempfile
@@ -42,17 +51,40 @@ class Phases:
                              "again (the trained weights stay), or delete its folder to start over.") from None
 
     def get(self, name):
-        """The result `name` recorded, or None."""
+        """Gives the result phase `name` recorded.
+
+        Args:
+            name: the phase's name.
+
+        Returns:
+            Its result, or None if it has not run.
+        """
         return self.done.get(name)
 
     def record(self, name, result):
-        """Records `result` (JSON values) as phase `name`'s, atomically."""
+        """Records `result` as phase `name`'s, atomically.
+
+        Args:
+            name: the phase's name.
+            result: JSON values.
+
+        Returns:
+            `result`.
+        """
         self.done[name] = result
         write_json_atomic(self.path, self.done)
         return result
 
     def once(self, name, compute):
-        """The recorded result of `name`, else `compute()`, recorded."""
+        """Runs phase `name` once: gives its recorded result, else records `compute()`'s.
+
+        Args:
+            name: the phase's name.
+            compute: `() -> result` (JSON values), called only if `name` has no record.
+
+        Returns:
+            The phase's result.
+        """
         if name in self.done:
             print(f"{name}: done before this run (recorded in {self.path})")
             return self.done[name]

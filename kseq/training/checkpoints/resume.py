@@ -50,12 +50,26 @@ class TrainingPosition:
         self._origin = (0, 0, 0, 0)  # (epoch, window, skip) where the pipeline started, at this many batches
 
     def set(self, epoch, skip=0, window=0):
+        """Moves the position: the next iterator over the data starts there.
+
+        Args:
+            epoch: the data epoch, from 0.
+            skip: batches of it to skip. Default 0.
+            window: the window of the epoch, from 0 (streamed data). Default 0.
+        """
         self.epoch.assign(epoch)
         self.window.assign(window)
         self.skip.assign(skip)
 
     def set_step(self, step):
-        """The position after `step` batches from the start of training."""
+        """Moves the position to after `step` batches from the start of training.
+
+        Args:
+            step: batches trained since the start.
+
+        Raises:
+            ValueError: no pipeline has set `steps_per_epoch`.
+        """
         if not self.steps_per_epoch:
             raise ValueError(
                 "`steps_per_epoch` is unknown: build the data pipeline with this position first."
@@ -63,14 +77,29 @@ class TrainingPosition:
         self.set(*divmod(int(step), self.steps_per_epoch))
 
     def start_at(self, batches, epoch, window, skip):
-        """The pipeline starts at (epoch, window, skip), `batches` batches
-        after the start of training (a resumed run's last save)."""
+        """Starts the pipeline at (epoch, window, skip), a resumed run's last save.
+
+        Args:
+            batches: batches trained since the start of training at that place.
+            epoch: the data epoch.
+            window: the window of the epoch.
+            skip: batches of the window already trained on.
+        """
         self.set(epoch, skip, window)
         self._origin = (int(epoch), int(window), int(skip), int(batches))
 
     def record_window(self, epoch, window, batches, pairs):
-        """Called by a streamed pipeline as it prepares a window of `pairs`
-        pairs in `batches` batches; returns `batches`."""
+        """Records a window's size; a streamed pipeline calls it as it prepares the window.
+
+        Args:
+            epoch: the data epoch.
+            window: the window of the epoch.
+            batches: the window's batches.
+            pairs: the pairs it holds.
+
+        Returns:
+            `batches`.
+        """
         self._windows[int(epoch), int(window)] = int(batches)
         self._pairs[int(epoch), int(window)] = int(pairs)
         return batches
@@ -80,8 +109,19 @@ class TrainingPosition:
         return sum(self._pairs.values())
 
     def where(self, batches):
-        """(epoch, window, skip) after `batches` batches from the start of
-        training; (epochs, 0, 0) once a streamed pipeline has none left."""
+        """Finds the place in the data after `batches` batches from the start of training.
+
+        Args:
+            batches: batches trained since the start.
+
+        Returns:
+            (epoch, window, skip); (epochs, 0, 0) once a streamed pipeline
+            has none left.
+
+        Raises:
+            ValueError: no pipeline has set the epoch's length.
+            RuntimeError: `batches` goes past the windows prepared so far.
+        """
         batches = int(batches)
         if self.windows_per_epoch is None:
             if not self.steps_per_epoch:
@@ -104,13 +144,27 @@ class TrainingPosition:
         return self.epochs, 0, 0
 
     def exhausted(self, batches):
-        """Whether a streamed pipeline has no batch left after `batches`."""
+        """Tells whether a streamed pipeline has no batch left after `batches`.
+
+        Args:
+            batches: batches trained since the start.
+
+        Returns:
+            True once every epoch is read; always False for data of lists.
+        """
         return self.epochs is not None and self.windows_per_epoch is not None and \
             self.where(batches)[0] >= self.epochs
 
     def data_epochs(self, batches):
-        """How far into the data `batches` batches go, in epochs (1.5: half
-        way through the second); None before a pipeline sets the epoch length."""
+        """Gives how far into the data `batches` batches go, in epochs.
+
+        Args:
+            batches: batches trained since the start.
+
+        Returns:
+            A float (1.5: half way through the second epoch); None before a
+            pipeline sets the epoch's length.
+        """
         if self.windows_per_epoch is None:
             return batches / self.steps_per_epoch if self.steps_per_epoch else None
         epoch, window, skip = self.where(batches)
@@ -181,10 +235,15 @@ class ResumableBackup(keras.callbacks.BackupAndRestore):
         self.participants = list(participants)
 
     def restore(self, strategy=None):
-        """Gives each participant the state of the save being resumed; call
-        it before `fit` (their `on_train_begin` may read it). With several
-        workers (`strategy`), they first agree on a save all of them hold
-        (`agree_across_workers`)."""
+        """Gives each participant the state of the save being resumed.
+
+        Call it before `fit` (their `on_train_begin` may read it). With
+        several workers, they first agree on a save all of them hold
+        (`agree_across_workers`).
+
+        Args:
+            strategy: the tf.distribute strategy; None (default) for one worker.
+        """
         if strategy is not None and several_workers(strategy):
             self.restored = self._published = agree_across_workers(strategy, self.restored)
         if self.restored is not None:
@@ -193,8 +252,18 @@ class ResumableBackup(keras.callbacks.BackupAndRestore):
 
     @classmethod
     def saved_state(cls, backup_dir):
-        """The last save: {"epoch", "batch", "step", "batches", "train_seconds", "folder"}, or None.
-        A pointer that cannot be read stops the run with a message (never a silent fresh start)."""
+        """Reads the last save's record from a backup folder.
+
+        Args:
+            backup_dir: the backup folder.
+
+        Returns:
+            {"epoch", "batch", "step", "batches", "train_seconds", "folder", ...},
+            or None where nothing was saved.
+
+        Raises:
+            SystemExit: the pointer cannot be read (never a silent fresh start).
+        """
         path = os.path.join(backup_dir, cls.POINTER)
         try:
             with open(path) as f:
@@ -272,9 +341,14 @@ class ResumableBackup(keras.callbacks.BackupAndRestore):
             self._save(*self._batch_end)
 
     def save_now(self):
-        """Saves the state after the last batch (e.g. on a preemption
-        notice) -> whether it did: a backup that saves only at epoch ends
-        keeps its last epoch's save, since its data cannot resume mid-epoch."""
+        """Saves the state after the last batch, e.g. on a preemption notice.
+
+        A backup that saves only at epoch ends keeps its last epoch's save,
+        since its data cannot resume mid-epoch.
+
+        Returns:
+            Whether it saved.
+        """
         if self.batches_between_saves == math.inf:
             return False
         self._save(*self._batch_end)
@@ -320,6 +394,14 @@ class ResumableBackup(keras.callbacks.BackupAndRestore):
 
 
 def several_workers(strategy):
+    """Tells whether a strategy's cluster has more than one task.
+
+    Args:
+        strategy: a tf.distribute strategy.
+
+    Returns:
+        True for a cluster of several workers.
+    """
     resolver = getattr(strategy, "cluster_resolver", None)
     return resolver is not None and sum(len(tasks) for tasks in resolver.cluster_spec().as_dict().values()) > 1
 
@@ -328,7 +410,15 @@ def agree_across_workers(strategy, restored):
     """The save every worker resumes from: the oldest among the workers'
     last saves (one killed mid-save has the one before, which the others
     kept), or none if a worker has none. Each worker has its own backup,
-    as on separate disks; they compare steps with an all-gather."""
+    as on separate disks; they compare steps with an all-gather.
+
+    Args:
+        strategy: the multi-worker strategy.
+        restored: this worker's last save (`saved_state`), or None.
+
+    Returns:
+        The save to resume from, or None to start over.
+    """
     own = restored["step"] if restored else -1
 
     @tf.function
@@ -340,8 +430,18 @@ def agree_across_workers(strategy, restored):
 
 
 def agreed_save(restored, steps):
-    """This worker's save of the oldest step in `steps` (each worker's last
-    saved step, -1 for none); None when a worker has none."""
+    """Picks this worker's save of the oldest step among the workers' last saves.
+
+    Args:
+        restored: this worker's last save, or None.
+        steps: each worker's last saved step, -1 for none.
+
+    Returns:
+        The save (this one or the one before it); None when a worker has none.
+
+    Raises:
+        SystemExit: this worker holds no save of that step.
+    """
     own = restored["step"] if restored else -1
     steps = sorted(set(steps))
     target = steps[0]
@@ -361,13 +461,30 @@ RANDOM_STATES = "random_states.npz"
 
 
 def random_states(model):
-    """The states of the model's random generators (e.g. dropout's), which
-    keras' weights files leave out; a resumed run needs them to draw the
-    masks an uninterrupted one would."""
+    """Lists the states of the model's random generators (e.g. dropout's).
+
+    keras' weights files leave them out; a resumed run needs them to draw
+    the masks an uninterrupted one would.
+
+    Args:
+        model: a keras model.
+
+    Returns:
+        The variables whose path ends with "seed_generator_state".
+    """
     return [v for v in model.variables if v.path.endswith("seed_generator_state")]
 
 
 def restore_random_states(model, path):
+    """Loads the random generators' states that `_save` wrote; a missing file is skipped.
+
+    Args:
+        model: the keras model.
+        path: the save's random_states.npz.
+
+    Raises:
+        SystemExit: the file holds a different number of states.
+    """
     if not os.path.exists(path):  # a save from before they were kept
         return
     with np.load(path) as saved:
@@ -381,13 +498,30 @@ def restore_random_states(model, path):
 
 
 def damaged(path, error, backup_dir):
-    """The message for a backup file that cannot be read."""
+    """Writes the message for a backup file that cannot be read.
+
+    Args:
+        path: the file.
+        error: what is wrong with it.
+        backup_dir: the backup folder, to delete to start over.
+
+    Returns:
+        The message.
+    """
     return (f"{path} is damaged ({error}). To start training over, delete {backup_dir}; "
             "to keep the run, restore that file from a copy.")
 
 
 def no_space(backup_dir, model):
-    """The message for a save that found its disk full."""
+    """Writes the message for a save that found its disk full, with the space a save needs.
+
+    Args:
+        backup_dir: the backup folder.
+        model: the model whose weights and optimizer variables a save holds.
+
+    Returns:
+        The message.
+    """
     variables = model.weights + (model.optimizer.variables if model.optimizer else [])
     needed = sum(int(np.prod(v.shape)) * np.dtype(v.dtype).itemsize for v in variables)
     return (f"no space left on the device of {backup_dir}: a save needs about {needed / 2**20:,.0f} MiB free "

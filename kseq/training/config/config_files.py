@@ -15,8 +15,13 @@ CONFIG_FILE = "config.yaml"
 
 
 def read_config(path):
-    """{name: value} of a YAML (or JSON, a subset of YAML) file holding one
-    mapping of option names; names may use "-" or "_".
+    """Reads a YAML (or JSON, a subset of YAML) file holding one mapping of option names.
+
+    Args:
+        path: the file; its names may use "-" or "_".
+
+    Returns:
+        {name with "_": value}; {} for an empty file.
 
     Raises:
         ValueError: the file cannot be read, is not YAML, or holds no mapping.
@@ -39,12 +44,15 @@ def read_config(path):
 
 
 def checked_values(config, kinds, path):
-    """`config`'s values as the options take them.
+    """Checks a config file's values and converts them as the options take them.
 
     Args:
         config: {name: value} from `read_config`.
         kinds: {option name: (type, accepts "auto", choices or None, accepts None)}.
         path: the file, for messages.
+
+    Returns:
+        {name: value}, floats made float and other strings str.
 
     Raises:
         ValueError: a name that is no option (with the nearest one) or a
@@ -95,7 +103,12 @@ def _value(name, value, kind, can_be_auto, choices, can_be_none, path):
 
 
 def write_config(values, folder):
-    """Writes {name: value} to `<folder>/config.yaml` (atomically), in order."""
+    """Writes option values to `<folder>/config.yaml` (atomically), in order.
+
+    Args:
+        values: {name: value}, as `config_values` gives them.
+        folder: the run's folder, made if missing.
+    """
     os.makedirs(folder, exist_ok=True)
     text = "# The options this run ran with: `--config` this file to run it again.\n"
     text += yaml.safe_dump(values, sort_keys=False, allow_unicode=True, default_flow_style=False)

@@ -2,5 +2,12 @@
 
 
 def flag(name):
-    """The command-line spelling of option `name`."""
+    """Spells option `name` as the command line does.
+
+    Args:
+        name: the option's name, with "_".
+
+    Returns:
+        "--" and the name with "-", e.g. "--max-length".
+    """
     return "--" + name.replace("_", "-")

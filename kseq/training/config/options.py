@@ -63,7 +63,14 @@ def _task_name(options_class):
 
 
 def auto_or(kind):
-    """An argparse type: "auto", or a value of `kind` (e.g. `auto_or(float)`)."""
+    """Makes an argparse type taking "auto" or a value of `kind`, e.g. `auto_or(float)`.
+
+    Args:
+        kind: the type of a value that is not "auto", such as int or float.
+
+    Returns:
+        A function of the text giving AUTO or `kind(text)`.
+    """
 
     def parse_value(text):
         return AUTO if text == AUTO else kind(text)
@@ -122,7 +129,11 @@ class TaskOptions:
 
     @property
     def profile_batch(self):
-        """`--profile-steps` as keras' TensorBoard `profile_batch`: (A, B), or 0 for none."""
+        """Gives `--profile-steps` as keras' TensorBoard `profile_batch`: (A, B), or 0 for none.
+
+        Raises:
+            ValueError: `--profile-steps` is not A,B with 0 < A <= B.
+        """
         if not self.profile_steps:
             return 0
         parts = self.profile_steps.split(",")
@@ -132,7 +143,11 @@ class TaskOptions:
         return int(parts[0]), int(parts[1])
 
     def as_hparams(self):
-        """{name: value} of every option, for TensorBoard's HParams."""
+        """Lists every option's value, for TensorBoard's HParams.
+
+        Returns:
+            {name: value}.
+        """
         return {name: value for name, value in dataclasses.asdict(self).items() if name != "options_given"}
 
 
@@ -194,8 +209,18 @@ def task_options(name=None, **defaults):
 
 
 def options_parser(options_class, doc=None, presets=None):
-    """A task's `parse_args(argv=None)`: `parse` of `options_class` with the
-    task's docstring `doc` as `--help`'s text and its `presets`."""
+    """Makes a task's `parse_args(argv=None)`: `parse` of `options_class`.
+
+    Args:
+        options_class: the task's options dataclass (`task_options`).
+        doc: the task's docstring, `--help`'s text; None (default): the
+            class's docstring.
+        presets: {preset name: {option: value}}, the first the defaults';
+            None (default) for no `--preset`.
+
+    Returns:
+        `parse_args(argv=None)`, giving the checked options.
+    """
 
     def parse_args(argv=None):
         """The task's options from `argv` (default: the command line), checked."""
@@ -205,12 +230,27 @@ def options_parser(options_class, doc=None, presets=None):
 
 
 def parse(options_class, argv=None, doc=None, presets=None):
-    """`options_class` from its defaults, then `--preset`'s values (the
-    flag's, else the config file's), then `--config FILE`'s, then the
-    command line, then an `--init-from` run's architecture; `parser.error`
-    (exit 2 with usage) names the option of a bad value, a missing input
-    file, an output folder that cannot be one, a preset or a config key
-    that names no option, or a combination `problems()` refuses."""
+    """Parses a task's options from the command line, a config file and presets.
+
+    Values come from the defaults, then `--preset`'s values (the flag's,
+    else the config file's), then `--config FILE`'s, then the command line,
+    then an `--init-from` run's architecture.
+
+    Args:
+        options_class: the task's options dataclass.
+        argv: the command line; None (default) reads `sys.argv`.
+        doc: `--help`'s text; None (default): the class's docstring.
+        presets: {preset name: {option: value}}; None (default) for none.
+
+    Returns:
+        An `options_class` instance.
+
+    Raises:
+        SystemExit: (exit 2 with usage, from `parser.error`) naming the
+            option of a bad value, a missing input file, an output folder
+            that cannot be one, a preset or a config key that names no
+            option, or a combination `problems()` refuses.
+    """
     doc = doc or options_class.__doc__ or ""
     parser = argparse.ArgumentParser(
         description=doc.strip().split("\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -249,10 +289,16 @@ def parse(options_class, argv=None, doc=None, presets=None):
 
 
 def config_values(options):
-    """{name: value} of every option a command line can set, the preset,
-    and under `GIVEN_KEY` the options given (the others took their default,
-    which an "auto" choice may change): what `--config` reads back to run
-    `options` again."""
+    """Lists the values `--config` reads back to run `options` again.
+
+    Args:
+        options: the task's options.
+
+    Returns:
+        {name: value} of every option a command line can set, the preset,
+        and under `GIVEN_KEY` the options given (the others took their
+        default, which an "auto" choice may change).
+    """
     values = {"preset": options.preset} if options.preset else {}
     values |= {field.name: getattr(options, field.name) for field in _cli_fields(type(options))}
     return values | {GIVEN_KEY: sorted(options.options_given)}

@@ -40,8 +40,22 @@ RNN_REASON = "measured for the RNN translator (benchmarks/results/translation-qu
 
 
 def expected_passes(train_tokens, epochs, minutes=None, tokens_per_minute=None):
-    """How many times training can go over `train_tokens` target tokens:
-    `epochs`, or fewer where `minutes` at `tokens_per_minute` end it first.
+    """Estimates how many times training can go over the training data.
+
+    Args:
+        train_tokens: the training targets' tokens, > 0.
+        epochs: the most passes, > 0.
+        minutes: the training budget; None (default) for none.
+        tokens_per_minute: the model's training rate in target tokens;
+            None (default) where unknown.
+
+    Returns:
+        `epochs` as a float, or fewer passes where `minutes` at
+        `tokens_per_minute` end training first (3 significant digits).
+
+    Raises:
+        ValueError: a count is not a positive int, or `minutes` or
+            `tokens_per_minute` is not > 0.
 
     Example:
     >>> expected_passes(500_000, epochs=1000, minutes=12, tokens_per_minute=750_000)
@@ -59,10 +73,22 @@ def expected_passes(train_tokens, epochs, minutes=None, tokens_per_minute=None):
 
 
 def model_for_data(passes, metric, preset):
-    """(settings, reason): `preset` ({"d_model", "num_heads", "ff_dim",
-    "dropout"}) as it is, or, for open text (`metric` other than
-    "exact_match") that training passes over more than `SMALL_DATA_PASSES`
-    times, narrowed and with more dropout by `SMALL_DATA_MODEL`.
+    """Sizes the Transformer for the data: the preset's widths and dropout, or narrower for small data.
+
+    For open text (`metric` other than "exact_match") that training passes
+    over more than `SMALL_DATA_PASSES` times, the widths are capped and the
+    dropout raised by `SMALL_DATA_MODEL`.
+
+    Args:
+        passes: expected passes over the data (`expected_passes`), > 0.
+        metric: the validation metric, such as "chrf" or "exact_match".
+        preset: the preset's {"d_model", "num_heads", "ff_dim", "dropout"}.
+
+    Returns:
+        (settings: those four, reason: a sentence saying why).
+
+    Raises:
+        ValueError: `passes` is not a positive number, or `preset` lacks a key.
 
     Example:
     >>> preset = dict(d_model=192, num_heads=4, ff_dim=768, dropout=0.0)
@@ -89,15 +115,25 @@ def model_for_data(passes, metric, preset):
 
 
 def choose_model_size(options, target_lengths, metric, pairs=None):
-    """(settings, Decision "model_size"): `model_for_data` for a translation
-    task's `options` (its preset, arch, widths, dropout, max_length,
-    epochs, max_minutes and options_given), from the token counts of the
-    training targets (`target_lengths`; over-long ones are left out, as the
-    pipeline drops them, and each gets its EOS), or of a uniform sample of
-    them from a corpus of `pairs` pairs. Options given keep their
-    values, a width given keeps every width. The RNN gets `RNN_MODEL` on the
+    """Chooses the translator's size from the data (`model_for_data`) where the user does not say.
+
+    It reads the options' preset, arch, widths, dropout, max_length, epochs,
+    max_minutes and options_given, and counts the training targets' tokens
+    (over-long ones are left out, as the pipeline drops them, and each gets
+    its EOS). Options given keep their values, a width given keeps every
+    width. The RNN gets `RNN_MODEL` on the
     quick preset instead (the rule was measured on the Transformer).
-    `settings` holds the values to change."""
+
+    Args:
+        options: the translate task's options.
+        target_lengths: the training targets' token counts (or a sample's).
+        metric: the validation metric.
+        pairs: the corpus's pairs, where `target_lengths` is a uniform
+            sample of them; None (default): all of them.
+
+    Returns:
+        (settings: {option: value} to change, a `Decision` "model_size").
+    """
     lengths = np.asarray(target_lengths)
     tokens = int((lengths[lengths <= options.max_length] + 1).sum())
     if pairs is not None and len(lengths):

@@ -57,12 +57,12 @@ class CadenceOptions(TaskOptions):
 
     @property
     def cadence(self):
-        """`--eval-every` as a `kseq.training.progress.Cadence`."""
+        """Gives `--eval-every` as a `kseq.training.progress.Cadence`."""
         return parse_cadence(self.eval_every, self.max_minutes)
 
     @property
     def save_steps(self):
-        """`--save-every` as `kseq.training.loop.Fit` takes it: "epoch" or steps."""
+        """Gives `--save-every` as `kseq.training.loop.Fit` takes it: "epoch" or steps."""
         save = self.save_every.strip().lower()
         return save if save == "epoch" else int(save)
 

@@ -23,9 +23,15 @@ OPTIONS_FILE = "options.json"
 
 
 def keep_trained(options, model):
-    """Writes `<logdir>/trained.weights.h5` (the model's weights, atomically)
-    and `<logdir>/options.json` (the run's options as it ran): what
-    `--init-from <logdir>` reads."""
+    """Writes what `--init-from <logdir>` reads: the model's weights and the run's options.
+
+    They go to `<logdir>/trained.weights.h5` (atomically) and
+    `<logdir>/options.json` (the options as the run ran).
+
+    Args:
+        options: the task's options; `options.logdir` is the folder.
+        model: the trained model.
+    """
     folder = options.logdir
     os.makedirs(folder, exist_ok=True)
     temporary = os.path.join(folder, f".trained-{os.getpid()}.weights.h5")  # keras wants this suffix
@@ -38,8 +44,15 @@ def keep_trained(options, model):
 
 
 def source_problems(options):
-    """Messages (empty when none) for an `--init-from` folder that holds no
-    finished run of this task, or clashes with other options."""
+    """Checks the `--init-from` folder against the task and the other options.
+
+    Args:
+        options: the task's options.
+
+    Returns:
+        Messages (empty when none) for a folder that holds no finished run
+        of this task, or clashes with other options.
+    """
     folder = options.init_from
     if not folder:
         return []
@@ -64,9 +77,16 @@ def source_problems(options):
 
 
 def adopt_architecture(options):
-    """`options` with the `--init-from` run's architecture options (as
-    they are without `--init-from`). The adopted options count as given,
-    so that no "auto" resizes them."""
+    """Gives the options the `--init-from` run's architecture options.
+
+    The adopted options count as given, so that no "auto" resizes them.
+
+    Args:
+        options: the task's options.
+
+    Returns:
+        `options` with the run's architecture; as they are without `--init-from`.
+    """
     if not options.init_from:
         return options
     saved = _read_options(options.init_from)
@@ -75,13 +95,30 @@ def adopt_architecture(options):
 
 
 def describe(options):
-    """The line a run prints about where its weights start."""
+    """Writes the line a run prints about where its weights start.
+
+    Args:
+        options: the task's options, with `--init-from`.
+
+    Returns:
+        The line, naming the architecture options adopted.
+    """
     adopted = ", ".join(_spelled(name, getattr(options, name)) for name in options.architecture())
     return f"init from {options.init_from}: its weights and tokenizer; {adopted}"
 
 
 def init_tokenizer(folder):
-    """The tokenizer an `--init-from` run saved in `folder`."""
+    """Loads the tokenizer an `--init-from` run saved in `folder`.
+
+    Args:
+        folder: the run's logdir.
+
+    Returns:
+        The tokenizer (from spm.model or tokenizer.json).
+
+    Raises:
+        SystemExit: the folder holds neither.
+    """
     from kseq.data.tokenizers import load_tokenizer
 
     for name in ("spm.model", "tokenizer.json"):
@@ -91,8 +128,17 @@ def init_tokenizer(folder):
 
 
 def init_weights(model, folder):
-    """Loads the `--init-from` run's weights into the built `model`, leaving
-    its optimizer as it is (a new run's schedule starts at step 0)."""
+    """Loads the `--init-from` run's weights into `model`, leaving its optimizer as it is.
+
+    A new run's schedule so starts at step 0. The model is built first if it is not.
+
+    Args:
+        model: the model, compiled or not.
+        folder: the run's logdir.
+
+    Raises:
+        SystemExit: the weights do not fit the model.
+    """
     if not model.built:
         model.build()  # kseq's models build without an input shape
     optimizer = getattr(model, "optimizer", None)
@@ -108,9 +154,18 @@ def init_weights(model, folder):
 
 
 def finished_run(folder, options_class):
-    """(options, tokenizer) of a finished run of `options_class`'s task kept
-    in `folder` (what `keep_trained` wrote, with the run's tokenizer), to
-    rebuild its model. Raises ValueError for a folder that holds none."""
+    """Reads a finished run's options and tokenizer, to rebuild its model.
+
+    Args:
+        folder: the run's logdir, where `keep_trained` wrote.
+        options_class: the task's options class.
+
+    Returns:
+        (options, tokenizer).
+
+    Raises:
+        ValueError: the folder holds no finished run of this task.
+    """
     missing = [name for name in (OPTIONS_FILE, TRAINED_WEIGHTS) if not os.path.isfile(os.path.join(folder, name))]
     if missing:
         raise ValueError(f"{folder} holds no finished {options_class().task_name} run (no {' or '.join(missing)}; "

@@ -27,9 +27,20 @@ STRATEGIES = ("default", "mirrored", "multiworker")
 
 
 def make_strategy(name):
-    """"default" (one device), "mirrored" (every local GPU, or the CPU) or
-    "multiworker" (every worker in TF_CONFIG; create it before any other
-    TensorFlow work, as collective ops are set up at program start)."""
+    """Makes the tf.distribute strategy `--strategy` names.
+
+    Args:
+        name: "default" (one device), "mirrored" (every local GPU, or the
+            CPU) or "multiworker" (every worker in TF_CONFIG; create it
+            before any other TensorFlow work, as collective ops are set up
+            at program start).
+
+    Returns:
+        The strategy.
+
+    Raises:
+        ValueError: `name` is not one of `STRATEGIES`.
+    """
     check_choice("strategy", name, STRATEGIES)
     if name == "mirrored":
         return tf.distribute.MirroredStrategy()
@@ -40,7 +51,14 @@ def make_strategy(name):
 
 
 def task(strategy):
-    """(task type, task id) of this process, ("chief", 0) outside a cluster."""
+    """Names this process's task in the strategy's cluster.
+
+    Args:
+        strategy: a tf.distribute strategy.
+
+    Returns:
+        (task type, task id); ("chief", 0) outside a cluster.
+    """
     resolver = getattr(strategy, "cluster_resolver", None)
     if resolver is None or not resolver.task_type:
         return "chief", 0
@@ -48,8 +66,15 @@ def task(strategy):
 
 
 def is_chief(strategy):
-    """Whether this process writes logs, checkpoints and exports: the
-    "chief" task, or worker 0 when the cluster has no chief."""
+    """Tells whether this process writes logs, checkpoints and exports.
+
+    Args:
+        strategy: a tf.distribute strategy.
+
+    Returns:
+        True for the "chief" task (or outside a cluster), or worker 0 when
+        the cluster has no chief.
+    """
     task_type, task_id = task(strategy)
     if task_type == "chief":
         return True
@@ -58,8 +83,7 @@ def is_chief(strategy):
 
 
 def distribute_batches(strategy, dataset):
-    """A distributed dataset in which every replica of every worker gets its
-    share of each global batch.
+    """Makes a distributed dataset in which every replica of every worker gets its share of each batch.
 
     Each worker builds `dataset` itself (same seed, so the same batches),
     then keeps its replicas' slices of every batch: all workers step
@@ -67,6 +91,13 @@ def distribute_batches(strategy, dataset):
     batches of varying size), which collectives need. A slice may be empty
     when a batch has fewer rows than there are replicas; the kseq losses
     divide by the global count of real tokens, so that is harmless.
+
+    Args:
+        strategy: the tf.distribute strategy.
+        dataset: batches of (features, labels), the same on every worker.
+
+    Returns:
+        A distributed dataset.
     """
     def worker_dataset(context):
         replicas = context.num_replicas_in_sync
@@ -84,7 +115,8 @@ def distribute_batches(strategy, dataset):
 
 
 def distribute_worker_batches(strategy, make, filler_rows=0):
-    """A distributed dataset in which every worker reads its own data:
+    """Makes a distributed dataset in which every worker reads its own data.
+
     `make((workers, index))` builds this worker's dataset (e.g.
     `kseq.data.streaming.streamed_pair_dataset(..., shard=...)`), whose
     batches its local replicas split by rows.
@@ -96,6 +128,14 @@ def distribute_worker_batches(strategy, make, filler_rows=0):
     real tokens), until `WorkersAgree` ends training once every share is
     done. A model that carries its state from batch to batch needs its
     batch's rows: pass them as `filler_rows`.
+
+    Args:
+        strategy: the multi-worker strategy.
+        make: a function of (workers, this worker's index) giving its dataset.
+        filler_rows: rows of each filler batch. Default 0.
+
+    Returns:
+        A distributed dataset.
     """
     def worker_dataset(context):
         dataset = make((context.num_input_pipelines, context.input_pipeline_id))
@@ -112,19 +152,41 @@ def distribute_worker_batches(strategy, make, filler_rows=0):
 
 
 def worker_batches(strategy, make, filler_rows=0):
-    """This process's training batches: under a MultiWorkerMirroredStrategy
-    each worker reads its own share, `make((workers, index))`, through
-    `distribute_worker_batches` (and its `filler_rows`); otherwise
-    `make((1, 0))`, whose batches keras splits among the local replicas."""
+    """Makes this process's training batches.
+
+    Under a MultiWorkerMirroredStrategy each worker reads its own share,
+    `make((workers, index))`, through `distribute_worker_batches`;
+    otherwise `make((1, 0))`, whose batches keras splits among the local
+    replicas.
+
+    Args:
+        strategy: the tf.distribute strategy.
+        make: a function of (workers, this worker's index) giving a dataset.
+        filler_rows: rows of each filler batch (`distribute_worker_batches`).
+            Default 0.
+
+    Returns:
+        A dataset, or a distributed dataset under multiworker.
+    """
     if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
         return distribute_worker_batches(strategy, make, filler_rows)
     return make((1, 0))
 
 
 def share_per_worker(flag, value, strategy):
-    """Each worker's share of a batch-size option (`value` examples or
-    tokens a global batch), which every worker's own batches then hold;
-    the option's `flag` is named when there are more workers than that."""
+    """Shares a batch-size option among the workers; every worker's own batches then hold its share.
+
+    Args:
+        flag: the option's flag, for the message, e.g. "--batch-size".
+        value: examples or tokens a global batch.
+        strategy: the tf.distribute strategy.
+
+    Returns:
+        `value // workers`.
+
+    Raises:
+        SystemExit: there are more workers than `value`.
+    """
     count = workers(strategy)
     if value < count:
         raise SystemExit(f"{flag} {value} shared by {count} workers leaves some none: raise it to {count} or more")
@@ -154,7 +216,14 @@ def _unsharded():
 
 
 def workers(strategy):
-    """The worker processes of `strategy`'s cluster (chief included), 1 outside one."""
+    """Counts the worker processes of `strategy`'s cluster, chief included.
+
+    Args:
+        strategy: a tf.distribute strategy.
+
+    Returns:
+        The count; 1 outside a cluster.
+    """
     resolver = getattr(strategy, "cluster_resolver", None)
     if resolver is None:
         return 1
@@ -170,7 +239,12 @@ class WorkersAgree(keras.callbacks.Callback):
     every worker's share is done (`position.exhausted`; a worker whose
     share ended first trains on empty batches meanwhile). One all-reduce
     of three numbers a step; put it after every callback that decides at
-    a batch's end."""
+    a batch's end.
+
+    Args:
+        position: the `TrainingPosition` of streamed data, or None.
+        time_limit: the `TimeLimit` callback, or None (default).
+    """
 
     def __init__(self, position, time_limit=None):
         super().__init__()
@@ -202,7 +276,14 @@ class WorkersAgree(keras.callbacks.Callback):
 
 
 def weights_fingerprint(model):
-    """sha256 of all the model's weights, to compare replicas or workers."""
+    """Hashes all the model's weights, to compare replicas or workers.
+
+    Args:
+        model: a keras model.
+
+    Returns:
+        The sha256 hex digest of its weights' bytes, in order.
+    """
     digest = hashlib.sha256()
     for weight in model.weights:
         digest.update(np.ascontiguousarray(weight.numpy()).tobytes())

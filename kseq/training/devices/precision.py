@@ -69,9 +69,19 @@ def device_class():
 
 
 def cpu_has_bfloat16_units(cpuinfo="/proc/cpuinfo"):
-    """Whether this (Linux, x86-64) CPU has bfloat16 dot-product instructions,
-    AVX512_BF16 or AMX-BF16, which oneDNN's bfloat16 matmuls run on; without
-    them TensorFlow emulates bfloat16 through float32 and gains nothing."""
+    """Tells whether this (Linux, x86-64) CPU has bfloat16 dot-product instructions.
+
+    Those are AVX512_BF16 or AMX-BF16, which oneDNN's bfloat16 matmuls run
+    on; without them TensorFlow emulates bfloat16 through float32 and gains
+    nothing.
+
+    Args:
+        cpuinfo: the file listing the CPU's flags. Default "/proc/cpuinfo".
+
+    Returns:
+        True where the flags name either; False where they do not or the
+        file cannot be read.
+    """
     try:
         with open(cpuinfo) as f:
             for line in f:
@@ -91,7 +101,7 @@ def precision_class():
 
 
 def resolve_precision(requested="auto", device=None, bfloat16_cpu=True):
-    """`requested` ("auto" or a policy name) -> `Precision`.
+    """Resolves the precision asked for into a `Precision`.
 
     "auto" picks `MEASURED_FASTEST` for the device class (`precision_class()`
     unless given); any other value is taken as asked. On a CPU with bfloat16
@@ -99,6 +109,17 @@ def resolve_precision(requested="auto", device=None, bfloat16_cpu=True):
     it trains well under mixed_bfloat16; False, nothing (the tasks say
     which were); a sentence, why float32 trained it better. Without True
     such a CPU is treated as one without bfloat16 units.
+
+    Args:
+        requested: "auto" (default) or a policy name in `PRECISIONS`.
+        device: "gpu", "cpu-bf16" or "cpu"; None (default): `precision_class()`.
+        bfloat16_cpu: True (default), False, or a sentence (see above).
+
+    Returns:
+        `Precision`: the policy, what was requested and why.
+
+    Raises:
+        ValueError: `requested` is not in `PRECISIONS`.
     """
     check_choice("precision", requested, PRECISIONS)
     if requested != "auto":
@@ -118,7 +139,14 @@ def tf32_enabled():
 
 
 def describe_precision(precision):
-    """One line for a task's log."""
+    """Describes the precision in one line for a task's log.
+
+    Args:
+        precision: the resolved `Precision`.
+
+    Returns:
+        The line, with TF32 or loss scaling where they apply.
+    """
     line = f"precision: {precision.policy} ({precision.reason})"
     if precision.policy == "float32" and device_class() == "gpu" and tf32_enabled():
         line += "; float32 matmuls run as TF32 on this GPU (TensorFlow's default)"

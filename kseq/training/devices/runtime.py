@@ -6,19 +6,24 @@ import tensorflow as tf
 
 
 def tune_cpu_runtime(threads=None):
-    """Call once at program start, before TensorFlow runs any op.
+    """Sets TensorFlow's CPU allocator and thread pools; call once at program start, before any op runs.
 
     Two TensorFlow defaults cost more than the work on small CPU batches
     (measured by benchmarks/cpu_runtime.py, figures in benchmarks/RESULTS.md):
     - the default CPU allocator returns every large tensor to the system, so
-      each step faults fresh pages in again (41% of the CPU time went to the
-      kernel); TensorFlow's BFC allocator keeps and reuses them;
+      each step faults fresh pages in again; TensorFlow's BFC allocator
+      keeps and reuses them;
     - with thread pools left at "let TensorFlow choose", a step under
       MirroredStrategy used little more than one core; explicit pools of one
       thread per core use them all.
 
-    Does nothing (and returns False) where TensorFlow has already started,
-    as inside a test process; returns True when the settings took.
+    Args:
+        threads: threads of each pool; None (default): the cores this
+            process may run on.
+
+    Returns:
+        True when the settings took; False (having done nothing) where
+        TensorFlow has already started, as inside a test process.
     """
     if threads is None:
         affinity = getattr(os, "sched_getaffinity", None)

@@ -86,10 +86,22 @@ def decide_jit_compile(requested, num_shapes, budget_minutes=None, device=None, 
 
 
 def decide_for_translation(requested, max_length, budget_minutes, arch):
-    """The translation task's XLA decision for its train step: `decide_jit_compile` over
-    the run's few XLA batch shapes (`kseq.data.bucketing.xla_boundaries`);
-    on a GPU "auto" leaves the recurrent models off XLA (keras runs LSTM/GRU
-    with cuDNN there, which XLA cannot compile)."""
+    """Decides XLA for the translation task's train step.
+
+    That is `decide_jit_compile` over the run's few XLA batch shapes
+    (`kseq.data.bucketing.xla_boundaries`); on a GPU "auto" leaves the
+    recurrent models off XLA (keras runs LSTM/GRU with cuDNN there, which
+    XLA cannot compile).
+
+    Args:
+        requested: `--jit-compile`: "auto", "on" or "off".
+        max_length: `--max-length`, which sets the batch shapes.
+        budget_minutes: `--max-minutes`, or None for an open-ended run.
+        arch: "transformer" or "rnn".
+
+    Returns:
+        `JitDecision`.
+    """
     decision = decide_jit_compile(requested, len(xla_boundaries(max_length)), budget_minutes)
     if decision.use and arch == "rnn" and requested == "auto" and device_class() == "gpu":
         return JitDecision("auto", False, "auto on gpu: keras runs LSTM/GRU with cuDNN, which XLA cannot compile")
@@ -97,10 +109,23 @@ def decide_for_translation(requested, max_length, budget_minutes, arch):
 
 
 def check_replicas(decision, strategy):
-    """`decision`, unless the strategy holds several replicas on the CPU
-    devices of one process, which XLA cannot train (a variable one CPU
-    device holds cannot be read by another under XLA): then "auto" turns XLA
-    off, and "on" exits with a message that says what to change."""
+    """Checks an XLA decision against the strategy's replicas.
+
+    XLA cannot train several replicas on the CPU devices of one process (a
+    variable one CPU device holds cannot be read by another under XLA):
+    there "auto" turns XLA off, and "on" exits with a message that says
+    what to change.
+
+    Args:
+        decision: the `JitDecision`.
+        strategy: the tf.distribute strategy.
+
+    Returns:
+        `decision`, or one turning "auto" off.
+
+    Raises:
+        SystemExit: "on" asked for with several CPU replicas in one process.
+    """
     local = strategy.extended.worker_devices if strategy.num_replicas_in_sync > 1 else ()
     replicas_on_cpus = sum("CPU" in device for device in local)
     if not decision.use or replicas_on_cpus <= 1:
@@ -115,8 +140,18 @@ def check_replicas(decision, strategy):
 
 
 def keras_jit_status(model, decision):
-    """What keras will really run after `compile`: it turns XLA off for
-    models with layers that cannot be compiled (cuDNN LSTM/GRU on a GPU)."""
+    """Tells whether keras really runs XLA after `compile`.
+
+    keras turns XLA off for models with layers that cannot be compiled
+    (cuDNN LSTM/GRU on a GPU).
+
+    Args:
+        model: the compiled model.
+        decision: the `JitDecision` it was compiled with.
+
+    Returns:
+        (whether the train step uses XLA, the reason).
+    """
     ran = bool(model.jit_compile)
     if decision.use and not ran:
         return False, (
@@ -127,9 +162,16 @@ def keras_jit_status(model, decision):
 
 
 def jit_decision(model, decision):
-    """XLA for `model`'s train step as keras will run it (`keras_jit_status`
-    of `decision`, a `JitDecision`), as a `kseq.training.reporting.decisions.Decision`
-    that also records what was asked for."""
+    """Records XLA for `model`'s train step as keras will run it (`keras_jit_status`).
+
+    Args:
+        model: the compiled model.
+        decision: the `JitDecision` it was compiled with.
+
+    Returns:
+        A `kseq.training.reporting.decisions.Decision` "jit_compile" that
+        also records what was asked for.
+    """
     from kseq.training.reporting.decisions import Decision
 
     return Decision("jit_compile", *keras_jit_status(model, decision), {"jit_compile_requested": decision.requested})
@@ -163,8 +205,11 @@ def enable_persistent_cache(directory=None):
 
 
 def default_cache_directory():
-    """`$KSEQ_CACHE_DIR/xla/tf-<version>` (default ~/.cache/kseq): programs
-    of one TensorFlow version only."""
+    """Gives the XLA cache's default folder, one for each TensorFlow version.
+
+    Returns:
+        `$KSEQ_CACHE_DIR/xla/tf-<version>` ($KSEQ_CACHE_DIR defaults to ~/.cache/kseq).
+    """
     return os.path.join(cache_root(), "xla", f"tf-{tf.__version__}")
 
 

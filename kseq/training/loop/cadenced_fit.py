@@ -67,15 +67,30 @@ class CadencedFit:
         self.curve = DataEpochsCurve(position, steps_per_epoch)
 
     def fit(self, model, train, valid, logging=(), stopping=()):
-        """`model.fit` with the chief's `logging` callbacks (scores, curves,
-        checkpoints) and the `stopping` ones (e.g. `KeepBest`; their state
-        is saved and restored with the backup's); returns the history.
+        """Runs `model.fit` over the periods with the task's callbacks, in the order they must run.
+
         Stopping runs after logging (a period's line shows its scores) and
         before the periods end and the backup saves (a period counts as
         saved once its logs are written); with several workers their
         decisions are made one after every other decision of a step
         (`WorkersAgree`); nothing traces after that before the steps
-        compile (`StableFunctionNames`)."""
+        compile (`StableFunctionNames`).
+
+        Args:
+            model: the compiled model.
+            train: the training batches of all epochs.
+            valid: the validation batches.
+            logging: the chief's callbacks (scores, curves, checkpoints).
+                Default none.
+            stopping: callbacks such as `KeepBest`, whose state is saved and
+                restored with the backup's. Default none.
+
+        Returns:
+            keras' `History`.
+
+        Raises:
+            SystemExit: the loss was not finite; the last save is kept.
+        """
         several = workers(model.distribute_strategy) > 1
         agreement = [WorkersAgree(self.position, self.limits[0])] if several else []
         callbacks = [self.timer, *self.limits, FirstStepLine(), self.curve, *logging, *stopping, self.periods,
@@ -112,7 +127,15 @@ class CadencedFit:
         shutil.rmtree(self.backup_dir, ignore_errors=True)
 
     def report(self, model):
-        """metrics.json's entries on how training went."""
+        """Gives metrics.json's entries on how training went.
+
+        Args:
+            model: the trained model.
+
+        Returns:
+            {"train_seconds", "steps", "epochs_run", "evaluations",
+            "resumed_from_step", "train_step_seconds", "fit_seconds"}.
+        """
         return {
             "train_seconds": round(self.backup.train_seconds, 1),
             "steps": global_step(model),
@@ -125,10 +148,18 @@ class CadencedFit:
 
 
 def counted(dataset):
-    """`dataset` with its length known, counted once where tf.data cannot
-    tell it (bucketed batches): keras reads a dataset of unknown length to
-    its end and then warns that the input "ran out of data", at every
-    evaluation. A distributed dataset or None is returned as it is."""
+    """Makes a dataset's length known, counting it once where tf.data cannot tell it.
+
+    keras reads a dataset of unknown length (bucketed batches) to its end
+    and then warns that the input "ran out of data", at every evaluation.
+
+    Args:
+        dataset: a `tf.data.Dataset`, a distributed dataset, or None.
+
+    Returns:
+        `dataset` with its cardinality asserted; a distributed dataset or
+        None as it is.
+    """
     if isinstance(dataset, tf.data.Dataset) and int(dataset.cardinality()) == tf.data.UNKNOWN_CARDINALITY:
         return dataset.apply(tf.data.experimental.assert_cardinality(sum(1 for _ in dataset)))
     return dataset

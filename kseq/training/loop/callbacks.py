@@ -53,7 +53,11 @@ class GenerationMonitor(keras.callbacks.Callback):
         return {name: float(fn(hypotheses, references)) for name, fn in self.scores.items()}
 
     def evaluate(self):
-        """(hypotheses, references, scores) of the model as it is now."""
+        """Decodes the sources with the model as it is now and scores the outputs.
+
+        Returns:
+            (hypotheses, the references they reached or None, {score name: float}).
+        """
         hypotheses = [
             h.decode("utf-8") if isinstance(h, bytes) else h
             for h in np.asarray(self.translate(self.sources)).tolist()

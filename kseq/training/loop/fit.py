@@ -80,8 +80,26 @@ class Fit:
         state is saved with the backup's). `batches` describes an epoch's
         batches in the opening line; `verbose` False prints no line per
         evaluation. With a `monitor` the model ends with the best
-        evaluation's weights. Returns metrics.json's entries on the training;
-        `fit.history` holds keras' history."""
+        evaluation's weights. `fit.history` holds keras' history.
+
+        Args:
+            model: the compiled model.
+            train: the training batches, built from `fit.position`.
+            valid: the validation batches.
+            epochs: data epochs at most.
+            logging: the chief's callbacks. Default none.
+            stopping: callbacks whose state the backup keeps. Default none.
+            batches: a description of an epoch's batches for the opening line;
+                None (default): the count, where known.
+            verbose: print a line per evaluation. Default True.
+
+        Returns:
+            metrics.json's entries on the training.
+
+        Raises:
+            ValueError: the data's epochs differ from `epochs`, or one epoch
+                of it has no known length.
+        """
         train = self._all_epochs(train, epochs)
         per_epoch = self.position.steps_per_epoch  # None for streamed data: it ends when the position says so
         run = CadencedFit(self.workdir, self.position, self.cadence, per_epoch and per_epoch * epochs, per_epoch,
@@ -140,7 +158,11 @@ class CarriedStreams(keras.callbacks.Callback):
     epoch begins (and each window of streams read from files,
     `kseq.data.streams.streamed_stream_batches`, whose streams do not go
     on from the last window's) and kept with every save, so that a run
-    resumed mid-epoch goes on with the state the uninterrupted run had there."""
+    resumed mid-epoch goes on with the state the uninterrupted run had there.
+
+    Args:
+        position: the `TrainingPosition` the streams are read from.
+    """
 
     resets_train_streams = True  # in place of the model's reset at each of fit's epochs
     FILE = "carried_streams.npz"
@@ -150,10 +172,20 @@ class CarriedStreams(keras.callbacks.Callback):
         self.position, self._restored = position, None
 
     def save_state(self, folder):
+        """Writes the carried state into a save being written (`ResumableBackup`).
+
+        Args:
+            folder: the save's folder.
+        """
         state = self.model.carried_state("train")
         np.savez(os.path.join(folder, self.FILE), *[v for layer in state for values in layer for v in values])
 
     def restore_state(self, folder):
+        """Reads a save's carried state, set at the next batch; a save without one is skipped.
+
+        Args:
+            folder: the save's folder.
+        """
         path = os.path.join(folder, self.FILE)
         if os.path.exists(path):  # a save made at an epoch's end needs none
             with np.load(path) as saved:
@@ -171,7 +203,14 @@ class CarriedStreams(keras.callbacks.Callback):
 
 
 def valid(key):
-    """metrics.json's name of a validation log key: "val_loss" -> "valid_loss"."""
+    """Names a validation log key as metrics.json does.
+
+    Args:
+        key: a keras log key, such as "val_loss".
+
+    Returns:
+        The key with its first "val_" made "valid_": "valid_loss".
+    """
     return key.replace("val_", "valid_", 1)
 
 

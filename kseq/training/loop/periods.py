@@ -92,7 +92,13 @@ class EvaluationPeriods(keras.callbacks.Callback):
 class DataEpochsCurve(keras.callbacks.Callback):
     """Adds "data_epochs" (how far into the data, `data_epochs`) to each
     period's logs; put it before the TensorBoard callback, which then draws
-    it beside the loss."""
+    it beside the loss.
+
+    Args:
+        position: the `TrainingPosition` of the training data, or None (default).
+        steps_per_epoch: batches per data epoch, or None (default) for
+            streamed data or where `position` tells.
+    """
 
     def __init__(self, position=None, steps_per_epoch=None):
         super().__init__()
@@ -148,6 +154,13 @@ class ProgressLine(keras.callbacks.Callback):
     With a `position` (or `steps_per_epoch`) each line says how far into
     the data the run is.
 
+    Args:
+        every_seconds: seconds between lines. Default 30.
+        budget_minutes: the training budget, or None (default) for none.
+        spent_seconds: seconds trained before this run. Default 0.
+        position: the `TrainingPosition`, or None (default).
+        steps_per_epoch: batches per data epoch, or None (default).
+
     Example:
     >>> line = ProgressLine(every_seconds=30, budget_minutes=12, spent_seconds=60)
     >>> line.describe(step=250, loss=4.25, steps_per_second=3.2, elapsed=540.0, epochs=1.375)
@@ -176,7 +189,18 @@ class ProgressLine(keras.callbacks.Callback):
         self._last, self._last_step = now, step
 
     def describe(self, step, loss, steps_per_second, elapsed, epochs=None):
-        """The line for `step`, `elapsed` seconds of training in all, `epochs` into the data."""
+        """Writes the progress line for `step`.
+
+        Args:
+            step: the global step.
+            loss: the running mean of the loss.
+            steps_per_second: the rate since the last line.
+            elapsed: seconds of training in all, runs before a resume included.
+            epochs: how far into the data, in epochs; None (default) leaves it out.
+
+        Returns:
+            The line.
+        """
         left = ""
         if self.budget_minutes:
             left = f", {max(self.budget_minutes - elapsed / 60, 0.0):.1f} min of {self.budget_minutes:g} left"

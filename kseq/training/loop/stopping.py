@@ -24,8 +24,8 @@ class KeepBest(keras.callbacks.Callback):
     the best weights and multiplies the learning rate by `decay`: a rate too
     high for the data (the validation score falls after the warm-up) costs
     an evaluation period, not the run. The tolerance keeps the noise of a
-    few hundred decoded sentences (about 0.5 chrF on the Bible's 200) from
-    reverting a run that is still learning.
+    few hundred decoded sentences from reverting a run that is still
+    learning.
 
     Unlike keras' EarlyStopping (which holds the best weights in memory),
     the best weights and the patience count live in `folder`
@@ -115,16 +115,25 @@ class KeepBest(keras.callbacks.Callback):
             self.model.set_weights([saved[f"arr_{i}"] for i in range(len(saved.files))])
 
     def save_state(self, folder):
-        """Writes the state and the best weights into `folder`, a backup's
-        save being written (`ResumableBackup(participants=...)`): published
-        with the model's weights, so a kill between an evaluation and the
-        next save cannot leave them a step apart."""
+        """Writes the state and the best weights into a backup's save being written.
+
+        The save (`ResumableBackup(participants=...)`) publishes them with
+        the model's weights, so a kill between an evaluation and the next
+        save cannot leave them a step apart.
+
+        Args:
+            folder: the save's folder.
+        """
         write_json_atomic(os.path.join(folder, "best.json"), self.state)
         if os.path.exists(self.weights_path):
             shutil.copyfile(self.weights_path, os.path.join(folder, "best_weights.npz"))
 
     def restore_state(self, folder):
-        """Continues from what `save_state` wrote into `folder`."""
+        """Continues from what `save_state` wrote into `folder`.
+
+        Args:
+            folder: the save's folder.
+        """
         with open(os.path.join(folder, "best.json"), encoding="utf-8") as f:
             self.state.update(json.load(f))
         saved = os.path.join(folder, "best_weights.npz")
@@ -143,7 +152,11 @@ class KeepBest(keras.callbacks.Callback):
                 os.remove(path)
 
     def report(self):
-        """What happened, for metrics.json."""
+        """Reports what happened, for metrics.json.
+
+        Returns:
+            {"monitor", "patience", and the state: best score, step, evaluations, reverts, ...}.
+        """
         return {"monitor": self.monitor, "patience": self.patience, **self.state}
 
 
@@ -169,16 +182,23 @@ def keep_best(options, folder, metric, decoded_pairs, lr_factor=None, resume=Fal
 
 
 def stopping_monitor(metric, strategy):
-    """(log key, mode) that training stops on and keeps the best of.
+    """Chooses the log key training stops on and keeps the best of.
 
     Exact match of the greedy validation decode where that is the metric
     (short targets: it is what the user wants, and the loss says little
     about it). Otherwise the validation loss: the greedy chrF of a model
-    trained for minutes is not monotone in its quality (Bible, quick
-    preset, benchmarks/RESULTS.md: chrF fell 27.5 -> 26.4 from step 594 to 758 while
-    the validation loss fell 3.98 -> 3.90 and BLEU rose 5.8 -> 7.8). With
-    several workers (`strategy` "multiworker") always the loss: the decoded
-    metric is the chief's alone, and every worker must stop together.
+    trained for minutes is not monotone in its quality (on the Bible it
+    fell between two evaluations while the loss fell and BLEU rose:
+    benchmarks/RESULTS.md, "Translation recipe"). With several workers
+    always the loss: the decoded metric is the chief's alone, and every
+    worker must stop together.
+
+    Args:
+        metric: the run's metric, such as "exact_match" or "chrf".
+        strategy: the `--strategy` name, such as "multiworker".
+
+    Returns:
+        (log key, mode): ("val_exact_match", "max") or ("val_loss", "min").
     """
     if metric == "exact_match" and strategy != "multiworker":
         return "val_exact_match", "max"
@@ -186,11 +206,21 @@ def stopping_monitor(metric, strategy):
 
 
 def sampling_noise(monitor_key, sentences):
-    """`best -> tolerance` for `KeepBest(noise=...)`: how far an exact
-    match (in %) on `sentences` decoded validation pairs falls by chance,
-    two binomial standard errors at the best score (benchmarks/user_tasks.py
-    numbers: 74.5 -> 72% on 200 pairs reverted a run that was still
-    learning). None for the loss, which covers every validation pair.
+    """Makes `KeepBest`'s `noise`: how far an exact match falls by chance.
+
+    That is two binomial standard errors at the best score, on `sentences`
+    decoded validation pairs: without it, a fall that chance explains on a
+    few hundred pairs could revert a run that is still learning (seen on
+    benchmarks/user_tasks.py's numbers task).
+
+    Args:
+        monitor_key: the stopping log key.
+        sentences: validation pairs decoded at each evaluation.
+
+    Returns:
+        A function of the best exact match (in %) giving the fall (in
+        points) chance explains; None for the loss, which covers every
+        validation pair.
 
     Example:
     >>> round(sampling_noise("val_exact_match", 200)(75.0), 2)

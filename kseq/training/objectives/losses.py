@@ -10,9 +10,16 @@ from kseq.special_ids import PAD_ID
 
 
 def token_log_probs(y_true, logits):
-    """(B, T) int labels, (B, T, V) logits -> (log p(label) (B, T), log p (B, T, V)).
+    """Gives the log-probabilities of the labels and of every id, from logits.
 
     Computed in float32 whatever the logits' dtype (mixed precision).
+
+    Args:
+        y_true: (B, T) int labels.
+        logits: (B, T, V) logits.
+
+    Returns:
+        (log p(label) (B, T), log p (B, T, V)), float32.
     """
     log_probs = ops.log_softmax(ops.cast(logits, "float32"), axis=-1)
     labels = ops.expand_dims(ops.cast(y_true, "int32"), -1)
@@ -20,8 +27,16 @@ def token_log_probs(y_true, logits):
 
 
 def token_weights(y_true, sample_weight=None, pad_id=PAD_ID):
-    """(B, T) float32 weights: 0 at PAD labels (none with `pad_id` None),
-    times (B,) or (B, T) sample weights; (B,) labels get (B,) weights."""
+    """Weighs each label token: 0 at PAD labels, times the sample weights.
+
+    Args:
+        y_true: (B, T) int labels, or (B,).
+        sample_weight: (B,) or (B, T) weights; None (default) for none.
+        pad_id: the label id weighted 0; None: every label counts. Default PAD_ID (0).
+
+    Returns:
+        float32 weights shaped as `y_true`: (B, T), or (B,) for (B,) labels.
+    """
     if pad_id is None:
         weights = ops.ones_like(y_true, "float32")
     else:
@@ -35,8 +50,9 @@ def token_weights(y_true, sample_weight=None, pad_id=PAD_ID):
 
 
 def smoothed_cross_entropy(labels, logits, smoothing=0.0, gpu_path=False):
-    """(...) int labels, (..., V) logits -> (...) float32 cross-entropy
-    against the target (1 - e) one-hot + e / V, e = `smoothing`.
+    """Computes the cross-entropy against a label-smoothed target, with its own gradient.
+
+    The target is (1 - e) one-hot + e / V, e = `smoothing`.
 
     Written out with its own gradient, softmax minus target, because that
     is half the time of TensorFlow's fused kernels on a CPU: the dense
@@ -51,6 +67,15 @@ def smoothed_cross_entropy(labels, logits, smoothing=0.0, gpu_path=False):
     batch norm in inference mode, each row a channel (mean 0, variance 1,
     epsilon 0): one read and one write of the (N, V) values where there
     were two of each. The same values; a GPU pays per op and per pass.
+
+    Args:
+        labels: (...) int labels in [0, V).
+        logits: (..., V) logits, any float dtype.
+        smoothing: e in [0, 1). Default 0.
+        gpu_path: use the fused batch norm in the backward pass. Default False.
+
+    Returns:
+        (...) float32 cross-entropy, one a label.
     """
     labels = ops.cast(labels, "int32")
     logits = ops.cast(logits, "float32")

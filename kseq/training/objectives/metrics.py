@@ -8,7 +8,15 @@ from kseq.training.objectives.losses import token_log_probs, token_weights
 
 
 class MaskedTokenMean(keras.metrics.Metric):
-    """Running mean of a per-token value over real (non-PAD) label tokens."""
+    """Running mean of a per-token value over real (non-PAD) label tokens.
+
+    A subclass gives the value in `token_values`.
+
+    Args:
+        pad_id: the label id left out. Default PAD_ID (0).
+        name: the metric's name; None (default): keras' default.
+        dtype: the metric's dtype; None (default): keras' default.
+    """
 
     def __init__(self, pad_id: int = PAD_ID, name: str | None = None, dtype=None) -> None:
         super().__init__(name=name, dtype=dtype)
@@ -17,7 +25,15 @@ class MaskedTokenMean(keras.metrics.Metric):
         self.count = self.add_variable(shape=(), initializer="zeros", name="count")
 
     def token_values(self, y_true, y_pred):
-        """(B, T) labels, (B, T, V) logits -> (B, T) float32 values."""
+        """Gives each token's value; a subclass implements it.
+
+        Args:
+            y_true: (B, T) int32 labels.
+            y_pred: (B, T, V) logits.
+
+        Returns:
+            (B, T) float32 values.
+        """
         raise NotImplementedError
 
     def update_state(self, y_true, y_pred, sample_weight=None):
@@ -38,6 +54,11 @@ class MaskedTokenMean(keras.metrics.Metric):
 class MaskedAccuracy(MaskedTokenMean):
     """Fraction of real (non-PAD) label tokens whose argmax logit is right.
 
+    Args:
+        pad_id: the label id left out. Default PAD_ID (0).
+        name: the metric's name. Default "masked_accuracy".
+        dtype: the metric's dtype; None (default): keras' default.
+
     Example:
     >>> metric = MaskedAccuracy()
     >>> metric.update_state([[1, 2, 0]], keras.ops.one_hot([[1, 3, 3]], 4))
@@ -49,6 +70,15 @@ class MaskedAccuracy(MaskedTokenMean):
         super().__init__(pad_id=pad_id, name=name, dtype=dtype)
 
     def token_values(self, y_true, y_pred):
+        """Gives 1.0 where the argmax logit is the label, else 0.0.
+
+        Args:
+            y_true: (B, T) int32 labels.
+            y_pred: (B, T, V) logits.
+
+        Returns:
+            (B, T) float32.
+        """
         predictions = ops.cast(ops.argmax(y_pred, axis=-1), "int32")
         return ops.cast(ops.equal(predictions, y_true), "float32")
 
@@ -59,6 +89,11 @@ class Perplexity(MaskedTokenMean):
 
     Computed from logits without label smoothing, so it is comparable
     across runs whatever smoothing the loss used.
+
+    Args:
+        pad_id: the label id left out. Default PAD_ID (0).
+        name: the metric's name. Default "perplexity".
+        dtype: the metric's dtype; None (default): keras' default.
 
     Example:
     >>> metric = Perplexity()
@@ -71,6 +106,15 @@ class Perplexity(MaskedTokenMean):
         super().__init__(pad_id=pad_id, name=name, dtype=dtype)
 
     def token_values(self, y_true, y_pred):
+        """Gives each label's negative log-likelihood.
+
+        Args:
+            y_true: (B, T) int32 labels.
+            y_pred: (B, T, V) logits.
+
+        Returns:
+            (B, T) float32.
+        """
         return -token_log_probs(y_true, y_pred)[0]
 
     def result(self):

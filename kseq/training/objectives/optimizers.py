@@ -8,12 +8,13 @@ import tensorflow as tf
 
 @keras.saving.register_keras_serializable("kseq")
 class FusedAdam(keras.optimizers.Adam):
-    """`keras.optimizers.Adam` whose update of each variable is TensorFlow's
-    fused `ResourceApplyAdam` kernel: one op where keras' Adam runs about a
-    dozen (two moment updates, bias corrections, square root, divide, three
-    assignments). With the Transformer quick preset's 86 variables, keras'
-    Adam and clipping were 2,970 of the 4,300 ops of a train step on a CPU,
-    each with its own scheduling cost (benchmarks/RESULTS.md).
+    """Adam whose update of each variable is one fused TensorFlow op.
+
+    That op is TensorFlow's `ResourceApplyAdam` kernel, where keras' Adam
+    runs about a dozen (two moment updates, bias corrections, square root,
+    divide, three assignments), each with its own scheduling cost: keras'
+    Adam and clipping were most of the ops of a Transformer's train step on
+    a CPU (benchmarks/RESULTS.md, "Faster steps on a CPU").
 
     Same arguments, slots and arithmetic as keras' Adam (the step size
     lr * sqrt(1 - b2^t) / (1 - b1^t), epsilon added to sqrt(v)), so

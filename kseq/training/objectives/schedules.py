@@ -58,9 +58,15 @@ class TransformerSchedule(keras.optimizers.schedules.LearningRateSchedule):
 
 @keras.saving.register_keras_serializable("kseq")
 class Scaled(keras.optimizers.schedules.LearningRateSchedule):
-    """`schedule(step) * factor`, with `factor` a variable that callbacks
-    lower while training runs (e.g. `kseq.training.loop.stopping.KeepBest` on a
-    plateau); the traced train step reads the variable, so no retrace.
+    """A learning-rate schedule times a variable factor that callbacks may lower.
+
+    The rate is `schedule(step) * factor`; callbacks lower `factor` while
+    training runs (e.g. `kseq.training.loop.stopping.KeepBest` on a fall);
+    the traced train step reads the variable, so no retrace.
+
+    Args:
+        schedule: a schedule (a function of the step), or a constant rate.
+        factor: the factor's first value. Default 1.0.
 
     Example:
     >>> scaled = Scaled(TransformerSchedule(d_model=64, warmup_steps=10))
@@ -92,12 +98,23 @@ class Scaled(keras.optimizers.schedules.LearningRateSchedule):
 
 
 def translation_learning_rate(arch, d_model, warmup_steps, metric, scale="auto", rate=None):
-    """(schedule, Decision "lr_scale"): a translation task's learning rate.
+    """Makes a translation task's learning rate and records its scale.
 
     A `Scaled` schedule (which `KeepBest` lowers after a fall): the
     Transformer's schedule for `arch` "transformer", else `RNN_LEARNING_RATE`,
     times `scale` ("auto": `EXACT_MATCH_LR_SCALE` for exact-match data, else
     1). A constant `rate` given replaces both.
+
+    Args:
+        arch: "transformer" or "rnn".
+        d_model: D, the Transformer's width.
+        warmup_steps: the Transformer schedule's warm-up steps.
+        metric: the run's metric; "exact_match" data gets a larger rate under "auto".
+        scale: "auto" (default) or a number multiplying the rate.
+        rate: a constant rate (`--learning-rate`); None (default) for the schedule.
+
+    Returns:
+        (a `Scaled` schedule, a `Decision` "lr_scale").
 
     Example:
     >>> schedule, decision = translation_learning_rate("rnn", 256, 400, "exact_match")

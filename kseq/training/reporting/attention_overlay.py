@@ -7,8 +7,16 @@ from kseq.training.reporting.plotting import figure_pixels
 
 
 def upsample_attention(weights, height, width):
-    """(h, w) weights over a feature grid -> (height, width), each cell's
-    weight spread over the pixels it covers (nearest neighbour)."""
+    """Spreads each grid cell's attention weight over the pixels it covers (nearest neighbour).
+
+    Args:
+        weights: (h, w) weights over a feature grid.
+        height: the image's height in pixels.
+        width: the image's width in pixels.
+
+    Returns:
+        (height, width) float32 weights.
+    """
     weights = np.asarray(weights, np.float32)
     rows = np.minimum((np.arange(height) * weights.shape[0]) // height, weights.shape[0] - 1)
     columns = np.minimum((np.arange(width) * weights.shape[1]) // width, weights.shape[1] - 1)

@@ -32,12 +32,23 @@ class Decision:
         return f"{self.name}: {self.value} ({self.reason})"
 
     def metrics(self):
-        """{name: value, name_reason: reason, **details} for metrics.json."""
+        """Gives the decision's entries for metrics.json.
+
+        Returns:
+            {name: value, name_reason: reason, **details}.
+        """
         return {self.name: self.value, f"{self.name}_reason": self.reason, **self.details}
 
 
 def as_metrics(decisions):
-    """The metrics.json entries of several decisions, in order."""
+    """Merges the metrics.json entries of several decisions, in order.
+
+    Args:
+        decisions: `Decision`s.
+
+    Returns:
+        {entry: value}; a later decision's entry replaces an earlier one's.
+    """
     merged = {}
     for decision in decisions:
         merged.update(decision.metrics())
@@ -45,5 +56,12 @@ def as_metrics(decisions):
 
 
 def as_hparams(decisions):
-    """{name: value} of several decisions, for TensorBoard's HParams."""
+    """Lists several decisions' values, for TensorBoard's HParams.
+
+    Args:
+        decisions: `Decision`s.
+
+    Returns:
+        {name: value}.
+    """
     return {decision.name: decision.value for decision in decisions}

@@ -46,7 +46,14 @@ def attention_image(weights, source_tokens, target_tokens, title=None):
 
 
 def figure_pixels(figure):
-    """A matplotlib figure as (H, W, 4) uint8 RGBA pixels (for tf.summary.image); closes it."""
+    """Renders a matplotlib figure as pixels (for tf.summary.image) and closes it.
+
+    Args:
+        figure: a matplotlib figure.
+
+    Returns:
+        (H, W, 4) uint8 RGBA pixels.
+    """
     from matplotlib import pyplot
 
     figure.tight_layout()

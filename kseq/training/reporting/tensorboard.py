@@ -14,6 +14,10 @@ def write_hparams(logdir, config):
     metrics, so `tensorboard --logdir` over several runs' folders puts their
     settings and scores side by side. Values that are not bool, int, float
     or str are logged as strings.
+
+    Args:
+        logdir: the run's folder.
+        config: {setting name: value}, flat.
     """
     values = {
         name: value if isinstance(value, (bool, int, float, str)) else str(value)
@@ -24,9 +28,17 @@ def write_hparams(logdir, config):
 
 
 def write_scores(logdir, group, scores, step):
-    """Logs `scores` ({name: number}) as scalars of run `<logdir>/<group>`
-    at `step` (e.g. the test scores at the end: a metric of the run in the
-    HParams dashboard)."""
+    """Logs scores as scalars of run `<logdir>/<group>`.
+
+    E.g. the test scores at the end, which the HParams dashboard lists as
+    metrics of the run.
+
+    Args:
+        logdir: the run's folder.
+        group: the subfolder, such as "test".
+        scores: {name: number}.
+        step: the scalars' step.
+    """
     writer = tf.summary.create_file_writer(f"{logdir}/{group}")
     with writer.as_default():
         for name, value in scores.items():
@@ -35,8 +47,15 @@ def write_scores(logdir, group, scores, step):
 
 
 def write_model_graph(logdir, model):
-    """Logs the inference graph of a seq2seq model to the Graphs tab
-    (`<logdir>/graph`): Keras only does so for functional models."""
+    """Logs the inference graph of a seq2seq model to TensorBoard's Graphs tab.
+
+    Keras only does so for functional models.
+
+    Args:
+        logdir: the run's folder; the graph goes to `<logdir>/graph`.
+        model: a seq2seq model taking {"source_ids", "target_ids"}, (B, S)
+            and (B, T) int32.
+    """
     spec = tf.TensorSpec((None, None), tf.int32)
     traced = tf.function(
         lambda source, target: model({"source_ids": source, "target_ids": target}, training=False)

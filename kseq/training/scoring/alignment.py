@@ -22,8 +22,15 @@ WORD_START = "\u2581"  # SentencePiece's mark of a piece that begins a word
 
 
 def shared_names(source, target):
-    """[(source word index, target word index)] of the capitalised words,
-    not first in their sentence, that occur once on each side, the same.
+    """Finds the names a pair shares: capitalised words, not first in their sentence, once on each side.
+
+    Args:
+        source: the source sentence.
+        target: the target sentence.
+
+    Returns:
+        [(source word index, target word index)], sorted; words split on
+        whitespace, punctuation stripped.
 
     Example:
     >>> shared_names("And David said to Saul", "Et David dit à Saül")
@@ -39,8 +46,17 @@ def shared_names(source, target):
 
 
 def word_pieces(pieces, word):
-    """Positions of the pieces of whitespace word `word` that hold a letter
-    (not the punctuation that SentencePiece may split off it)."""
+    """Finds the pieces of a whitespace word that hold a letter.
+
+    Not the punctuation that SentencePiece may split off it.
+
+    Args:
+        pieces: a sentence's SentencePiece pieces.
+        word: the word's index among the sentence's whitespace words.
+
+    Returns:
+        The pieces' positions.
+    """
     index, found = -1, []
     for position, piece in enumerate(pieces):
         if piece.startswith(WORD_START):
@@ -51,9 +67,18 @@ def word_pieces(pieces, word):
 
 
 def name_probe(tokenizer, sources, targets, max_length):
-    """The pairs that hold shared names, tokenised: (source ids, target ids,
-    [(source positions, target positions)] per pair), pairs over
-    `max_length` pieces left out."""
+    """Tokenises the pairs that hold shared names, for the probe.
+
+    Args:
+        tokenizer: the joint tokenizer (with `id_to_piece`).
+        sources: source sentences.
+        targets: their references.
+        max_length: pairs with a side over this many pieces are left out.
+
+    Returns:
+        [(source ids, target ids, [(source positions, target positions)]
+        of each name)].
+    """
     probe = []
     source_ids, target_ids = (tokenizer.tokenize(texts).to_list() for texts in (sources, targets))
     for source, target, s_ids, t_ids in zip(sources, targets, source_ids, target_ids):
@@ -69,10 +94,25 @@ def name_probe(tokenizer, sources, targets, max_length):
 
 
 def name_alignment(model, tokenizer, sources, targets, max_length, batch_size=32):
-    """{"pairs", "name_pieces", "attention", "diagonal"}: how many pairs and
-    target name pieces the probe found, and the fraction of those pieces
-    whose most-attended source position (`model.alignment`, teacher-forced
-    on the reference) or diagonal position lies on the same name."""
+    """Measures how often the attention points at a copied name's source pieces.
+
+    Args:
+        model: a translator with attention (`model.alignment`).
+        tokenizer: the joint tokenizer.
+        sources: source sentences.
+        targets: their references, teacher-forced.
+        max_length: pairs with a side over this many pieces are left out.
+        batch_size: pairs a call of `model.alignment`. Default 32.
+
+    Returns:
+        {"pairs", "name_pieces", "attention", "diagonal"}: how many pairs
+        and target name pieces the probe found, and the fraction of those
+        pieces whose most-attended source position or diagonal position
+        lies on the same name.
+
+    Raises:
+        ValueError: no pair holds a name copied from source to target.
+    """
     probe = name_probe(tokenizer, sources, targets, max_length)
     if not probe:
         raise ValueError("the name alignment probe found no pair with a name copied from source to target.")
@@ -92,8 +132,19 @@ def name_alignment(model, tokenizer, sources, targets, max_length, batch_size=32
 
 
 def report_name_alignment(model, tokenizer, sources, targets, max_length):
-    """{"name_alignment": `name_alignment`'s figures}, printed; {} where the
-    pairs hold no copied name to probe (a user's data may hold none)."""
+    """Measures and prints `name_alignment`, for metrics.json.
+
+    Args:
+        model: a translator with attention.
+        tokenizer: the joint tokenizer.
+        sources: source sentences.
+        targets: their references.
+        max_length: pairs with a side over this many pieces are left out.
+
+    Returns:
+        {"name_alignment": `name_alignment`'s figures}; {} where the pairs
+        hold no copied name to probe (a user's data may hold none).
+    """
     try:
         found = name_alignment(model, tokenizer, sources, targets, max_length)
     except ValueError as error:
@@ -105,6 +156,14 @@ def report_name_alignment(model, tokenizer, sources, targets, max_length):
 
 
 def padded(rows):
+    """Pads rows of ids with PAD_ID into one array.
+
+    Args:
+        rows: lists of ids, not empty.
+
+    Returns:
+        (B, longest row) int32.
+    """
     ids = np.full((len(rows), max(map(len, rows))), PAD_ID, np.int32)
     for i, row in enumerate(rows):
         ids[i, : len(row)] = row

@@ -45,12 +45,20 @@ class RecentWeights(keras.callbacks.Callback):
             self.snapshots.append((step, [np.array(w) for w in self.model.get_weights()]))
 
     def save_state(self, folder):
-        """Writes the snapshots into `folder` (a backup's save being written)."""
+        """Writes the snapshots into a backup's save being written.
+
+        Args:
+            folder: the save's folder.
+        """
         arrays = {f"{i}_{j}": w for i, (_, weights) in enumerate(self.snapshots) for j, w in enumerate(weights)}
         np.savez(os.path.join(folder, "recent_weights.npz"), steps=np.array(self.steps, "int64"), **arrays)
 
     def restore_state(self, folder):
-        """The snapshots `save_state` wrote into `folder`."""
+        """Reads back the snapshots `save_state` wrote, replacing those held.
+
+        Args:
+            folder: the save's folder.
+        """
         with np.load(os.path.join(folder, "recent_weights.npz")) as saved:
             count = len(saved["steps"])
             weights = [[saved[key] for key in sorted((k for k in saved.files if k.startswith(f"{i}_")),
@@ -68,19 +76,34 @@ class RecentWeights(keras.callbacks.Callback):
 
 
 def recent_weights(options):
-    """The `RecentWeights` a task's `StoppingOptions` ask to average at the
-    end, or None: averaging off, or several workers (the chief alone cannot
-    score the average)."""
+    """Makes the `RecentWeights` a task's `StoppingOptions` ask to average at the end.
+
+    Args:
+        options: the task's options (`--average-snapshots`, `--snapshot-every`,
+            `--strategy`).
+
+    Returns:
+        The callback, or None: averaging off, or several workers (the chief
+        alone cannot score the average).
+    """
     if options.average_snapshots < 2 or options.strategy == "multiworker":
         return None
     return RecentWeights(options.snapshot_every, options.average_snapshots)
 
 
 def keep_better_average(model, recent, score, mode):
-    """Sets the model to the average of `recent`'s snapshots if that scores
-    better than its current weights by `score(model) -> float` ("max" or
-    "min" `mode`); returns the report for metrics.json. No `recent`
-    (averaging off) or fewer than two snapshots: nothing to average."""
+    """Sets the model to the average of `recent`'s snapshots if that scores better than its weights.
+
+    Args:
+        model: the trained model, with the weights to compare against.
+        recent: the `RecentWeights`, or None (averaging off).
+        score: a function of the model giving a float.
+        mode: "max" (a score) or "min" (a loss).
+
+    Returns:
+        The report for metrics.json: {"averaged", ...}; with fewer than two
+        snapshots there is nothing to average.
+    """
     if recent is None:
         return {"averaged": False, "reason": "off"}
     if len(recent.snapshots) < 2:

@@ -47,7 +47,17 @@ def translation_scores(hypotheses, references):
 
 
 def exact_match(hypotheses, references):
-    """Share of hypotheses equal to their reference (strings), in [0, 1].
+    """Gives the share of hypotheses equal to their reference.
+
+    Args:
+        hypotheses: output strings.
+        references: their reference strings, as many.
+
+    Returns:
+        A float in [0, 1]; 0.0 for no references.
+
+    Raises:
+        ValueError: the two lists differ in length.
 
     Example:
     >>> exact_match(["tac", "god"], ["tac", "dog"])
@@ -62,8 +72,17 @@ def exact_match(hypotheses, references):
 
 
 def looping_outputs(hypotheses, n=4, times=3):
-    """How many hypotheses repeat some word n-gram `times` times or more
-    (a decoder stuck in a loop: "de l'arche de l'arche de l'arche").
+    """Counts the hypotheses that repeat some word n-gram `times` times or more.
+
+    Such a hypothesis is a decoder stuck in a loop: "de l'arche de l'arche de l'arche".
+
+    Args:
+        hypotheses: output strings, words split on whitespace.
+        n: the n-gram's words. Default 4.
+        times: repeats that count as a loop. Default 3.
+
+    Returns:
+        The count, an int.
 
     Example:
     >>> looping_outputs(["a b a b a b a b", "a b c d a b c d", "x"], n=2, times=3)
@@ -77,7 +96,14 @@ def looping_outputs(hypotheses, n=4, times=3):
 
 
 def exact_match_ids(generated, targets):
-    """Share of rows of `generated` (B, T') ids equal to their target + EOS.
+    """Gives the share of generated rows that begin with their target and EOS.
+
+    Args:
+        generated: (B, T) generated ids, padded after EOS.
+        targets: B lists of target ids, without EOS.
+
+    Returns:
+        A float in [0, 1].
 
     Example:
     >>> exact_match_ids([[5, 6, 2, 0], [5, 5, 2, 0]], [[5, 6], [6, 5]])
@@ -92,8 +118,9 @@ def exact_match_ids(generated, targets):
 
 
 class BatchTranslator:
-    """strings -> strings through an in-graph translate function (what the
-    export serves, `kseq.export.translate_function`), in batches of one size.
+    """Translates strings through an in-graph translate function, in batches of one size.
+
+    The function is what the export serves (`kseq.export.translate_function`).
 
     The last batch is padded with empty strings, so the function sees one
     batch shape (one XLA compilation per source width when compiled). With
@@ -129,10 +156,22 @@ class BatchTranslator:
 
 
 def write_test_report(sources, hypotheses, references, logdir, shown=3):
-    """Test scores of `hypotheses` (BLEU, chrF, exact match, looping
-    outputs), printed with a few samples, and every output beside its source
-    and reference in `<logdir>/test_translations.tsv`; returns metrics.json's
-    test part."""
+    """Scores the test outputs, prints them with a few samples and writes them all to a TSV file.
+
+    The scores are BLEU, chrF, exact match and looping outputs; every output
+    goes beside its source and reference in `<logdir>/test_translations.tsv`.
+
+    Args:
+        sources: the test sources.
+        hypotheses: their outputs.
+        references: their references.
+        logdir: the run's folder.
+        shown: samples printed and kept. Default 3.
+
+    Returns:
+        metrics.json's test part: {"test_bleu", "test_chrf", "test_exact_match"
+        (in %), "test_looping_outputs", the signatures, "test_sentences", "samples"}.
+    """
     scores = translation_scores(hypotheses, references)
     matched = 100.0 * exact_match(hypotheses, references)
     looping = looping_outputs(hypotheses)
@@ -155,9 +194,17 @@ def write_test_report(sources, hypotheses, references, logdir, shown=3):
 
 
 def test_translations(translate, test_pairs, logdir, limit=None):
-    """Test scores of `translate` (strings -> strings) on `test_pairs`
-    (sources, references), the first `limit` of them (None: all), with the
-    report `write_test_report` writes to `logdir` and the seconds it took."""
+    """Translates the test sources and scores the outputs (`write_test_report`).
+
+    Args:
+        translate: a function of a list of strings giving a list of strings.
+        test_pairs: (sources, references).
+        logdir: the run's folder, for the report.
+        limit: test only the first `limit` pairs; None (default): all.
+
+    Returns:
+        `write_test_report`'s entries, and "test_seconds" the whole took.
+    """
     sources, references = (texts[:limit] for texts in test_pairs)
     start = time.time()
     hypotheses = translate(sources)
@@ -165,9 +212,22 @@ def test_translations(translate, test_pairs, logdir, limit=None):
 
 
 def model_translator(model, tokenizer, max_source_length, search, jit_compile=False, seconds=None):
-    """strings -> strings through the export's in-graph translate function
-    (`kseq.export.translate_function`, one tokenizer for both sides), in
-    batches of 64 (`BatchTranslator`)."""
+    """Makes a translator of strings through the export's in-graph translate function.
+
+    That is `kseq.export.translate_function`, one tokenizer for both sides,
+    in batches of 64 (`BatchTranslator`).
+
+    Args:
+        model: the translator model.
+        tokenizer: the joint tokenizer.
+        max_source_length: source pieces kept at most.
+        search: the decoding search.
+        jit_compile: compile the function with XLA. Default False.
+        seconds: a time bound for each call; None (default) for none.
+
+    Returns:
+        A `BatchTranslator`.
+    """
     from kseq.export import translate_function
 
     function = translate_function(model, tokenizer, tokenizer, max_source_length=max_source_length,

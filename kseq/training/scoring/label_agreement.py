@@ -14,7 +14,16 @@ WORD = re.compile(r"[a-z']+")
 
 
 def label_texts(path, texts, batch=256):
-    """The classifier export's label (a string) for each text."""
+    """Labels texts with a classifier export.
+
+    Args:
+        path: the classifier's SavedModel folder.
+        texts: a list of strings.
+        batch: texts a call. Default 256.
+
+    Returns:
+        The label of each text, strings.
+    """
     serve = tf.saved_model.load(path).signatures["serving_default"]
     labels = []
     for begin in range(0, len(texts), batch):
@@ -24,8 +33,18 @@ def label_texts(path, texts, batch=256):
 
 
 def check_labels(path, predicted, names):
-    """Exits with a message if the classifier gives labels the data lacks
-    (a classifier trained on other data would make every agreement 0)."""
+    """Checks that the classifier gives only labels the data holds.
+
+    A classifier trained on other data would make every agreement 0.
+
+    Args:
+        path: the classifier's export, for the message.
+        predicted: the labels it gave.
+        names: the data's label names.
+
+    Raises:
+        SystemExit: it gave a label the data lacks.
+    """
     foreign = sorted(set(predicted) - set(names))
     if foreign:
         raise SystemExit(
@@ -35,14 +54,33 @@ def check_labels(path, predicted, names):
 
 
 def known_word_rate(texts, vocabulary):
-    """The share of the words of `texts` (lowercased letter runs) that
-    occur in `vocabulary`: a rough readability figure for generated text."""
+    """Gives the share of the words of `texts` that occur in `vocabulary`.
+
+    A rough readability figure for generated text; words are lowercased
+    runs of letters and apostrophes.
+
+    Args:
+        texts: strings.
+        vocabulary: a set of words.
+
+    Returns:
+        The share, rounded to 4 decimals; 0.0 for texts without words.
+    """
     words = [word for text in texts for word in WORD.findall(text.lower())]
     return round(float(np.mean([word in vocabulary for word in words])), 4) if words else 0.0
 
 
 def agreement(predicted, wanted, names):
-    """{label: share of the texts meant as `label` that got it}, and overall."""
+    """Measures how often the classifier gave the label a text was generated for.
+
+    Args:
+        predicted: the classifier's label of each text.
+        wanted: the label each was generated for.
+        names: the label names.
+
+    Returns:
+        ({label: share of the texts meant as `label` that got it}, the share overall).
+    """
     predicted, wanted = np.asarray(predicted), np.asarray(wanted)
     per_class = {name: round(float(np.mean(predicted[wanted == name] == name)), 4)
                  for name in names if np.any(wanted == name)}
@@ -50,9 +88,17 @@ def agreement(predicted, wanted, names):
 
 
 def seen_in_training(corpus, texts, other_texts):
-    """(the `texts` that are training snippets, the words of `texts` and
-    `other_texts` that training snippets hold), from one pass over the
-    training files that keeps only those."""
+    """Finds what of `texts` the training data holds, in one pass over its files.
+
+    Args:
+        corpus: the training corpus scan.
+        texts: generated texts.
+        other_texts: more texts whose words are looked up (e.g. real test snippets).
+
+    Returns:
+        (the `texts` that are training snippets, the words of `texts` and
+        `other_texts` that training snippets hold), two sets.
+    """
     wanted = set(texts)
     words = {word for text in [*texts, *other_texts] for word in WORD.findall(text.lower())}
     copied, known = set(), set()
@@ -64,8 +110,15 @@ def seen_in_training(corpus, texts, other_texts):
 
 
 def log_agreement(logdir, per_class, overall, samples, step):
-    """Logs the agreement per label and overall, and sample texts per label,
-    to TensorBoard run `<logdir>/agreement` at `step`."""
+    """Logs the agreement and sample texts per label to TensorBoard run `<logdir>/agreement`.
+
+    Args:
+        logdir: the run's folder.
+        per_class: {label: agreement}.
+        overall: the agreement overall.
+        samples: {label: sample texts}.
+        step: the summaries' step.
+    """
     with tf.summary.create_file_writer(os.path.join(logdir, "agreement")).as_default(step=step):
         for name, value in per_class.items():
             tf.summary.scalar(f"agreement_{name}", value)

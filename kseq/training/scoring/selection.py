@@ -19,9 +19,21 @@ SHORT_TARGET_WORDS = 3
 
 
 def choose_metric(references, requested="auto"):
-    """(metric name, reason): exact match for short targets, else chrF
-    (smoother than BLEU on a few hundred sentences, and defined for any
-    length); `requested` other than "auto" is taken as asked."""
+    """Chooses the validation metric: exact match for short targets, else chrF.
+
+    chrF is smoother than BLEU on a few hundred sentences, and defined for
+    any length.
+
+    Args:
+        references: the validation targets.
+        requested: "auto" (default) or a name in `METRICS`, taken as asked.
+
+    Returns:
+        (metric name, reason).
+
+    Raises:
+        ValueError: `requested` is neither "auto" nor in `METRICS`.
+    """
     if requested != "auto":
         if requested not in METRICS:
             raise ValueError(f"`metric` must be one of auto, {', '.join(METRICS)}; got {requested!r}.")
@@ -34,7 +46,15 @@ def choose_metric(references, requested="auto"):
 
 
 def all_scores(hypotheses, references):
-    """{"bleu", "chrf", "exact_match"}, all on a 0-100 scale."""
+    """Scores outputs by every metric the tasks choose from.
+
+    Args:
+        hypotheses: output strings.
+        references: their reference strings.
+
+    Returns:
+        {"bleu", "chrf", "exact_match"}, all on a 0-100 scale.
+    """
     scores = translation_scores(hypotheses, references)
     return {"bleu": scores["bleu"], "chrf": scores["chrf"],
             "exact_match": 100.0 * exact_match(hypotheses, references)}
@@ -62,11 +82,25 @@ def tune_decoding(translate_with, candidates, sources, references, metric):
 
 
 def length_ratio_for(source_lengths, target_lengths, step=0.1, headroom=1.0, slack=DEFAULT_LENGTH_SLACK):
-    """The smallest multiple of `step` whose per-source limits
-    (`kseq.decoding.Limits.source_limit`: ceil(ratio x source tokens) +
-    `slack`, EOS included) fit every given pair's target, times `headroom`
-    (rounded up to `step`); lengths in tokens, pairs with an empty source
+    """Finds the smallest length ratio whose per-source limits fit every pair's target.
+
+    The limits are `kseq.decoding.Limits.source_limit`'s: ceil(ratio x
+    source tokens) + `slack`, EOS included. Pairs with an empty source are
     ignored.
+
+    Args:
+        source_lengths: the sources' lengths in tokens.
+        target_lengths: the targets' lengths in tokens, without EOS.
+        step: the ratio is a multiple of it. Default 0.1.
+        headroom: a factor >= 1 the ratio is multiplied by, rounded up to
+            `step`. Default 1.0.
+        slack: tokens the limit adds. Default `DEFAULT_LENGTH_SLACK`.
+
+    Returns:
+        The ratio, a float.
+
+    Raises:
+        ValueError: `headroom` is below 1.
 
     Example:
     >>> length_ratio_for([10, 4, 20], [12, 9, 15])  # 4 -> 9 tokens + EOS: ceil(4.4) + 5
@@ -119,7 +153,14 @@ class DecodingSettings:
     patience: float | None = None
 
     def search(self, max_length):
-        """The kseq.decoding search of these settings, up to `max_length` tokens."""
+        """Makes the kseq.decoding search of these settings.
+
+        Args:
+            max_length: tokens an output at most.
+
+        Returns:
+            A `GreedySearch` (beam size 1) or `BeamSearch`.
+        """
         limits = Limits(max_length, max_length_ratio=self.max_length_ratio,
                         no_repeat_ngram_size=self.no_repeat_ngram, max_ngram_count=self.max_ngram_count)
         if self.beam_size == 1:
@@ -130,11 +171,21 @@ class DecodingSettings:
 
 def decoding_candidates(beam_size="auto", length_penalty="auto", no_repeat_ngram="auto", max_length_ratio=None,
                         patience=None):
-    """The `DecodingSettings` to try: every combination of the values given
-    ("auto": `BEAM_SIZES`, `LENGTH_PENALTIES` (`EXACT_LENGTH_PENALTIES`
-    where `patience` is None or 0: the exact rule), `NGRAM_LIMITS`; a
-    `no_repeat_ngram` n given means (n, 1)); greedy once, with the first
-    penalty.
+    """Lists the `DecodingSettings` to try: every combination of the values given.
+
+    Greedy comes once, with the first penalty.
+
+    Args:
+        beam_size: a beam size, or "auto" (default): `BEAM_SIZES`.
+        length_penalty: a penalty, or "auto" (default): `LENGTH_PENALTIES`
+            (`EXACT_LENGTH_PENALTIES` where `patience` is None or 0: the
+            exact rule).
+        no_repeat_ngram: n, meaning (n, 1), or "auto" (default): `NGRAM_LIMITS`.
+        max_length_ratio: the ratio every candidate takes; None (default) for none.
+        patience: the beam's patience; None (default) or 0 for the exact rule.
+
+    Returns:
+        A list of `DecodingSettings`, the default first.
 
     Example:
     >>> [(c.beam_size, c.length_penalty) for c in decoding_candidates(no_repeat_ngram=0)]
@@ -153,10 +204,20 @@ def decoding_candidates(beam_size="auto", length_penalty="auto", no_repeat_ngram
 
 
 def fitted_length_ratio(requested, source_lengths, target_lengths):
-    """(--max-length-ratio, None for none; reason): `requested` as given
-    (0: none), or for "auto" the smallest ratio whose limits fit every pair
-    (`length_ratio_for`) times `LENGTH_HEADROOM`. Lengths in tokens, the
-    sources cut as the export cuts them."""
+    """Decides `--max-length-ratio`: as given, or fitted to the validation pairs.
+
+    For "auto" it is the smallest ratio whose limits fit every pair
+    (`length_ratio_for`) times `LENGTH_HEADROOM`.
+
+    Args:
+        requested: "auto", a ratio, or 0 for none.
+        source_lengths: the validation sources' lengths in tokens, cut as
+            the export cuts them.
+        target_lengths: the validation targets' lengths in tokens.
+
+    Returns:
+        (the ratio, None for none; reason).
+    """
     if requested != "auto":
         return requested or None, "asked for"
     ratio = length_ratio_for(source_lengths, target_lengths, headroom=LENGTH_HEADROOM)
@@ -164,14 +225,25 @@ def fitted_length_ratio(requested, source_lengths, target_lengths):
 
 
 def choose_decoding(options, source_lengths, target_lengths, translator_for, valid, metric):
-    """(the `DecodingSettings` to test and export, Decision "decoding").
+    """Chooses the decoding settings to test and export.
 
     The length ratio is `options.max_length_ratio` or fitted to the
     validation pairs' token lengths (`fitted_length_ratio`); the other
     settings are those `options` give, or, where several candidates remain,
     the one scoring best by `metric` on the first `options.tune_sentences`
-    validation pairs `valid` (sources, references).
-    `translator_for(settings)` returns strings -> strings.
+    validation pairs.
+
+    Args:
+        options: the task's `DecodingOptions` (and `tune_sentences`).
+        source_lengths: the validation sources' lengths in tokens.
+        target_lengths: the validation targets' lengths in tokens.
+        translator_for: a function of `DecodingSettings` giving a translator
+            of a list of strings.
+        valid: (sources, references).
+        metric: the score to maximise.
+
+    Returns:
+        (the `DecodingSettings`, a `Decision` "decoding").
     """
     ratio, ratio_reason = fitted_length_ratio(options.max_length_ratio, source_lengths, target_lengths)
     print(f"max length: ceil({ratio} x source tokens) + {DEFAULT_LENGTH_SLACK} ({ratio_reason})")
@@ -191,8 +263,15 @@ def choose_decoding(options, source_lengths, target_lengths, translator_for, val
 
 
 def choose_translator_decoding(options, model, tokenizer, valid, metric, decode_xla=False):
-    """`choose_decoding` for a translator `model` whose one tokenizer serves
-    both sides, decoding through the export's translate function.
+    """Chooses a translator's decoding (`choose_decoding`), decoding through the export's translate function.
+
+    Args:
+        options: the task's options.
+        model: the trained translator.
+        tokenizer: its one tokenizer, for both sides.
+        valid: (sources, references).
+        metric: the score to maximise.
+        decode_xla: compile the translate function with XLA. Default False.
 
     Returns:
         {"settings": the chosen `DecodingSettings` as a dict, "metrics": the
