@@ -198,6 +198,57 @@ def long_functions(root, limit=60):
     return found
 
 
+# Methods whose arguments keras, TensorFlow or Python document: a layer's
+# `call` documents its arguments in the class's "Call arguments".
+OVERRIDES = {"call", "build", "get_config", "from_config", "compute_output_shape", "compute_mask", "update_state",
+             "result", "reset_state", "reset_states", "update_step", "get_build_config", "build_from_config",
+             "save_own_variables", "load_own_variables", "__call__", "__init__", "__repr__", "__str__", "__eq__"}
+
+
+def public_definitions(tree):
+    """(node, qualified name) of a module's public functions, classes and
+    their public methods; nested functions and private names left out."""
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and not node.name.startswith("_"):
+            yield node, node.name
+            if isinstance(node, ast.ClassDef):
+                for item in node.body:
+                    if isinstance(item, ast.FunctionDef) and not item.name.startswith("_") \
+                            and item.name not in OVERRIDES and not item.name.startswith("on_"):
+                        yield item, f"{node.name}.{item.name}"
+
+
+def docstrings_report(root):
+    """Public functions, classes and methods of kseq: how many have a
+    docstring, how many of those that take arguments document them
+    (`Args:`, or "Arguments"/"Call arguments" for layers), and those whose
+    docstring opens with a value's shape or type, not a sentence."""
+    counts = collections.Counter()
+    undocumented, terse = [], []
+    for path in python_files(root, "kseq"):
+        tree = ast.parse(open(path, encoding="utf-8").read())
+        for node, name in public_definitions(tree):
+            where = f"{os.path.relpath(path, root)}:{node.lineno} {name}"
+            doc = ast.get_docstring(node) or ""
+            counts["public"] += 1
+            counts["with docstring"] += bool(doc)
+            function = node if isinstance(node, ast.FunctionDef) else next(
+                (item for item in node.body if isinstance(item, ast.FunctionDef) and item.name == "__init__"), None)
+            arguments = [a.arg for a in function.args.args + function.args.kwonlyargs] if function else []
+            if isinstance(node, ast.FunctionDef) and any(
+                    isinstance(d, ast.Name) and d.id == "property" for d in node.decorator_list):
+                arguments = []
+            if [a for a in arguments if a not in ("self", "cls")]:
+                counts["taking arguments"] += 1
+                documented = "Args:" in doc
+                counts["taking arguments, with Args:"] += documented
+                if not documented:
+                    undocumented.append(where)
+            if doc and doc.lstrip()[:1] in "({[`":
+                terse.append(where)
+    return dict(counts=dict(counts), without_args=undocumented, opening_with_a_value=terse)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--root", default=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -209,7 +260,7 @@ def main():
     report = dict(commit=subprocess.run(["git", "-C", root, "rev-parse", "--short", "HEAD"], capture_output=True,
                                         text=True).stdout.strip(),
                   tasks=tasks_report(root), options=options_report(root), files=files_report(root),
-                  graph=graph_report(root), long_functions=long_functions(root))
+                  graph=graph_report(root), long_functions=long_functions(root), docstrings=docstrings_report(root))
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     report["import_paths"] = import_paths_report()
     if args.json:
@@ -231,6 +282,8 @@ def main():
         print(f"    {line}")
     for cycle in graph["folder_cycles"][:20]:
         print(f"    cycle {cycle}")
+    docs = report["docstrings"]
+    print(f"docstrings: {docs['counts']}; opening with a value, not a sentence: {len(docs['opening_with_a_value'])}")
     print(f"functions over 60 lines: {len(report['long_functions'])}")
     for line in report["long_functions"]:
         print(f"    {line}")
