@@ -21,26 +21,12 @@ class Generator(Decoder):
 
     output_vocab_name = "the vocabulary size"  # how errors name `output_vocab_size`
 
-    def generate(
-        self,
-        source_ids,
-        max_length: int = 64,
-        method: str = "greedy",
-        beam_size: int = 4,
-        length_penalty: float = 0.6,
-        temperature: float = 1.0,
-        top_k: int | None = None,
-        top_p: float | None = None,
-        seed: int | None = None,
-        num_return: int = 1,
-        no_repeat_ngram_size: int = 0,
-        max_ngram_count: int = 1,
-        max_length_ratio: float | None = None,
-        return_scores: bool = False,
-        jit_compile: bool = False,
-        search=None,
-        patience: float | None = None,
-    ):
+    def generate(self, source_ids, max_length: int = 64, method: str = "greedy", beam_size: int = 4,
+                 length_penalty: float = 0.6, temperature: float = 1.0, top_k: int | None = None,
+                 top_p: float | None = None, seed: int | None = None, num_return: int = 1,
+                 no_repeat_ngram_size: int = 0, max_ngram_count: int = 1, max_length_ratio: float | None = None,
+                 return_scores: bool = False, jit_compile: bool = False, search=None,
+                 patience: float | None = None):
         """Decodes a batch: translates sources (Seq2Seq models) or continues
         prompts (language models).
 
@@ -83,32 +69,64 @@ class Generator(Decoder):
         """
         if search is not None:
             return self._generate_with(search, source_ids, return_scores, jit_compile)
-        max_length = check_positive_int("max_length", max_length)
-        if self.length_limit is not None and max_length > self.length_limit:
-            raise ValueError(
-                f"`max_length`={max_length} is over the model's max_length "
-                f"{self.length_limit}."
-            )
-        if top_k is not None and check_positive_int("top_k", top_k) > self.output_vocab_size:
-            raise ValueError(
-                f"`top_k` ({top_k}) must be <= {self.output_vocab_name} ({self.output_vocab_size})."
-            )
-        options = dict(
-            method=method, max_length=max_length, beam_size=beam_size,
+        options = self._search_options(
+            seed, method=method, max_length=max_length, beam_size=beam_size,
             length_penalty=length_penalty, num_return=num_return,
             temperature=temperature, top_k=top_k, top_p=top_p,
             no_repeat_ngram_size=no_repeat_ngram_size, max_ngram_count=max_ngram_count,
             max_length_ratio=max_length_ratio, patience=patience,
         )
-        make_search(seed=seed, **options)  # checks every option now, by name
+        ids, scores = self._search_with_options(source_ids, options, seed, jit_compile)
+        return _finished(ids, scores, method == "beam" and num_return == 1, return_scores)
+
+    def _search_options(self, seed, **options):
+        """`generate`'s search options, every one checked now, by name.
+
+        Args:
+            seed: the sampling seed (None: drawn later).
+            **options: the options `make_search` takes besides `seed`.
+
+        Returns:
+            The options, `max_length` as a Python int.
+
+        Raises:
+            ValueError: an option is bad, or `max_length` or `top_k` is over
+                what the model allows.
+        """
+        max_length = options["max_length"] = check_positive_int("max_length", options["max_length"])
+        if self.length_limit is not None and max_length > self.length_limit:
+            raise ValueError(
+                f"`max_length`={max_length} is over the model's max_length "
+                f"{self.length_limit}."
+            )
+        top_k = options["top_k"]
+        if top_k is not None and check_positive_int("top_k", top_k) > self.output_vocab_size:
+            raise ValueError(
+                f"`top_k` ({top_k}) must be <= {self.output_vocab_name} ({self.output_vocab_size})."
+            )
+        make_search(seed=seed, **options)
+        return options
+
+    def _search_with_options(self, source_ids, options, seed, jit_compile):
+        """Runs the search that checked `options` describe, in the traced
+        function kept for them.
+
+        Args:
+            source_ids: (B, S) the sources or prompts, as `generate` takes them.
+            options: the options from `_search_options`.
+            seed: the sampling seed; None draws one.
+            jit_compile: compile the search with XLA.
+
+        Returns:
+            The search's fixed-shape (ids, scores).
+        """
         if seed is None:
             seed = random.SystemRandom().randrange(2**31 - 1)
         source_ids = self._check_prompt(source_ids)
         self._ensure_built()  # variables must exist before tracing
         function = self._generate_function(tuple(sorted(options.items())), bool(jit_compile),
                                            lambda seed: make_search(seed=seed, **options))
-        ids, scores = function(source_ids, tf.constant(seed, tf.int32))
-        return _finished(ids, scores, method == "beam" and num_return == 1, return_scores)
+        return function(source_ids, tf.constant(seed, tf.int32))
 
     def _generate_with(self, search, source_ids, return_scores, jit_compile):
         """`generate` with a search object."""
