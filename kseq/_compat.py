@@ -13,12 +13,18 @@ import tensorflow as tf
 
 
 def keras_uses_cudnn(layer):
-    """Whether keras runs this LSTM/GRU layer's sequences with cuDNN.
+    """Tells whether keras runs this LSTM/GRU layer's sequences with cuDNN.
 
     keras 3.15 picks cuDNN by itself (`use_cudnn="auto"`) when a GPU is
     visible and the cell has cuDNN's activations, bias and (for GRU)
     `reset_after`; the decision lives in the private
     `keras.src.backend.tensorflow.rnn.cudnn_ok`, which this asks.
+
+    Args:
+        layer: a keras layer; any layer but an LSTM or GRU gives False.
+
+    Returns:
+        True if keras would run it with cuDNN.
     """
     if not isinstance(layer, (keras.layers.LSTM, keras.layers.GRU)):
         return False
@@ -34,13 +40,19 @@ def keras_uses_cudnn(layer):
 
 
 def cudnn_trains_in(compute_dtype):
-    """Whether an LSTM/GRU computing in `compute_dtype` may run on cuDNN.
+    """Tells whether an LSTM/GRU computing in `compute_dtype` may run on cuDNN.
 
     Not in bfloat16: TensorFlow 2.21's CudnnRNNV3 gradient in bfloat16 reads
-    memory it never wrote. Measured on an H100 (tests/test_gpu.py): after freeing
+    memory it never wrote. Seen on an H100 (tests/test_gpu.py): after freeing
     NaN-filled tensors, every weight gradient of a keras LSTM or GRU was
-    NaN in 3 of 3 tries, with or without a mask, while the forward pass,
+    NaN on every try, with or without a mask, while the forward pass,
     float16 and float32 stayed finite; keras' portable loop stayed finite.
+
+    Args:
+        compute_dtype: the layer's compute dtype (a name or a `tf.DType`).
+
+    Returns:
+        False for bfloat16, else True.
     """
     return tf.as_dtype(compute_dtype) != tf.bfloat16
 
@@ -52,8 +64,17 @@ def _keras_tensorflow_rnn():
 
 
 def sublayers(layer):
-    """`layer` and every layer under it, depth first (keras' private
-    `Layer._flatten_layers`, the walk its own `model_supports_jit` uses)."""
+    """Lists `layer` and every layer under it, depth first.
+
+    It is keras' private `Layer._flatten_layers`, the walk its own
+    `model_supports_jit` uses.
+
+    Args:
+        layer: a keras layer or model.
+
+    Returns:
+        A list of layers, `layer` first.
+    """
     return list(layer._flatten_layers(include_self=True, recursive=True))
 
 
@@ -65,24 +86,39 @@ class _EndOfEpoch:
 
 
 def end_epoch_early(model):
-    """Ends the epoch in progress of `model.fit` after this batch, keeping the
-    run going: keras 3.15's fit loop leaves an epoch when `stop_training` is
+    """Ends the epoch in progress of `model.fit` after this batch, keeping the run going.
+
+    keras 3.15's fit loop leaves an epoch when `stop_training` is
     true after a batch, runs validation and `on_epoch_end`, and only then
     leaves the run if it is still true; `continue_after_epoch` (called in
     an `on_epoch_end`) clears this marker, never a real stop. With
     `steps_per_epoch` set, the next epoch continues the same data iterator.
+
+    Args:
+        model: the keras model being fitted; a real stop already set stays.
     """
     if not model.stop_training:
         model.stop_training = _EndOfEpoch()
 
 
 def ends_epoch_only(model):
-    """Whether `model.stop_training` is `end_epoch_early`'s marker (not a real stop)."""
+    """Tells whether `model.stop_training` is `end_epoch_early`'s marker (not a real stop).
+
+    Args:
+        model: a keras model.
+
+    Returns:
+        True if only the epoch in progress is to end.
+    """
     return isinstance(model.stop_training, _EndOfEpoch)
 
 
 def continue_after_epoch(model):
-    """Clears `end_epoch_early`'s marker (a real stop stays)."""
+    """Clears `end_epoch_early`'s marker (a real stop stays).
+
+    Args:
+        model: a keras model.
+    """
     if isinstance(model.stop_training, _EndOfEpoch):
         model.stop_training = False
 
@@ -144,8 +180,7 @@ def fix_keras_multi_worker_logs():
 
 
 def clip_after_all_reduce(optimizer):
-    """Makes a keras optimizer clip the gradient summed over the replicas,
-    as it would on one device; returns the optimizer.
+    """Makes a keras optimizer clip the gradient summed over the replicas, as it would on one device.
 
     keras 3.15 clips (`clipnorm`, `global_clipnorm`, `clipvalue`) each
     replica's gradient before summing them
@@ -156,6 +191,12 @@ def clip_after_all_reduce(optimizer):
     private `_clip_gradients` and `_all_reduce_sum_gradients`. It changes
     only this object: an optimizer loaded from a `.keras` file needs the
     call again.
+
+    Args:
+        optimizer: a keras optimizer, changed in place.
+
+    Returns:
+        `optimizer`.
     """
     clip = optimizer._clip_gradients
     all_reduce_sum = optimizer._all_reduce_sum_gradients
@@ -170,10 +211,10 @@ def clip_after_all_reduce(optimizer):
 
 
 def accumulate_after_all_reduce(optimizer, steps):
-    """Makes a keras optimizer (not built yet) update once every `steps`
-    batches, with the mean of their gradients summed over the replicas and
-    clipped after (as `clip_after_all_reduce`); returns the optimizer.
+    """Makes a keras optimizer update once every `steps` batches, with their gradients summed over the replicas.
 
+    Each update takes the mean of the `steps` batches' gradients, summed over
+    the replicas and clipped after (as `clip_after_all_reduce`).
     keras 3.15's own `gradient_accumulation_steps` puts the replicas'
     all-reduce inside a `cond`, which tf.distribute refuses ("`merge_call`
     called while defining a new graph", under any MirroredStrategy; checked
@@ -183,6 +224,16 @@ def accumulate_after_all_reduce(optimizer, steps):
     `build`, saved with the optimizer), equal on every replica; `iterations`
     counts updates, as in keras, so schedules and Adam's bias correction
     see updates, not batches.
+
+    Args:
+        optimizer: a keras optimizer, not built yet and without EMA; changed in place.
+        steps: batches per update.
+
+    Returns:
+        `optimizer`.
+
+    Raises:
+        ValueError: `optimizer` is built already or uses EMA.
     """
     clip, all_reduce_sum = optimizer._clip_gradients, optimizer._all_reduce_sum_gradients
     if optimizer.built or optimizer.use_ema:
@@ -219,27 +270,55 @@ def accumulate_after_all_reduce(optimizer, steps):
 
 
 def batches_applied(optimizer):
-    """Batches `optimizer` has been applied to. keras 3.15 counts them in
-    the private `_iterations`; with `gradient_accumulation_steps` its public
-    `iterations` counts updates, `_iterations // gradient_accumulation_steps`
-    (checked on keras 3.15.1)."""
+    """Counts the batches `optimizer` has been applied to.
+
+    keras 3.15 counts them in the private `_iterations`; with
+    `gradient_accumulation_steps` its public `iterations` counts updates,
+    `_iterations // gradient_accumulation_steps` (checked on keras 3.15.1).
+
+    Args:
+        optimizer: a keras optimizer.
+
+    Returns:
+        The number of batches, an int.
+    """
     return int(optimizer._iterations.numpy())
 
 
 def is_empty_batch(x):
-    """True when `x` has a static batch of 0 rows, which keras 3.15.1's
-    recurrent cells cannot run: their TensorFlow `ops.add` takes the (0, N)
-    recurrent term for a bias ("Biases must be 1D: [0, N]"). Models return
-    their (0, ...) output directly instead."""
+    """Tells whether `x` has a static batch of 0 rows.
+
+    keras 3.15.1's recurrent cells cannot run one: their TensorFlow `ops.add`
+    takes the (0, N) recurrent term for a bias ("Biases must be 1D: [0, N]").
+    Models return their (0, ...) output directly instead.
+
+    Args:
+        x: a tensor, batch first.
+
+    Returns:
+        True if its static first dimension is 0.
+    """
     return x.shape[0] == 0
 
 
 def call_recreating_lost_resource(call, recreate):
-    """`call()`, and in eager mode once more after `recreate()` if TensorFlow
-    lost the resource behind it: tensorflow_text 2.21.1's SentencepieceOp
-    keeps its model in a kernel-owned resource, which `tf.random.set_seed`
-    (and keras.utils.set_random_seed) drops when it clears the eager kernel
-    cache (checked on TensorFlow 2.21.0)."""
+    """Calls `call()`, and in eager mode once more after `recreate()` if TensorFlow lost the resource behind it.
+
+    tensorflow_text 2.21.1's SentencepieceOp keeps its model in a
+    kernel-owned resource, which `tf.random.set_seed` (and
+    keras.utils.set_random_seed) drops when it clears the eager kernel
+    cache (checked on TensorFlow 2.21.0).
+
+    Args:
+        call: `() -> result`.
+        recreate: `() -> None`, makes the lost resource again.
+
+    Returns:
+        `call()`'s result.
+
+    Raises:
+        tf.errors.NotFoundError: the resource is lost while tracing a graph.
+    """
     try:
         return call()
     except tf.errors.NotFoundError:
@@ -250,17 +329,30 @@ def call_recreating_lost_resource(call, recreate):
 
 
 def forget_traced_function(model, name):
-    """Makes keras trace `model`'s "train", "test" or "predict" function
-    again: keras 3.15 keeps the function it traced (`model.train_function`
-    and the like) across `fit` calls, with the variables it captured, so a
-    model that swaps a variable its `call` reads must drop it."""
+    """Makes keras trace `model`'s "train", "test" or "predict" function again.
+
+    keras 3.15 keeps the function it traced (`model.train_function` and the
+    like) across `fit` calls, with the variables it captured, so a model that
+    swaps a variable its `call` reads must drop it.
+
+    Args:
+        model: a keras model.
+        name: "train", "test" or "predict".
+    """
     setattr(model, f"{name}_function", None)
 
 
 def resume_fit_at_epoch(model, epoch):
-    """Makes the next `fit` start at `epoch`: keras 3.15's BackupAndRestore
-    does it through the private `Trainer._initial_epoch`, which `fit` reads
-    in place of its `initial_epoch` argument."""
+    """Makes the next `fit` start at `epoch`.
+
+    keras 3.15's BackupAndRestore does it through the private
+    `Trainer._initial_epoch`, which `fit` reads in place of its
+    `initial_epoch` argument.
+
+    Args:
+        model: a keras model.
+        epoch: the epoch to start at, from 0.
+    """
     model._initial_epoch = epoch
 
 
@@ -287,8 +379,7 @@ def fresh_collective_keys_per_strategy():
 
 
 def align_function_names(multiple=100_000):
-    """Moves TensorFlow's process-wide counter of unique ids to its next
-    multiple of `multiple`.
+    """Moves TensorFlow's process-wide counter of unique ids to its next multiple of `multiple`.
 
     TensorFlow 2.21 names each traced function `__inference_<name>_<uid>`
     from one counter (private `tensorflow.python.framework.ops.uid`), and
@@ -297,6 +388,9 @@ def align_function_names(multiple=100_000):
     its first evaluation comes after other saves), would name its functions
     otherwise and compile them again. Called right before each compiled
     function's first trace, this makes the name depend on the trace alone.
+
+    Args:
+        multiple: the step the counter is rounded up to. Default 100,000.
     """
     from tensorflow.python.framework import ops
 

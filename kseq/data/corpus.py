@@ -36,12 +36,20 @@ MAX_LABELS = 1000
 
 
 def corpus_files(spec, argument="files"):
-    """The files `spec` names: a path, a glob ("data/*.tsv.gz"), several of
-    either joined by commas, or a list of them. Globs are sorted; a file
-    named twice is read once.
+    """Lists the files `spec` names: a path, a glob ("data/*.tsv.gz"), several of either joined by commas, or a list.
+
+    Globs are sorted; a file named twice is read once.
+
+    Args:
+        spec: a string of comma-separated paths and globs, or a list or tuple of them ("~" expanded).
+        argument: the option's name, for the error messages. Default "files".
+
+    Returns:
+        A list of file paths.
 
     Raises:
-        ValueError: a part names no file (the message names `argument`).
+        ValueError: a part names no file, a directory or an unreadable file, or
+            `spec` names none at all (the message names `argument`).
 
     Example:
         corpus_files("train.tsv.gz")          # ['train.tsv.gz']
@@ -73,15 +81,30 @@ def corpus_files(spec, argument="files"):
 
 
 def compression_of(path):
-    """"GZIP" for a gzip file (by its magic bytes, whatever its name), else ""."""
+    """Tells a file's compression by its magic bytes, whatever its name.
+
+    Args:
+        path: the file.
+
+    Returns:
+        "GZIP" for a gzip file, else "".
+    """
     with open(path, "rb") as f:
         return "GZIP" if f.read(2) == GZIP_MAGIC else ""
 
 
 def raw_lines(path):
-    """The lines of `path` as bytes without their "\\n", read as a stream
-    (gzip by its magic bytes); a final newline ends the last line, it does
-    not start an empty one, as tf.data's TextLineDataset reads it."""
+    """Reads the lines of `path` as a stream (gzip by its magic bytes), without their "\\n".
+
+    A final newline ends the last line, it does not start an empty one, as
+    tf.data's TextLineDataset reads it.
+
+    Args:
+        path: the file.
+
+    Returns:
+        A generator of lines as bytes.
+    """
     opener = gzip.open if compression_of(path) else open
     with opener(path, "rb") as f:
         for line in f:
@@ -89,10 +112,19 @@ def raw_lines(path):
 
 
 def line_problem(raw, fields=2):
-    """(source, target) strings, not yet normalized, or the reason the line
-    is not one pair (the reasons of `kseq.data.tsv.read_tsv`, which the
-    streaming pipeline drops in the graph with the same rules). With
-    `fields=1` a line is one text, tabs and all: (text,), or the reason."""
+    """Reads one raw line as a pair (or a text), or says why it is not one.
+
+    The reasons are those of `kseq.data.tsv.read_tsv`, which the streaming
+    pipeline drops in the graph with the same rules.
+
+    Args:
+        raw: the line as bytes, without its newline.
+        fields: 2 for a `source<TAB>target` pair; 1 for one text, tabs and all. Default 2.
+
+    Returns:
+        (row, None): (source, target) or (text,) strings, not yet normalized;
+        or (None, reason) for a bad line.
+    """
     try:
         line = raw.decode("utf-8")
     except UnicodeDecodeError:
@@ -128,6 +160,14 @@ class HoldOut:
         return self.every * self.limit
 
     def holds(self, line):
+        """Tells whether line number `line` is held out.
+
+        Args:
+            line: the line's number, from 0 over all files.
+
+        Returns:
+            True for every `every`-th line below `below`.
+        """
         return line % self.every == 0 and line < self.below
 
 
@@ -163,6 +203,7 @@ class CorpusScan:
 
     @property
     def lines(self):
+        """Lines in all files, bad and held-out ones included."""
         return sum(self.line_counts)
 
     @property
@@ -180,7 +221,14 @@ class CorpusScan:
         return starts
 
     def describe_problems(self, limit=5):
-        """"skipped 3 of 1,200 lines: a.tsv line 4 (no tab), ...", or ""."""
+        """Describes the bad lines for a message, e.g. "skipped 3 of 1,200 lines: a.tsv line 4 (no tab), ...".
+
+        Args:
+            limit: the bad lines named; the rest are counted. Default 5.
+
+        Returns:
+            The description, or "" without bad lines.
+        """
         if not self.bad:
             return ""
         several = len(self.files) > 1
@@ -195,21 +243,34 @@ class CorpusScan:
 
 def scan_corpus(files, sample_size=100_000, seed=0, hold_out=None, cache_dir=None, use_cache=True,
                 count_labels=False, fields=2):
-    """One streaming pass over `files` -> `CorpusScan`; memory bounded by
-    `sample_size` (and the hold-out's limit), whatever the corpus size.
+    """Reads `files` once as a stream into a `CorpusScan`; memory bounded by `sample_size` (and the hold-out's limit).
 
     Every line is checked (`line_problem`); good training lines go through
     reservoir sampling (algorithm R, seeded by `seed`), so the sample is a
     uniform draw of `sample_size` pairs, or every pair, in file order, when
     there are no more. The result is cached in `<cache>/corpora/<key>/`
     (key: the files' absolute paths, sizes and modification times, and the
-    arguments); `use_cache=False` scans again. `count_labels` reads the
-    lines as text<TAB>label and counts each label's training lines;
-    `fields=1` reads each line as one text (a language model's documents).
+    arguments).
+
+    Args:
+        files: the corpus files (see `corpus_files`).
+        sample_size: the most training pairs sampled. Default 100,000.
+        seed: the sampling's seed. Default 0.
+        hold_out: a `HoldOut` rule for validation lines, or None. Default None.
+        cache_dir: the kseq cache; default $KSEQ_CACHE_DIR, else ~/.cache/kseq.
+        use_cache: read a cached scan; False scans again. Default True.
+        count_labels: read the lines as text<TAB>label and count each label's
+            training lines. Default False.
+        fields: 2 for `source<TAB>target` lines; 1 reads each line as one text
+            (a language model's documents). Default 2.
+
+    Returns:
+        The `CorpusScan`.
 
     Raises:
         ValueError: the files hold no good training pair (names the first
-            problems), or more than `MAX_LABELS` labels where they are counted.
+            problems), more than `MAX_LABELS` labels where they are counted,
+            a bad `sample_size`, or `fields` not 2, or 1 with `count_labels`.
     """
     check_positive_int("sample_size", sample_size)
     files = [os.fspath(path) for path in files]
@@ -279,9 +340,17 @@ def _count_label(labels, label, path, number):
 
 
 def training_pairs(scan):
-    """The training pairs of a two-field scanned corpus (good lines not held
-    out), normalized, read again from its files as a stream: for a measure
-    over the whole corpus that keeps only what it is after."""
+    """Reads the training pairs of a two-field scanned corpus again from its files, as a stream.
+
+    Training pairs are the good lines not held out, normalized: for a
+    measure over the whole corpus that keeps only what it is after.
+
+    Args:
+        scan: a `CorpusScan` of `source<TAB>target` lines.
+
+    Returns:
+        A generator of (source, target) strings.
+    """
     number = 0
     for path in scan.files:
         for raw in raw_lines(path):

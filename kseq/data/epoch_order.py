@@ -12,9 +12,20 @@ import tensorflow as tf
 
 
 def epoch_ordered_slices(tensors, position, seed=0, shuffle=True):
-    """A dataset of the slices of `tensors` (a nested structure of tensors
-    or ragged tensors with the same number of rows), shuffled by
-    (`seed`, the epoch in `position`) at the start of each pass.
+    """Makes a dataset of the slices of `tensors`, shuffled anew at the start of each pass.
+
+    The order comes from (`seed`, the epoch in `position`).
+
+    Args:
+        tensors: a nested structure of tensors or ragged tensors with the same
+            number of rows.
+        position: a `kseq.training.checkpoints.resume.TrainingPosition`; its
+            `epoch` is read as each pass starts.
+        seed: the shuffle's seed. Default 0.
+        shuffle: False keeps the rows' order. Default True.
+
+    Returns:
+        A tf.data.Dataset of the rows, its cardinality known.
 
     Example:
     >>> from kseq.training.checkpoints.resume import TrainingPosition
@@ -42,14 +53,26 @@ def epoch_ordered_slices(tensors, position, seed=0, shuffle=True):
 
 
 def epoch_ordered_batches(tensors, position, batch, seed=0, shuffle=True, epochs=1):
-    """One pass over `epochs` data epochs of batches, from `position`:
-    epoch e holds the slices of `tensors` in an order fixed by (`seed`, e),
-    made into batches by `batch` (a function from a dataset of examples to
-    a dataset of batches); the pass starts at `position.epoch`, its first
-    epoch without the first `position.skip` batches, so a run resumed
+    """Makes one pass over `epochs` data epochs of batches, from `position`.
+
+    Epoch e holds the slices of `tensors` in an order fixed by (`seed`, e),
+    made into batches by `batch`; the pass starts at `position.epoch`, its
+    first epoch without the first `position.skip` batches, so a run resumed
     mid-epoch trains on the batches an uninterrupted one would. Sets
     `position.steps_per_epoch` (batches per epoch, counted once here) and
     `position.epochs`.
+
+    Args:
+        tensors: a nested structure of tensors or ragged tensors with the same
+            number of rows.
+        position: a `kseq.training.checkpoints.resume.TrainingPosition`.
+        batch: a function from a dataset of examples to a dataset of batches.
+        seed: the shuffle's seed. Default 0.
+        shuffle: False keeps the rows' order in every epoch. Default True.
+        epochs: the data epochs of the whole run. Default 1.
+
+    Returns:
+        A tf.data.Dataset of batches (prefetched).
 
     Example:
     >>> from kseq.training.checkpoints.resume import TrainingPosition

@@ -19,8 +19,13 @@ RESERVED_PIECES = ("<pad>", "<s>", "</s>", "<unk>")
 
 
 def keras_hub_tokenizers():
-    """`keras_hub.tokenizers`, imported on first use: keras-hub takes
-    seconds to import, and kseq's other tokenizers do not need it."""
+    """Imports `keras_hub.tokenizers` on first use.
+
+    keras-hub takes seconds to import, and kseq's other tokenizers do not need it.
+
+    Returns:
+        The `keras_hub.tokenizers` module.
+    """
     import keras_hub
 
     return keras_hub.tokenizers
@@ -65,6 +70,11 @@ class KerasHubTokenizer(tf.Module):
             None for the tokenizer's own: WordPiece's `oov_token`,
             SentencePiece's unknown piece; BPE has none.
         name: the `tf.Module` name.
+
+    Raises:
+        ValueError: a tokenizer kseq cannot wrap (see `check_keras_hub_tokenizer`),
+            `special_tokens` that are not the vocabulary's ids 0-3, or an
+            `unknown_token` missing from the vocabulary.
 
     Example:
     >>> import keras_hub
@@ -112,7 +122,14 @@ class KerasHubTokenizer(tf.Module):
     # spend seconds converting keras-hub's code on a pipeline's first trace.
     @tf.autograph.experimental.do_not_convert
     def tokenize(self, strings):
-        """(B,) strings -> (B, None) int32 ragged ids (no BOS/EOS added)."""
+        """Turns strings into kseq's ids (no BOS/EOS added).
+
+        Args:
+            strings: (B,) strings.
+
+        Returns:
+            (B, None) int32 ragged ids.
+        """
         strings = tf.convert_to_tensor(strings, tf.string)
         if tf.executing_eagerly():
             return self._run(lambda: self._eager.tokenize(strings))
@@ -120,8 +137,17 @@ class KerasHubTokenizer(tf.Module):
 
     @tf.autograph.experimental.do_not_convert
     def detokenize(self, ids):
-        """(B, T) ids -> (B,) strings; stops at the first EOS, drops PAD and
-        BOS; ids out of range count as UNK."""
+        """Turns ids into strings, one per row.
+
+        Each row stops at its first EOS; PAD and BOS are dropped; ids out of
+        range count as UNK.
+
+        Args:
+            ids: (B, T) ids.
+
+        Returns:
+            (B,) strings.
+        """
         ids = tf.convert_to_tensor(ids, tf.int32)
         if tf.executing_eagerly():
             return self._run(lambda: self._eager.detokenize(ids))
@@ -169,7 +195,15 @@ class KerasHubTokenizer(tf.Module):
         self._eager = _EagerCalls(self)
 
     def id_to_piece(self, ids):
-        """1-D ids -> their tokens as Python strings (for plot labels)."""
+        """Names ids by their tokens, for plot labels.
+
+        Args:
+            ids: ids, flattened to 1-D.
+
+        Returns:
+            A list of token strings; shifted reserved ids get SentencePiece's
+            names ("<pad>", "<s>", "</s>", "<unk>").
+        """
         pieces = []
         for kseq_id in np.asarray(ids).reshape(-1).tolist():
             hub_id = kseq_id - self.id_offset
@@ -180,13 +214,22 @@ class KerasHubTokenizer(tf.Module):
         return pieces
 
     def asset_files(self):
-        """{file name: bytes}: what `save` writes, for an export's assets/
-        folder or a run's logdir (`load_tokenizer` reads it back)."""
+        """Gives what `save` writes, for an export's assets/ folder or a run's logdir (`load_tokenizer` reads it back).
+
+        Returns:
+            {"tokenizer.json": bytes}.
+        """
         return {"tokenizer.json": self._saved_json()}
 
     def save(self, path):
-        """Writes one JSON file, atomically: kseq's id mapping, the keras-hub
-        tokenizer's config and its vocabulary files (`load` rebuilds it)."""
+        """Writes the tokenizer as one JSON file, atomically; `load` rebuilds it.
+
+        The file holds kseq's id mapping, the keras-hub tokenizer's config and
+        its vocabulary files.
+
+        Args:
+            path: the file to write.
+        """
         write_bytes_atomic(path, self._saved_json())
 
     def _saved_json(self):
@@ -209,7 +252,17 @@ class KerasHubTokenizer(tf.Module):
 
     @classmethod
     def load(cls, path):
-        """Rebuilds a tokenizer that `save` wrote to `path`."""
+        """Rebuilds a tokenizer that `save` wrote to `path`.
+
+        Args:
+            path: the JSON file.
+
+        Returns:
+            A `KerasHubTokenizer`.
+
+        Raises:
+            ValueError: the file is not one `save` wrote.
+        """
         import keras
 
         keras_hub_tokenizers()  # registers keras-hub's classes for deserializing
@@ -256,8 +309,16 @@ class _EagerCalls:
 
 
 def check_keras_hub_tokenizer(tokenizer):
-    """Raises ValueError unless `tokenizer` is a keras-hub tokenizer that
-    KerasHubTokenizer can wrap."""
+    """Checks that `tokenizer` is a keras-hub tokenizer that KerasHubTokenizer can wrap.
+
+    Args:
+        tokenizer: the object to check.
+
+    Raises:
+        ValueError: it is no `keras_hub.tokenizers.Tokenizer`, its ids are not
+            integers, it pads to a `sequence_length`, adds BOS/EOS itself, or
+            has no vocabulary yet.
+    """
     hub = keras_hub_tokenizers()
     if not isinstance(tokenizer, hub.Tokenizer):
         raise ValueError(
@@ -278,8 +339,15 @@ def check_keras_hub_tokenizer(tokenizer):
 
 
 def vocabulary_ids(tokenizer):
-    """{token: id} of a keras-hub tokenizer (None for tokenizers without a
-    vocabulary list, such as UnicodeCodepointTokenizer)."""
+    """Maps a keras-hub tokenizer's tokens to their ids (the first id of a token listed twice).
+
+    Args:
+        tokenizer: a keras-hub tokenizer.
+
+    Returns:
+        {token: id}, or None for tokenizers without a vocabulary list, such as
+        UnicodeCodepointTokenizer.
+    """
     vocabulary = getattr(tokenizer, "vocabulary", None)
     if isinstance(vocabulary, dict):  # BytePairTokenizer: token -> id
         return {token: int(i) for token, i in vocabulary.items()}
@@ -294,7 +362,18 @@ def vocabulary_ids(tokenizer):
 
 
 def check_special_tokens(special_tokens, token_ids):
-    """None, or the 4 tokens as a tuple after checking they are ids 0-3."""
+    """Checks that the 4 special tokens are the vocabulary's ids 0-3.
+
+    Args:
+        special_tokens: the tokens for PAD, BOS, EOS and UNK, or None.
+        token_ids: {token: id} of the vocabulary (`vocabulary_ids`), or None.
+
+    Returns:
+        None, or the 4 tokens as a tuple.
+
+    Raises:
+        ValueError: not 4 tokens, or they are not ids 0, 1, 2, 3.
+    """
     if special_tokens is None:
         return None
     special_tokens = tuple(special_tokens)
@@ -313,7 +392,14 @@ def check_special_tokens(special_tokens, token_ids):
 
 
 def default_unknown_token(tokenizer):
-    """The tokenizer's own token for unknown text, or None."""
+    """Gives the tokenizer's own token for unknown text: WordPiece's `oov_token`, SentencePiece's unknown piece.
+
+    Args:
+        tokenizer: a keras-hub tokenizer.
+
+    Returns:
+        The token, or None for other tokenizers.
+    """
     hub = keras_hub_tokenizers()
     if isinstance(tokenizer, hub.WordPieceTokenizer):
         return tokenizer.oov_token

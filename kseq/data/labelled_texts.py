@@ -18,15 +18,30 @@ from kseq.special_ids import PAD_ID
 
 
 def label_table(names):
-    """A lookup table: a label's normalized text -> its index in `names`, -1
-    for a label not among them."""
+    """Makes a lookup table from a label's normalized text to its index in `names`.
+
+    Args:
+        names: the labels, normalized, in class-id order.
+
+    Returns:
+        A `tf.lookup.StaticHashTable` giving int32 ids, -1 for a label not among them.
+    """
     return tf.lookup.StaticHashTable(
         tf.lookup.KeyValueTensorInitializer(tf.constant(list(names)), tf.range(len(names), dtype=tf.int32)), -1)
 
 
 def labelled_lines(lines, table):
-    """(N,) raw `text<TAB>label` lines -> (texts, class ids) of the good
-    lines (`parse_lines`' rules) whose label `table` knows, texts normalized."""
+    """Reads raw `text<TAB>label` lines into texts and class ids, keeping the good lines whose label `table` knows.
+
+    Good lines follow `parse_lines`' rules; texts and labels are normalized.
+
+    Args:
+        lines: (N,) raw lines.
+        table: a `label_table`.
+
+    Returns:
+        (texts, class_ids): (M,) strings and (M,) int32, M <= N.
+    """
     texts, labels, good = parse_lines(lines)
     class_ids = table.lookup(labels)
     keep = good & (class_ids >= 0)
@@ -52,9 +67,20 @@ def labelled_dataset(scan, names, position, examples, batch_count, batches, **st
 
 
 def padded_batches(batch_size):
-    """(batch_count, batches) for `labelled_dataset`: a window of (token ids,
-    class ids) in its order, `batch_size` examples a batch (the last one
-    smaller), the ids padded with PAD to the batch's longest."""
+    """Makes the batching rule of `labelled_dataset` for windows of (token ids, class ids).
+
+    A window's examples come in its order, `batch_size` a batch (the last
+    one smaller), the ids padded with PAD to the batch's longest.
+
+    Args:
+        batch_size: examples a batch.
+
+    Returns:
+        (batch_count, batches), the functions `streamed_examples` takes.
+
+    Raises:
+        ValueError: `batch_size` is not an int >= 1.
+    """
     check_positive_int("batch_size", batch_size)
 
     def batch_count(window):
@@ -69,9 +95,19 @@ def padded_batches(batch_size):
 
 
 def describe_epoch(scan, batch_size, shuffle_buffer):
-    """"about 1,234 batches per epoch, in 2 windows of 250,000 texts, each
-    shuffled whole": an epoch of `padded_batches` over `scan`'s training
-    texts, counted from the scan: exact where one window holds the epoch."""
+    """Describes an epoch of `padded_batches` over `scan`'s training texts, counted from the scan.
+
+    The count is exact where one window holds the epoch, else about.
+
+    Args:
+        scan: the labelled corpus's `CorpusScan`.
+        batch_size: examples a batch.
+        shuffle_buffer: the texts a window holds.
+
+    Returns:
+        A string, e.g. "about 1,234 batches of 32 per epoch, in 2 windows of
+        250,000 texts, each shuffled whole".
+    """
     windows = windows_per_epoch(scan.line_counts, shuffle_buffer)
     batches = windows * -(-scan.pairs // (windows * batch_size))
     about = "" if windows == 1 else "about "

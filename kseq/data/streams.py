@@ -12,8 +12,18 @@ from kseq.data.text import normalize_text_op
 
 
 def join_documents(token_lists, separator=EOS_ID):
-    """Documents' ids (lists or a ragged tensor) -> one int32 stream, each
-    document followed by `separator` (EOS), so a model learns where they end."""
+    """Joins documents' ids into one stream, each document followed by `separator`, so a model learns where they end.
+
+    Args:
+        token_lists: the documents' ids, lists or a ragged tensor.
+        separator: the id after each document. Default EOS_ID.
+
+    Returns:
+        A 1-D int32 NumPy array.
+
+    Raises:
+        ValueError: no document.
+    """
     if isinstance(token_lists, tf.RaggedTensor):
         token_lists = token_lists.to_list()
     pieces = []
@@ -73,9 +83,16 @@ def stream_batches(tokens, batch_size, chunk_length, drop_remainder=False):
 
 
 def parse_text_lines(lines):
-    """(N,) raw lines, one document each -> (texts normalized, good): good
-    is False where `kseq.data.corpus.scan_corpus(..., fields=1)` counts the
-    line as bad (not UTF-8, blank)."""
+    """Reads raw lines, one document each, into normalized texts and which lines are good.
+
+    Args:
+        lines: (N,) raw lines.
+
+    Returns:
+        (texts, good): (N,) normalized strings, and (N,) bool, False where
+        `kseq.data.corpus.scan_corpus(..., fields=1)` counts the line as bad
+        (not UTF-8, blank).
+    """
     lines = tf.strings.regex_replace(lines, "^\ufeff", "")
     valid = tf.equal(tf.strings.unicode_transcode(lines, "UTF-8", "UTF-8", errors="replace"), lines)
     texts = normalize_text_op(lines)
@@ -83,9 +100,19 @@ def parse_text_lines(lines):
 
 
 def window_streams(tokens, batch_size, chunk_length):
-    """`stream_batches` in the graph: a 1-D tensor of ids -> its batches of
-    `batch_size` streams and `chunk_length` tokens, the shorter last chunk
-    dropped, and how many there are."""
+    """Cuts a 1-D tensor of ids into batches for truncated BPTT: `stream_batches` in the graph.
+
+    The shorter last chunk is dropped.
+
+    Args:
+        tokens: 1-D int32 ids.
+        batch_size: B, the parallel streams.
+        chunk_length: k, the tokens per stream per batch.
+
+    Returns:
+        (batches, count): a tf.data.Dataset of (inputs (B, k), labels (B, k))
+        and its number of batches, an int64 scalar.
+    """
     length = tf.maximum((tf.size(tokens, out_type=tf.int64) - 1) // batch_size, 0)
     count = length // chunk_length
     inputs = tf.reshape(tokens[: batch_size * length], [batch_size, -1])
@@ -98,9 +125,7 @@ def window_streams(tokens, batch_size, chunk_length):
 
 def streamed_stream_batches(scan, tokenizer, position, batch_size, chunk_length, window_lines=250_000, epochs=1,
                             shard=(1, 0)):
-    """Batches (inputs (B, k), labels (B, k)) for truncated BPTT from the
-    documents (one a line) of `scan`'s files (`scan_corpus(..., fields=1)`),
-    for `epochs` epochs from `position`, in the files' order.
+    """Makes batches for truncated BPTT from the documents (one a line) of `scan`'s files, in the files' order.
 
     The lines are read `window_lines` at a time; each window's documents,
     each followed by EOS, are cut into B = `batch_size` streams as
@@ -109,8 +134,26 @@ def streamed_stream_batches(scan, tokenizer, position, batch_size, chunk_length,
     A stream of window w + 1 does not continue the text of window w: a
     model carrying its state should zero it where each window begins
     (where `position` says a window's first batch comes; see
-    `kseq.training.loop.fit.CarriedStreams`). Resume and `shard` as in
-    `kseq.data.streaming.streamed_pair_dataset`.
+    `kseq.training.loop.fit.CarriedStreams`).
+
+    Args:
+        scan: the corpus, `scan_corpus(..., fields=1)`.
+        tokenizer: the kseq tokenizer of the documents.
+        position: a `kseq.training.checkpoints.resume.TrainingPosition`; the
+            batches start there (resume as in `kseq.data.streaming.streamed_pair_dataset`).
+        batch_size: B, the parallel streams.
+        chunk_length: k, the tokens per stream per batch.
+        window_lines: the lines a window holds. Default 250,000.
+        epochs: the epochs to run. Default 1.
+        shard: (workers, index): this worker's share of the lines, as in
+            `streamed_pair_dataset`. Default (1, 0).
+
+    Returns:
+        A tf.data.Dataset of (inputs (B, k), labels (B, k)) int32 (its length unknown).
+
+    Raises:
+        ValueError: `batch_size`, `chunk_length`, `window_lines` or `epochs` is
+            not an int >= 1, or a bad `shard`.
     """
     check_positive_int("batch_size", batch_size)
     check_positive_int("chunk_length", chunk_length)

@@ -27,6 +27,11 @@ class SubwordTokenizer(KerasHubTokenizer):
 
     Args:
         proto: the serialized SentencePiece model (bytes).
+        name: the `tf.Module` name. Default None.
+
+    Raises:
+        ValueError: `proto` is empty or no SentencePiece model, or its
+            pad/bos/eos/unk ids are not 0/1/2/3.
 
     Example:
     >>> texts = ["the cat sat", "the dog sat", "a cat ran"] * 30
@@ -69,12 +74,19 @@ class SubwordTokenizer(KerasHubTokenizer):
         """Trains a SentencePiece model on `texts` (an iterable of strings).
 
         Args:
-            texts: training sentences, already normalized.
+            texts: training sentences, already normalized; empty ones are skipped.
             vocab_size: pieces in the vocabulary, special ids and the 256
                 byte pieces included; a small text may give fewer (see
-                `vocab_size` afterwards).
-            model_type: "unigram" or "bpe".
-            seed_sentences: the most sentences SentencePiece reads.
+                `vocab_size` afterwards). Default 8000.
+            model_type: "unigram" or "bpe". Default "unigram".
+            seed_sentences: the most sentences SentencePiece reads. Default 200,000.
+
+        Returns:
+            A `SubwordTokenizer`.
+
+        Raises:
+            ValueError: a bad `vocab_size` or `model_type`, no non-empty text, or
+                SentencePiece's training failed (its message).
         """
         check_positive_int("vocab_size", vocab_size)
         check_choice("model_type", model_type, ("unigram", "bpe"))
@@ -95,23 +107,50 @@ class SubwordTokenizer(KerasHubTokenizer):
         return cls(proto.getvalue())
 
     def save(self, path):
-        """Writes the SentencePiece model file, atomically (temp file + rename)."""
+        """Writes the SentencePiece model file, atomically (temp file + rename).
+
+        Args:
+            path: the file to write.
+        """
         write_bytes_atomic(path, self.proto)
 
     def asset_files(self):
-        """{"spm.model": the model}: what `save` writes, for an export's
-        assets/ folder or a run's logdir."""
+        """Gives what `save` writes, for an export's assets/ folder or a run's logdir.
+
+        Returns:
+            {"spm.model": the model's bytes}.
+        """
         return {"spm.model": self.proto}
 
     @classmethod
     def load(cls, path):
-        """The tokenizer whose SentencePiece model file `save` wrote."""
+        """Reads the tokenizer whose SentencePiece model file `save` wrote.
+
+        Args:
+            path: the model file.
+
+        Returns:
+            A `SubwordTokenizer`.
+
+        Raises:
+            ValueError: the file is no SentencePiece model with kseq's special ids.
+        """
         with open(path, "rb") as f:
             return cls(f.read())
 
 
 def special_ids(proto):
-    """(pad, bos, eos, unk) ids of a serialized SentencePiece model."""
+    """Reads the (pad, bos, eos, unk) ids of a serialized SentencePiece model.
+
+    Args:
+        proto: the model's bytes.
+
+    Returns:
+        A tuple of 4 ints.
+
+    Raises:
+        ValueError: `proto` is not a SentencePiece model.
+    """
     try:
         processor = sentencepiece.SentencePieceProcessor(model_proto=proto)
     except RuntimeError as error:
@@ -125,7 +164,7 @@ BASE_PIECES = 4 + 256
 
 
 def vocab_size_for(texts, limit, min_count=10):
-    """A vocabulary size that fits `texts`, at most `limit`.
+    """Chooses a vocabulary size that fits `texts`, at most `limit`.
 
     The base pieces, one piece per distinct character, and one per word seen
     at least `min_count` times: words that often are worth a piece of their
@@ -134,6 +173,17 @@ def vocab_size_for(texts, limit, min_count=10):
     count passes any usual `limit`; on a small or repetitive one (a user's
     dates or codes) it stays small, so that SentencePiece does not fill the
     vocabulary with whole rare strings, each seen a few times.
+
+    Args:
+        texts: an iterable of strings; words are split on whitespace.
+        limit: the largest size to give.
+        min_count: how often a word must occur to count. Default 10.
+
+    Returns:
+        The size, an int.
+
+    Raises:
+        ValueError: `limit` is not an int >= 1.
 
     Example:
     >>> vocab_size_for(["1984-03-03 is a date", "2001-01-01 is a date"] * 10, limit=4000)

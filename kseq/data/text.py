@@ -31,9 +31,10 @@ WHITESPACE = "".join(chr(code) for code in range(sys.maxunicode + 1) if chr(code
 
 
 def normalize_text_op(texts):
-    """`normalize_text` in TensorFlow ops, for the exports: a server gets
-    what a client sends (decomposed accents from macOS or web forms, tabs,
-    runs of spaces) and must see the text the model was trained on.
+    """Normalizes texts as `normalize_text` does, in TensorFlow ops, for the exports.
+
+    A server gets what a client sends (decomposed accents from macOS or web
+    forms, tabs, runs of spaces) and must see the text the model was trained on.
 
     Invalid UTF-8 becomes U+FFFD, then NFC (tensorflow_text's ICU
     normalizer, an op TF Serving links), whitespace runs to one space, ends

@@ -9,7 +9,14 @@ from kseq.special_ids import BOS_ID, EOS_ID, PAD_ID
 
 
 def add_specials(target_ids):
-    """Ragged (B, T) target ids -> (BOS + ids, ids + EOS), still ragged."""
+    """Adds BOS before and EOS after target ids: the decoder's inputs and its labels.
+
+    Args:
+        target_ids: ragged (B, T) target ids.
+
+    Returns:
+        (BOS + ids, ids + EOS), both ragged (B, T + 1).
+    """
     batch = target_ids.nrows()
     bos = tf.fill([batch, 1], tf.constant(BOS_ID, target_ids.dtype))
     eos = tf.fill([batch, 1], tf.constant(EOS_ID, target_ids.dtype))
@@ -20,14 +27,27 @@ def text_pair_dataset(
     sources: Sequence[str], targets: Sequence[str], source_tokenizer, target_tokenizer, batch_size: int,
     shuffle: bool = False, seed: int | None = None, position=None, epochs: int = 1,
 ) -> tf.data.Dataset:
-    """Batches of ({"source_ids", "target_ids"}, labels) from parallel strings.
+    """Makes batches of ({"source_ids", "target_ids"}, labels) from parallel strings.
 
     Tokenizes in the graph, adds BOS to the decoder inputs and EOS to the
     labels, pads each batch to its own longest row with PAD. With
-    `position` (a `kseq.training.checkpoints.resume.TrainingPosition`), the batches of
-    `epochs` data epochs from the position on, each epoch shuffled by
-    (seed, its index), so a resumed run sees the order an uninterrupted one
-    would (`kseq.data.epoch_order.epoch_ordered_batches`).
+    `position`, the batches of `epochs` data epochs from the position on,
+    each epoch shuffled by (seed, its index), so a resumed run sees the
+    order an uninterrupted one would (`kseq.data.epoch_order.epoch_ordered_batches`).
+
+    Args:
+        sources: N source strings.
+        targets: N target strings, parallel to `sources`.
+        source_tokenizer: the kseq tokenizer of the sources.
+        target_tokenizer: the kseq tokenizer of the targets.
+        batch_size: B, pairs a batch (the last one may be smaller).
+        shuffle: shuffle the pairs each epoch. Default False.
+        seed: the shuffle's seed. Default None (0 with `position`).
+        position: a `kseq.training.checkpoints.resume.TrainingPosition`, or None. Default None.
+        epochs: data epochs in the pass, with `position`. Default 1.
+
+    Returns:
+        A tf.data.Dataset of ({"source_ids": (B, S), "target_ids": (B, T)}, labels (B, T)), int32.
     """
     pairs = (tf.constant(list(sources), tf.string), tf.constant(list(targets), tf.string))
 

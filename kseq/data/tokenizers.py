@@ -182,18 +182,36 @@ def load_tokenizer(path: str):
 
 
 def tokenizer_files(tokenizer):
-    """{file name: bytes} that rebuild `tokenizer` with `load_tokenizer`
-    (spm.model for a SubwordTokenizer, tokenizer.json for keras-hub's),
-    for a run's folder and an export's assets/ folder; {} for a tokenizer
-    that needs no file (a `CharacterTokenizer` is rebuilt from its alphabet)."""
+    """Gives the files that rebuild `tokenizer` with `load_tokenizer`.
+
+    They go to a run's folder and an export's assets/ folder.
+
+    Args:
+        tokenizer: a kseq tokenizer.
+
+    Returns:
+        {file name: bytes}: spm.model for a SubwordTokenizer, tokenizer.json for
+        keras-hub's; {} for a tokenizer that needs no file (a `CharacterTokenizer`
+        is rebuilt from its alphabet).
+    """
     if hasattr(tokenizer, "asset_files"):
         return tokenizer.asset_files()
     return {}
 
 
 def sentence_piece_tokenizer(proto):
-    """A SubwordTokenizer if the model numbers pad/bos/eos/unk as kseq does,
-    else keras-hub's SentencePieceTokenizer behind shifted ids."""
+    """Wraps a SentencePiece model as a kseq tokenizer.
+
+    Args:
+        proto: the model's bytes.
+
+    Returns:
+        A SubwordTokenizer if the model numbers pad/bos/eos/unk as kseq does,
+        else keras-hub's SentencePieceTokenizer behind shifted ids (`from_keras_hub`).
+
+    Raises:
+        ValueError: `proto` is not a SentencePiece model.
+    """
     from kseq.data.subword_tokenizer import SubwordTokenizer, special_ids
 
     if special_ids(proto) == (PAD_ID, BOS_ID, EOS_ID, UNK_ID):
@@ -202,6 +220,14 @@ def sentence_piece_tokenizer(proto):
 
 
 def is_sentence_piece(content):
+    """Tells whether `content` is a SentencePiece model.
+
+    Args:
+        content: a file's bytes.
+
+    Returns:
+        True if sentencepiece loads it.
+    """
     try:
         sentencepiece.SentencePieceProcessor(model_proto=content)
     except RuntimeError:
@@ -210,6 +236,14 @@ def is_sentence_piece(content):
 
 
 def parse_json(content):
+    """Reads bytes as UTF-8 JSON.
+
+    Args:
+        content: a file's bytes.
+
+    Returns:
+        The JSON value, or None if they are not UTF-8 JSON.
+    """
     try:
         return json.loads(content.decode("utf-8"))
     except (UnicodeDecodeError, ValueError):
@@ -217,8 +251,18 @@ def parse_json(content):
 
 
 def read_bytes(path, argument):
-    """The file's bytes; a missing or unreadable file is a ValueError naming
-    the argument."""
+    """Reads a file's bytes.
+
+    Args:
+        path: the file.
+        argument: the argument that named it, for the error message.
+
+    Returns:
+        The bytes.
+
+    Raises:
+        ValueError: the file is missing or unreadable (naming `argument`).
+    """
     try:
         with open(path, "rb") as f:
             return f.read()
@@ -227,8 +271,21 @@ def read_bytes(path, argument):
 
 
 def read_lines(path, argument):
-    """The file's lines as keras-hub reads a vocabulary file (trailing
-    whitespace stripped, empty lines kept: line i is id i)."""
+    """Reads a file's lines as keras-hub reads a vocabulary file: line i is id i.
+
+    Trailing whitespace is stripped and empty lines are kept; a final newline
+    starts no extra line.
+
+    Args:
+        path: the file.
+        argument: the argument that named it, for the error message.
+
+    Returns:
+        A list of strings.
+
+    Raises:
+        ValueError: the file is missing, unreadable or not UTF-8 (naming `argument`).
+    """
     try:
         text = read_bytes(path, argument).decode("utf-8")
     except UnicodeDecodeError as error:
@@ -238,6 +295,18 @@ def read_lines(path, argument):
 
 
 def read_json(path, argument):
+    """Reads a UTF-8 JSON file.
+
+    Args:
+        path: the file.
+        argument: the argument that named it, for the error message.
+
+    Returns:
+        The JSON value.
+
+    Raises:
+        ValueError: the file is missing, unreadable or not UTF-8 JSON (naming `argument`).
+    """
     value = parse_json(read_bytes(path, argument))
     if value is None:
         raise ValueError(f"`{argument}` {path} is not UTF-8 JSON.")

@@ -10,6 +10,13 @@ def suppress_special_tokens(logits, token_ids=(PAD_ID, BOS_ID)):
 
     PAD after EOS and no BOS in the output are part of the generate
     contract; without this an untrained or odd model could break it.
+
+    Args:
+        logits: (R, V) logits.
+        token_ids: the ids to suppress. Default (PAD_ID, BOS_ID).
+
+    Returns:
+        (R, V) logits, those columns at -inf.
     """
     vocab = tf.shape(logits)[-1]
     banned = tf.reduce_any(
@@ -20,15 +27,22 @@ def suppress_special_tokens(logits, token_ids=(PAD_ID, BOS_ID)):
 
 
 def repeated_ngram_tokens(history, index, size, vocab_size, max_count=1):
-    """(R, V) bool: the tokens that would repeat an n-gram of `size` tokens
-    more often than `max_count` allows.
+    """Finds the tokens that would repeat an n-gram of `size` tokens more often than `max_count` allows.
 
-    `history` (R, L) holds each row's generated tokens at positions
-    0..index-1 (the token chosen now goes to `index`). Token v is banned
-    for a row when the row's last size-1 tokens followed by v already occur
-    in it `max_count` times (1: once, so never twice). Fixed shapes only
-    (windows are static slices, bans one scatter), so searches keep
-    compiling with XLA.
+    Token v is banned for a row when the row's last size-1 tokens followed
+    by v already occur in it `max_count` times (1: once, so never twice).
+    Fixed shapes only (windows are static slices, bans one scatter), so
+    searches keep compiling with XLA.
+
+    Args:
+        history: (R, L) ids, each row's generated tokens at positions 0..index-1.
+        index: the position the token chosen now goes to.
+        size: n, the n-gram's tokens.
+        vocab_size: V.
+        max_count: how many times an n-gram may occur. Default 1.
+
+    Returns:
+        (R, V) bool, True for a banned token.
     """
     matches, following = _ngram_matches(history, index, size)
     if matches is None:
@@ -63,9 +77,21 @@ def _ngram_counts(matches, following, vocab_size):
 
 
 def block_repeated_ngrams(logits, history, index, size, max_count=1):
-    """`logits` with the tokens that would repeat an n-gram of `size` more
-    than `max_count` times at -inf (see `repeated_ngram_tokens`); `size` 0
-    changes nothing."""
+    """Sets to -inf the logits of tokens that would repeat an n-gram of `size` more than `max_count` times.
+
+    See `repeated_ngram_tokens`; steps where no row can ban anything skip
+    the (R, V) passes.
+
+    Args:
+        logits: (R, V) logits.
+        history: (R, L) ids, each row's generated tokens at positions 0..index-1.
+        index: the position the token chosen now goes to.
+        size: n, the n-gram's tokens; 0 changes nothing.
+        max_count: how many times an n-gram may occur. Default 1.
+
+    Returns:
+        (R, V) logits.
+    """
     matches, following = _ngram_matches(history, index, size) if size else (None, None)
     if matches is None:
         return logits
@@ -82,27 +108,55 @@ def block_repeated_ngrams(logits, history, index, size, max_count=1):
 
 
 def source_length_limits(source_ids, limits, pad_id=PAD_ID):
-    """(B,) int32: the most tokens each row may generate, EOS included, by
-    `limits` (a kseq.decoding.Limits with a `max_length_ratio`): ceil(ratio
-    x its source tokens) + `length_slack`, at most `max_length`."""
+    """Gives the most tokens each row may generate, EOS included, by its source length.
+
+    A row's limit is ceil(ratio x its source tokens) + `length_slack`, at most `max_length`.
+
+    Args:
+        source_ids: (B, S) source ids.
+        limits: a kseq.decoding.Limits with a `max_length_ratio`.
+        pad_id: the id not counted as a source token. Default PAD_ID.
+
+    Returns:
+        (B,) int32.
+    """
     lengths = tf.reduce_sum(tf.cast(tf.not_equal(source_ids, pad_id), tf.float32), axis=1)
     rows = tf.cast(tf.math.ceil(limits.max_length_ratio * lengths), tf.int32) + limits.length_slack
     return tf.minimum(rows, limits.max_length)
 
 
 def apply_limits(logits, history, index, row_limits, limits):
-    """`logits` with what `limits` forbids at -inf: n-grams repeated too
-    often (`block_repeated_ngrams`) and anything but EOS at a row's last
-    allowed position (`end_rows_at_limits`; `row_limits` (B,) or None)."""
+    """Sets to -inf the logits of what `limits` forbids at this step.
+
+    That is n-grams repeated too often (`block_repeated_ngrams`) and anything
+    but EOS at a row's last allowed position (`end_rows_at_limits`).
+
+    Args:
+        logits: (R, V) logits.
+        history: (R, L) ids, each row's generated tokens at positions 0..index-1.
+        index: the position the token chosen now goes to.
+        row_limits: (B,) int32, the most tokens each row may generate, or None.
+        limits: the search's kseq.decoding.Limits.
+
+    Returns:
+        (R, V) logits.
+    """
     logits = block_repeated_ngrams(logits, history, index, limits.no_repeat_ngram_size, limits.max_ngram_count)
     return end_rows_at_limits(logits, index, row_limits, limits.eos_id)
 
 
 def end_rows_at_limits(logits, index, limits, eos_id):
-    """`logits` where a row at its last allowed position (index + 1 >=
-    its limit) can only emit EOS; `limits` None changes nothing. The rows
-    of `logits` are the rows of `limits`, each repeated R / B times
-    (beams)."""
+    """Lets a row at its last allowed position (index + 1 >= its limit) emit only EOS.
+
+    Args:
+        logits: (R, V) logits, the rows of `limits` each repeated R / B times (beams).
+        index: the position the token chosen now goes to.
+        limits: (B,) int32, the most tokens each row may generate; None changes nothing.
+        eos_id: the EOS id.
+
+    Returns:
+        (R, V) logits, all but EOS at -inf in rows at their limit.
+    """
     if limits is None:
         return logits
     per_row = tf.shape(logits)[0] // tf.shape(limits)[0]

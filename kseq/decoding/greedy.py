@@ -25,4 +25,9 @@ class GreedySearch(TokenSearch):
     """
 
     def chooser(self):
+        """Gives the function that picks each row's most likely token.
+
+        Returns:
+            `choose(logits (B, V) float32, index) -> (B,) int32 tokens`, the argmax.
+        """
         return lambda logits, index: tf.argmax(logits, axis=-1, output_type=tf.int32)

@@ -57,18 +57,40 @@ class Limits:
             object.__setattr__(self, name, value)
 
     def source_limit(self, source_tokens):
-        """The most tokens a row with `source_tokens` source tokens may
-        generate (a Python number; `constraints.source_length_limits` is the
-        in-graph form)."""
+        """Gives the most tokens a row with `source_tokens` source tokens may generate.
+
+        `constraints.source_length_limits` is the in-graph form.
+
+        Args:
+            source_tokens: the row's source tokens (PAD not counted).
+
+        Returns:
+            A Python int: `max_length` without a `max_length_ratio`, else
+            ceil(ratio x `source_tokens`) + `length_slack`, at most `max_length`.
+        """
         if self.max_length_ratio is None:
             return self.max_length
         return min(math.ceil(self.max_length_ratio * source_tokens) + self.length_slack, self.max_length)
 
 
 def search_limits(limits=None, max_length=None, **options):
-    """A search's `Limits`: `limits` as given, or made from `max_length` and
-    the keyword `options` (`max_length_ratio`, `no_repeat_ngram_size`,
-    `max_ngram_count`, `eos_id`), not both."""
+    """Gives a search's `Limits`: `limits` as given, or made from `max_length` and the keyword `options`, not both.
+
+    Args:
+        limits: a `Limits`, or None to make one. Default None.
+        max_length: the most tokens a row generates, when `limits` is None. Default None.
+        **options: the other `Limits` fields (`max_length_ratio`, `length_slack`,
+            `no_repeat_ngram_size`, `max_ngram_count`, `eos_id`); with `limits`,
+            each must keep its default.
+
+    Returns:
+        The `Limits`.
+
+    Raises:
+        ValueError: neither `max_length` nor `limits` given, or both `limits`
+            and limit arguments; or a bad limit (see `Limits`).
+        TypeError: `limits` is not a `Limits`.
+    """
     if limits is None:
         if max_length is None:
             raise ValueError("A search needs `max_length` or `limits`.")

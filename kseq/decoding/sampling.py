@@ -56,7 +56,14 @@ class Sampler(TokenSearch):
         self.seed = seed
 
     def filter_logits(self, logits):
-        """(B, V) logits -> the same with filtered-out tokens at -inf."""
+        """Applies the temperature, then sets the tokens `top_k` and `top_p` filter out to -inf.
+
+        Args:
+            logits: (B, V) next-token logits.
+
+        Returns:
+            (B, V) logits.
+        """
         logits = logits / self.temperature
         if self.top_k is not None and self.top_k < (logits.shape[-1] or self.top_k + 1):
             kth = tf.math.top_k(logits, self.top_k).values[:, -1:]
@@ -70,6 +77,14 @@ class Sampler(TokenSearch):
         return logits
 
     def chooser(self):
+        """Gives the function that draws each row's token.
+
+        Called once per search; it draws the seed there when `seed` is None.
+
+        Returns:
+            `choose(logits (B, V) float32, index) -> (B,) int32 tokens`, drawn from
+            the `filter_logits` distribution keyed by (seed, index).
+        """
         if self.seed is None:
             seed = tf.random.uniform([], maxval=_SEED_RANGE, dtype=tf.int32)
         else:

@@ -32,6 +32,7 @@ class TokenSearch:
 
     @property
     def max_length(self):
+        """The most tokens a row generates, EOS included (`limits.max_length`)."""
         return self.limits.max_length
 
     def chooser(self):

@@ -11,13 +11,23 @@ _PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
 def decode_images(image_bytes, size):
-    """(B,) PNG or JPEG bytes -> (B, size, size, 3) float32 in [0, 1], with
-    stock TensorFlow ops (TF Serving runs them): decoded, then resized
-    (bilinear, antialiased) where an image is not size x size already.
+    """Decodes PNG or JPEG bytes into images of `size` x `size` pixels, with stock TensorFlow ops.
 
-    An empty string, bytes that are no PNG or JPEG, or an image that is not
-    RGB (greyscale, with alpha) fail the whole request with an
-    InvalidArgumentError that names `image`, its row and the problem.
+    TF Serving runs these ops: each image is decoded, then resized (bilinear,
+    antialiased) where it is not `size` x `size` already.
+
+    Args:
+        image_bytes: (B,) tf.string, one PNG or JPEG file each.
+        size: the side of the output images, in pixels.
+
+    Returns:
+        (B, size, size, 3) float32 in [0, 1].
+
+    Raises:
+        tf.errors.InvalidArgumentError: an empty string, bytes that are no PNG
+            or JPEG, or an image that is not RGB (greyscale, with alpha) fails
+            the whole request, with a message that names `image`, its row and
+            the problem.
     """
 
     def decode(row_and_bytes):
@@ -45,9 +55,20 @@ def decode_images(image_bytes, size):
 
 
 def caption_function(model, tokenizer, search):
-    """image bytes (B,) -> {"caption": strings (B,), "token_ids": (B, T'),
-    "score": (B,)}: `decode_images`, the model's `search`, the tokenizer's
-    text; in TensorFlow ops, usable in-process too."""
+    """Makes the function that captions image bytes: `decode_images`, the model's `search`, the tokenizer's text.
+
+    It runs in TensorFlow ops: the function the exported signature serves,
+    usable in-process too.
+
+    Args:
+        model: a built kseq.models.ImageCaptioner.
+        tokenizer: the kseq tokenizer of its captions.
+        search: a kseq.decoding search; a beam search gives its best hypothesis.
+
+    Returns:
+        A function `(image (B,) tf.string) -> {"caption": (B,) strings,
+        "token_ids": (B, T) int32, "score": (B,) float32}`.
+    """
 
     def caption(image):
         images = decode_images(image, model.image_size)
@@ -64,20 +85,29 @@ def caption_function(model, tokenizer, search):
 
 def export_captioner(model, tokenizer, export_dir: str, search=None, version: int | None = None,
                      assets: dict[str, bytes] | None = None, warmup_image=None) -> str:
-    """Writes `export_dir/<version>/` for a kseq.models.ImageCaptioner: a
-    SavedModel whose `serving_default` takes `image` tf.string (None,),
+    """Writes `export_dir/<version>/`, a SavedModel that captions images, for a kseq.models.ImageCaptioner.
+
+    Its `serving_default` takes `image` tf.string (None,),
     PNG or JPEG bytes of any size (resized to the model's `image_size`),
     and returns `caption` tf.string (None,), `token_ids` int32 (None, None)
-    and `score` float32 (None,), decoding with `search` (default: beam
-    search, 4 beams, 32 tokens). It serves with TensorFlow (and
-    tensorflow_text's ops, for the tokenizer) alone.
+    and `score` float32 (None,). It serves with TensorFlow (and
+    tensorflow_text's ops, for the tokenizer) alone. Written atomically
+    (see `write_servable`).
 
-    Written atomically (see `write_servable`); `assets` ({file name:
-    bytes}) go to the version's `assets/` folder; `warmup_image` (PNG or
-    JPEG bytes) is TF Serving's warm-up request, when given.
+    Args:
+        model: the ImageCaptioner.
+        tokenizer: the kseq tokenizer of its captions.
+        export_dir: the folder of the versions (TF Serving's model folder).
+        search: the kseq.decoding search. Default: beam search, 4 beams, 32 tokens.
+        version: an int >= 0 whose folder is absent or empty. Default None: the next free version.
+        assets: {file name: bytes} for the version's `assets/` folder. Default None.
+        warmup_image: PNG or JPEG bytes, TF Serving's warm-up request. Default None: none written.
 
     Returns:
         The path of the new version.
+
+    Raises:
+        ValueError: `export_dir` is a file, or `version` is taken or not an int >= 0.
     """
     model._ensure_built()
     search = search or BeamSearch(32, beam_size=4)

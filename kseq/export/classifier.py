@@ -10,11 +10,26 @@ TEXT_SPEC = tf.TensorSpec([None], tf.string, name="text")
 
 
 def classify_function(model, tokenizer, labels, max_length=256):
-    """texts (B,) -> {"probabilities": (B, C), "label": strings (B,),
-    "class_id": int32 (B,)}, the first `max_length` tokens of each text
-    (never more than a Transformer encoder's own `max_length`) classified,
-    read as training read text, in TensorFlow ops. A blank text gets an
-    empty answer: label "", class id -1, probabilities 0."""
+    """Makes the function that classifies texts, in TensorFlow ops.
+
+    Texts are read as training read text and cut to their first `max_length`
+    tokens. A blank text gets an empty answer: label "", class id -1,
+    probabilities 0.
+
+    Args:
+        model: a built kseq classifier (`model(ids)` gives (B, C) logits).
+        tokenizer: the kseq tokenizer it was trained with.
+        labels: the C class names, in id order.
+        max_length: tokens read from each text, never more than a Transformer
+            encoder's own `max_length`. Default 256.
+
+    Returns:
+        A function `(text (B,) tf.string) -> {"probabilities": (B, C) float32,
+        "label": (B,) strings, "class_id": (B,) int32}`.
+
+    Raises:
+        ValueError: `max_length` is not an int >= 1.
+    """
     label_table = tf.constant(list(labels))
     max_length = length_within(model.length_limit, max_length, "max_length")
 
@@ -33,13 +48,28 @@ def classify_function(model, tokenizer, labels, max_length=256):
 
 def export_classifier(model, tokenizer, labels, export_dir: str, version: int | None = None, max_length: int = 256,
                       assets: dict[str, bytes] | None = None) -> str:
-    """Writes `export_dir/<version>/` with `serving_default`:
-    {"text": tf.string (None,)} -> {"probabilities": float32 (None, C),
-    "label": tf.string (None,), "class_id": int32 (None,)}; `labels` names
-    the C classes in id order.
+    """Writes `export_dir/<version>/`, a SavedModel that classifies texts.
+
+    Its `serving_default` maps {"text": tf.string (None,)} to
+    {"probabilities": float32 (None, C), "label": tf.string (None,),
+    "class_id": int32 (None,)} (see `classify_function`), with a warm-up
+    request. Written atomically (see `write_servable`).
+
+    Args:
+        model: a built kseq classifier.
+        tokenizer: the kseq tokenizer it was trained with.
+        labels: names of the model's C classes, in id order.
+        export_dir: the folder of the versions (TF Serving's model folder).
+        version: an int >= 0 whose folder is absent or empty. Default None: the next free version.
+        max_length: tokens read from each text. Default 256.
+        assets: {file name: bytes} for the version's `assets/` folder. Default None.
 
     Returns:
         The path of the new version.
+
+    Raises:
+        ValueError: `labels` does not name the model's classes, or a bad
+            `max_length`, `export_dir` or `version`.
     """
     if len(labels) != model.num_classes:
         raise ValueError(

@@ -4,15 +4,24 @@ from keras import ops
 
 
 def in_compute_dtype(model):
-    """`model` itself (built), or under a mixed policy (float32 weights, bfloat16 or
-    float16 arithmetic) a copy that stores its weights in the compute dtype.
+    """Gives the model to serve: under a mixed policy, a copy with its weights stored in the compute dtype.
 
+    A mixed policy has float32 weights and bfloat16 or float16 arithmetic.
     A mixed model casts every weight at every use: a search's step casts
     each kernel and the output table again, the step after too (a loop
     keeps them out of TensorFlow's constant folding). The copy computes the
     same products from weights cast once, and its SavedModel is half the
     size. Only LayerNorm scales and offsets, which kseq applies in float32,
     differ: rounded to the compute dtype.
+
+    Args:
+        model: a kseq model; built here if it is not.
+
+    Returns:
+        `model` itself where it computes in its weights' dtype, else the copy.
+
+    Raises:
+        ValueError: the copy rebuilt in the compute dtype holds other weights.
     """
     model._ensure_built()
     policy = model.dtype_policy

@@ -13,10 +13,19 @@ CLASS_ID_SPEC = tf.TensorSpec([None], tf.int32, name="class_id")
 
 
 def generate_from_condition_function(model, tokenizer, search, name="condition"):
-    """conditions (B, N) float32 or (B,) int32 class ids -> {"text":
-    strings (B,), "token_ids": (B, T')}: a ConditionedGenerator's `search`,
-    in TensorFlow ops. Class ids outside [0, K) fail the call with an error
-    naming `name`."""
+    """Makes the function that generates text from conditions: a ConditionedGenerator's `search`, in TensorFlow ops.
+
+    Args:
+        model: a built kseq.models.ConditionedGenerator.
+        tokenizer: the kseq tokenizer of its text.
+        search: a kseq.decoding search.
+        name: the input's name in error messages. Default "condition".
+
+    Returns:
+        A function `(condition) -> {"text": (B,) strings, "token_ids": (B, T) int32}`,
+        the condition (B, N) float32 feature vectors or (B,) int32 class ids;
+        a class id outside [0, K) fails the call with an error naming `name`.
+    """
 
     def generate(condition):
         generated, _ = model.search(model.pack_condition(condition, name), search)
@@ -27,7 +36,18 @@ def generate_from_condition_function(model, tokenizer, search, name="condition")
 
 
 def label_lookup(labels):
-    """A lookup table from label strings to class ids (-1 for unknown ones)."""
+    """Makes a lookup table from label strings to class ids.
+
+    Args:
+        labels: distinct, non-blank strings in class id order; looked up as
+            training read text (`normalize_text`).
+
+    Returns:
+        A `tf.lookup.StaticHashTable` giving int32 ids, -1 for unknown labels.
+
+    Raises:
+        ValueError: `labels` are not distinct strings, or one is blank.
+    """
     if not all(isinstance(label, str) and normalize_text(label) for label in labels) or \
             len({normalize_text(label) for label in labels}) != len(labels):
         raise ValueError(f"`labels` must be distinct strings, none blank; got {list(labels)}.")
@@ -41,10 +61,23 @@ def label_lookup(labels):
 
 
 def generate_from_label_function(model, tokenizer, search, labels, table):
-    """label strings (B,) -> {"text", "token_ids", "class_id"}, the labels
-    read as training read text. A label not in `labels` fails the whole
-    call with an InvalidArgumentError that lists the known labels and the
-    unknown ones; a blank label gets an empty answer (text "", class id -1)."""
+    """Makes the function that generates text from label strings, read as training read text.
+
+    A label not in `labels` fails the whole call with an InvalidArgumentError
+    that lists the known labels and the unknown ones; a blank label gets an
+    empty answer (text "", class id -1).
+
+    Args:
+        model: a built kseq.models.ConditionedGenerator of class ids.
+        tokenizer: the kseq tokenizer of its text.
+        search: a kseq.decoding search.
+        labels: the class names, in id order.
+        table: `label_lookup(labels)`.
+
+    Returns:
+        A function `(label (B,) tf.string) -> {"text": (B,) strings,
+        "token_ids": (B, T) int32, "class_id": (B,) int32}`.
+    """
     from_class_id = generate_from_condition_function(model, tokenizer, search, "class_id")
     known = ", ".join(labels)  # no quotes: the assertion message would escape them
 
@@ -67,9 +100,7 @@ def export_conditioned_generator(
     model, tokenizer, export_dir: str, search=None, labels: list[str] | None = None, version: int | None = None,
     assets: dict[str, bytes] | None = None,
 ) -> str:
-    """Writes `export_dir/<version>/` for a kseq.models.ConditionedGenerator,
-    decoding with `search` (default greedy, 64 tokens; a seeded
-    `kseq.decoding.Sampler` gives the same text for the same request).
+    """Writes `export_dir/<version>/`, a SavedModel that generates text, for a kseq.models.ConditionedGenerator.
 
     Signatures:
     - a model of feature vectors (`condition_dim=N`): `serving_default`
@@ -83,11 +114,25 @@ def export_conditioned_generator(
       `by_class_id` {"class_id": int32 (None,)} -> {"text", "token_ids"}
       (an id outside [0, K) fails the request).
 
-    Written atomically (see `write_servable`); `assets` ({file name: bytes})
-    go to the version's `assets/` folder.
+    Written atomically (see `write_servable`).
+
+    Args:
+        model: the ConditionedGenerator.
+        tokenizer: the kseq tokenizer of its text.
+        export_dir: the folder of the versions (TF Serving's model folder).
+        search: the kseq.decoding search. Default: greedy, 64 tokens; a seeded
+            `kseq.decoding.Sampler` gives the same text for the same request.
+        labels: the K class names, in id order; only for a model of class ids. Default None.
+        version: an int >= 0 whose folder is absent or empty. Default None: the next free version.
+        assets: {file name: bytes} for the version's `assets/` folder. Default None.
 
     Returns:
         The path of the new version.
+
+    Raises:
+        ValueError: `labels` given for a model of feature vectors, missing or
+            not naming the K classes of a model of class ids, or a bad
+            `export_dir` or `version`.
     """
     search = search or GreedySearch(64)
     model._ensure_built()

@@ -2,10 +2,10 @@
 CTranslate2's C++ runtime instead of TensorFlow.
 
 CTranslate2 (the `ctranslate2` extra) is the engine OpenNMT, LibreTranslate
-and Argos Translate deploy: a C++ runtime whose beam search ran 1.6x kseq's
-SavedModel on the default translator (benchmarks/RESULTS.md), and which can
-quantize to int8 when it loads. Its Transformer covers
-kseq's exactly: post- or pre-norm blocks, ReLU feed-forward layers, embeddings
+and Argos Translate deploy: a C++ runtime whose beam search runs faster than
+kseq's SavedModel on the default translator (figures in benchmarks/RESULTS.md,
+Serving), and which can quantize to int8 when it loads. Its Transformer covers
+kseq's exactly: post- or pre-norm blocks, ReLU or GELU feed-forward layers, embeddings
 scaled by sqrt(D) plus a position table (kseq's sinusoidal or learned rows are
 written out as the table), tied or separate output projection. Recurrent
 models have no CTranslate2 form.
@@ -29,22 +29,28 @@ RESERVED_TOKENS = ("<blank>", "<s>", "</s>", "<unk>")
 
 def export_ctranslate2(model, source_tokenizer, target_tokenizer, export_dir, quantization=None,
                        version=None, assets=None):
-    """Writes `export_dir/<version>/` (default: the next free version), a
-    CTranslate2 model of the Transformer `model` with its vocabularies, and
-    returns its path. Written beside the target and renamed when complete.
+    """Writes `export_dir/<version>/`, a CTranslate2 model of the Transformer `model` with its vocabularies.
+
+    Written beside the target and renamed when complete (see `publish`).
 
     Args:
         model: a built `kseq.models.TransformerSeq2Seq`.
-        source_tokenizer, target_tokenizer: the tokenizers it was trained
-            with (`SubwordTokenizer` or `KerasHubTokenizer`): their tokens
-            become the model's vocabulary, kseq's ids 0-3 its blank, start,
+        source_tokenizer: the tokenizer its sources were read with
+            (`SubwordTokenizer` or `KerasHubTokenizer`): its tokens become
+            the model's source vocabulary, kseq's ids 0-3 its blank, start,
             end and unknown tokens.
+        target_tokenizer: the same for its targets.
+        export_dir: the folder of the versions.
         quantization: None keeps float32 weights (CTranslate2 can still
             quantize them when it loads: `compute_type="int8"`); one of
             "int8", "int8_float32", "int16", "float16", "bfloat16" stores
-            them so.
+            them so. Default None.
+        version: an int >= 0 whose folder is absent or empty. Default None: the next free version.
         assets: {file name: bytes} written into the version, e.g. the
-            tokenizer's `spm.model`.
+            tokenizer's `spm.model`. Default None.
+
+    Returns:
+        The path of the new version.
 
     Raises:
         ValueError: a model CTranslate2 cannot run (named), a tokenizer
@@ -66,8 +72,25 @@ def export_ctranslate2(model, source_tokenizer, target_tokenizer, export_dir, qu
 
 
 def transformer_spec(model, source_tokens, target_tokens):
-    """The `ctranslate2.specs.TransformerSpec` of `model`, weights and
-    vocabularies filled in (float32)."""
+    """Builds the `ctranslate2.specs.TransformerSpec` of `model`, weights and vocabularies filled in (float32).
+
+    PAD and BOS get an output bias of -1e4, so that CTranslate2, like kseq's
+    searches, never gives them any probability.
+
+    Args:
+        model: a built `kseq.models.TransformerSeq2Seq`.
+        source_tokens: the source vocabulary's tokens in id order (`vocabulary`).
+        target_tokens: the target vocabulary's tokens in id order.
+
+    Returns:
+        The TransformerSpec.
+
+    Raises:
+        ValueError: `model` is no built TransformerSeq2Seq, its feed-forward
+            activation is neither ReLU nor GELU, or a token list's length is
+            not the model's vocabulary size.
+        ImportError: ctranslate2 is not installed.
+    """
     specs = _ctranslate2().specs
     _check_model(model)
     first = model.encoder_blocks[0]
@@ -116,7 +139,19 @@ def _suppressing_special_tokens(bias, vocab_size):
 
 
 def vocabulary(tokenizer):
-    """The tokenizer's tokens in id order, kseq's ids 0-3 included."""
+    """Lists the tokenizer's tokens in id order, kseq's ids 0-3 included.
+
+    Args:
+        tokenizer: a `SubwordTokenizer` or `KerasHubTokenizer`; reserved ids
+            without a token of their own get "<blank>", "<s>", "</s>", "<unk>" (renamed if taken),
+            and ids the vocabulary leaves unnamed "<unusedN>".
+
+    Returns:
+        A list of token strings, one per id.
+
+    Raises:
+        ValueError: the tokenizer has no token list.
+    """
     proto = getattr(tokenizer, "proto", None)
     if proto is not None:  # a SubwordTokenizer: SentencePiece's pieces are kseq's ids
         import sentencepiece

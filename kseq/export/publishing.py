@@ -13,7 +13,14 @@ from kseq._validation import check_positive_int
 
 
 def next_version(export_dir):
-    """1 + the highest numeric version under `export_dir` (TF Serving layout)."""
+    """Gives the version after the highest numeric one under `export_dir` (TF Serving layout).
+
+    Args:
+        export_dir: the folder of the versions; it may not exist yet.
+
+    Returns:
+        1 + the highest numeric folder name, or 1 if there is none.
+    """
     if not os.path.isdir(export_dir):
         return 1
     versions = [int(name) for name in os.listdir(export_dir) if name.isdigit()]
@@ -21,8 +28,14 @@ def next_version(export_dir):
 
 
 def latest_version(export_dir):
-    """The path of the highest numeric version under `export_dir` that holds
-    a complete SavedModel (`saved_model.pb`), or None if there is none."""
+    """Finds the highest numeric version under `export_dir` that holds a complete SavedModel (`saved_model.pb`).
+
+    Args:
+        export_dir: the folder of the versions.
+
+    Returns:
+        Its path, the folder name as written ("0007" stays "0007"), or None if there is none.
+    """
     if not os.path.isdir(export_dir):
         return None
     versions = [name for name in os.listdir(export_dir) if name.isdigit()
@@ -31,9 +44,13 @@ def latest_version(export_dir):
 
 
 def write_servable(export_dir, endpoints, resources, version=None, assets=None, warmup=None):
-    """Writes `export_dir/<version>/` (default: the next free version).
+    """Writes `export_dir/<version>/`, a SavedModel with the given signatures.
+
+    The SavedModel is written to a temporary folder beside the target and
+    renamed when complete, so a crash never leaves a half-written version.
 
     Args:
+        export_dir: the folder of the versions (TF Serving's model folder).
         endpoints: {signature name: (function, input_signature)}.
         resources: the models and tokenizers whose variables and tables the
             functions use. A kseq tokenizer (CharacterTokenizer,
@@ -42,18 +59,19 @@ def write_servable(export_dir, endpoints, resources, version=None, assets=None, 
             layer's too), so the SavedModel holds the vocabulary. A bare
             keras-hub tokenizer is refused (its ids are not kseq's: wrap it
             with `kseq.data.tokenizers.from_keras_hub`).
-        assets: {file name: bytes} for the version's `assets/` folder.
-        warmup: {signature name: {input name: values}}: TF Serving's
-            warm-up requests (`kseq.export.warmup`), one a signature.
         version: an int >= 0 whose folder is absent or empty (a version is
             never overwritten: a non-empty one raises ValueError before
-            anything is written); None, the next free version.
-
-    The SavedModel is written to a temporary folder beside the target and
-    renamed when complete, so a crash never leaves a half-written version.
+            anything is written). Default None: the next free version.
+        assets: {file name: bytes} for the version's `assets/` folder. Default None.
+        warmup: {signature name: {input name: values}}: TF Serving's
+            warm-up requests (`kseq.export.warmup`), one a signature. Default None.
 
     Returns:
         The path of the new version.
+
+    Raises:
+        ValueError: `export_dir` is a file, `version` is taken or not an int >= 0,
+            or a resource is a bare keras-hub tokenizer.
     """
     if os.path.exists(export_dir) and not os.path.isdir(export_dir):
         raise ValueError(f"`export_dir` {export_dir!r} exists and is not a directory.")
@@ -82,9 +100,25 @@ def write_servable(export_dir, endpoints, resources, version=None, assets=None, 
 
 
 def publish(export_dir, version, write):
-    """Calls `write(folder)` on a new folder beside the versions, then renames
-    it to `export_dir/<version>` (the next free one when `version` is None)
-    and returns that path: a reader never sees a half-written version."""
+    """Publishes a version: calls `write(folder)` on a new folder beside the versions, then renames it.
+
+    A reader never sees a half-written version; the temporary folder is
+    removed whatever happens.
+
+    Args:
+        export_dir: the folder of the versions, made if missing.
+        version: an int >= 0 (or its digits) whose folder is absent or empty;
+            None, the next free one (another export taking it meanwhile moves
+            this one to the number after).
+        write: `(folder) -> None`, writes the version's files into `folder`.
+
+    Returns:
+        The path `export_dir/<version>`.
+
+    Raises:
+        ValueError: `version` is taken or not an int >= 0.
+        OSError: no free version was found after 100 tries.
+    """
     if version is not None:
         version = _check_version(export_dir, version)
     os.makedirs(export_dir, exist_ok=True)

@@ -14,26 +14,36 @@ TARGET_SPEC = tf.TensorSpec([None], tf.string, name="target")
 
 def translate_function(model, source_tokenizer, target_tokenizer, max_length=64,
                        max_source_length=256, search=None, jit_compile=False):
-    """strings (B,) -> {"translation": strings (B,), "token_ids": (B, T'),
-    "score": (B,)} (the search's score of the translation, as
-    `generate(return_scores=True)` gives).
+    """Makes the function that translates strings: tokenizer, search and detokenizer, all in TensorFlow ops.
 
-    Tokenizer, search and detokenizer, all in TensorFlow ops: the function
-    the exported signature serves, usable in-process too. `search` is a
-    kseq.decoding search (default: greedy up to `max_length` tokens); beam
-    search serves its best hypothesis. Sources are cut to their first
-    `max_source_length` tokens, and never more than the model's own
-    `max_length` (a Transformer's position table): an over-long request gets
-    the translation of its beginning, not an error.
+    It is the function the exported signature serves, usable in-process too.
+    Beam search serves its best hypothesis; the score is the search's score
+    of the translation, as `generate(return_scores=True)` gives. Sources are
+    cut to their first `max_source_length` tokens, and never more than the
+    model's own `max_length` (a Transformer's position table): an over-long
+    request gets the translation of its beginning, not an error.
 
     With `jit_compile`, the search (not the tokenizers, which XLA cannot
     compile) is compiled with XLA, once per input shape: requests are padded
     to a power-of-two number of rows and a multiple of 16 source tokens, so
     few shapes ever compile (decoding on a GPU is many times faster so).
 
+    Args:
+        model: a built kseq seq2seq model.
+        source_tokenizer: the kseq tokenizer of its sources.
+        target_tokenizer: the kseq tokenizer of its targets.
+        max_length: tokens the default search generates at most. Default 64.
+        max_source_length: source tokens read from each request. Default 256.
+        search: a kseq.decoding search. Default None: greedy up to `max_length` tokens.
+        jit_compile: compile the search with XLA. Default False.
+
+    Returns:
+        A function `(source (B,) tf.string) -> {"translation": (B,) strings,
+        "token_ids": (B, T) int32, "score": (B,) float32}`.
+
     Raises:
         ValueError: the search would generate more tokens than the model's
-            `max_length` allows.
+            `max_length` allows, or `max_source_length` is not an int >= 1.
     """
     search = search or GreedySearch(max_length)
     max_source_length = length_within(model.length_limit, max_source_length, "max_source_length")
@@ -55,9 +65,19 @@ def translate_function(model, source_tokenizer, target_tokenizer, max_length=64,
 
 
 def source_ids(tokenizer, source, max_source_length, few=False):
-    """(ids (B', S), B): the requests read as training read text (a blank
-    one has no ids: it translates to ""), cut to `max_source_length`
-    tokens; with `few`, padded to few shapes (see `few_shapes`)."""
+    """Reads source requests into ids, as training read text, cut to `max_source_length` tokens.
+
+    A blank request has no ids: it translates to "".
+
+    Args:
+        tokenizer: the kseq tokenizer of the sources.
+        source: (B,) tf.string.
+        max_source_length: tokens kept from the start of each source.
+        few: pad the ids to few shapes (see `few_shapes`). Default False.
+
+    Returns:
+        (ids, B): the (B', S) int32 ids (B' = B unless `few`) and the number of requests.
+    """
     source, _ = normalized(source)
     ids = id_matrix(tokenizer.tokenize(source)[:, :max_source_length])
     rows = tf.shape(ids)[0]
@@ -65,9 +85,26 @@ def source_ids(tokenizer, source, max_source_length, few=False):
 
 
 def n_best_function(model, source_tokenizer, target_tokenizer, search, n_best, max_source_length=256):
-    """strings (B,) -> {"translations": strings (B, N), "scores": (B, N),
-    "token_ids": (B, N, T')}: the `n_best` best hypotheses of a beam search
-    with `search`'s limits and length penalty (at least N beams), best first."""
+    """Makes the function that gives the `n_best` best translations of each string, best first.
+
+    They come from a beam search with `search`'s limits and length penalty
+    (0.6 if it has none) and at least `n_best` beams.
+
+    Args:
+        model: a built kseq seq2seq model.
+        source_tokenizer: the kseq tokenizer of its sources.
+        target_tokenizer: the kseq tokenizer of its targets.
+        search: the kseq.decoding search whose limits, beams and length penalty are taken.
+        n_best: N, the hypotheses given per source.
+        max_source_length: source tokens read from each request. Default 256.
+
+    Returns:
+        A function `(source (B,) tf.string) -> {"translations": (B, N) strings,
+        "scores": (B, N) float32, "token_ids": (B, N, T) int32}`.
+
+    Raises:
+        ValueError: `max_source_length` is not an int >= 1.
+    """
     beams = BeamSearch(limits=search.limits, beam_size=max(n_best, getattr(search, "beam_size", 1)),
                        length_penalty=getattr(search, "length_penalty", 0.6), num_return=n_best)
     max_source_length = length_within(model.length_limit, max_source_length, "max_source_length")
@@ -84,9 +121,25 @@ def n_best_function(model, source_tokenizer, target_tokenizer, search, n_best, m
 
 
 def alignment_function(model, source_tokenizer, target_tokenizer, search, max_source_length=256):
-    """strings (B,) -> {"translation", "token_ids", "alignment": int32 (B, T')}:
-    for each output token, the source token position it attends to most
-    (`Seq2Seq.alignment`), -1 on padding."""
+    """Makes the function that translates strings and aligns each output token with a source position.
+
+    The position is the source token the output token attends to most
+    (`Seq2Seq.alignment`), -1 on padding.
+
+    Args:
+        model: a built kseq seq2seq model with attention.
+        source_tokenizer: the kseq tokenizer of its sources.
+        target_tokenizer: the kseq tokenizer of its targets.
+        search: a kseq.decoding search; a beam search gives its best hypothesis.
+        max_source_length: source tokens read from each request. Default 256.
+
+    Returns:
+        A function `(source (B,) tf.string) -> {"translation": (B,) strings,
+        "token_ids": (B, T) int32, "alignment": (B, T) int32}`.
+
+    Raises:
+        ValueError: `max_source_length` is not an int >= 1.
+    """
     max_source_length = length_within(model.length_limit, max_source_length, "max_source_length")
 
     def align(source):
@@ -101,9 +154,22 @@ def alignment_function(model, source_tokenizer, target_tokenizer, search, max_so
 
 
 def score_function(model, source_tokenizer, target_tokenizer, max_source_length=256):
-    """(source strings (B,), target strings (B,)) -> {"log_probability": (B,)}:
-    each target's log-probability given its source (`Seq2Seq.score`), both
-    read as training read text; targets are cut to what the model can hold."""
+    """Makes the function that scores each target's log-probability given its source (`Seq2Seq.score`).
+
+    Both are read as training read text; targets are cut to what the model can hold.
+
+    Args:
+        model: a built kseq seq2seq model.
+        source_tokenizer: the kseq tokenizer of its sources.
+        target_tokenizer: the kseq tokenizer of its targets.
+        max_source_length: source tokens read from each request. Default 256.
+
+    Returns:
+        A function `(source (B,) tf.string, target (B,) tf.string) -> {"log_probability": (B,) float32}`.
+
+    Raises:
+        ValueError: `max_source_length` is not an int >= 1.
+    """
     max_source_length = length_within(model.length_limit, max_source_length, "max_source_length")
     max_target_length = None if model.length_limit is None else model.length_limit - 1  # + BOS
 
@@ -131,8 +197,9 @@ def export_translator(
     max_source_length: int = 256, search=None, assets: dict[str, bytes] | None = None, jit_compile: bool = False,
     n_best: int = 4,
 ) -> str:
-    """Writes `export_dir/<version>/`, a SavedModel whose signatures take
-    `source` tf.string (None,), read as training read text:
+    """Writes `export_dir/<version>/`, a SavedModel whose signatures translate `source` tf.string (None,).
+
+    Sources are read as training read text. The signatures:
 
     - `serving_default` -> `translation` tf.string (None,), `token_ids`
       int32 (None, None), `score` float32 (None,), decoding with `search`
@@ -147,14 +214,29 @@ def export_translator(
       float32 (None,): the target's log-probability given the source.
 
     A model under a mixed dtype policy is served with its weights stored in
-    its compute dtype (`in_compute_dtype`): no cast at each step.
+    its compute dtype (`in_compute_dtype`): no cast at each step. TF
+    Serving's warm-up requests, one a signature, go to `assets.extra/`.
+    Written atomically (see `write_servable`).
 
-    `assets` ({file name: bytes}, e.g. the vocabulary) go to the version's
-    `assets/` folder; TF Serving's warm-up requests, one a signature, to
-    `assets.extra/`. Written atomically (see `write_servable`).
+    Args:
+        model: a kseq seq2seq model.
+        source_tokenizer: the kseq tokenizer of its sources.
+        target_tokenizer: the kseq tokenizer of its targets.
+        export_dir: the folder of the versions (TF Serving's model folder).
+        version: an int >= 0 whose folder is absent or empty. Default None: the next free version.
+        max_length: tokens the default search generates at most. Default 64.
+        max_source_length: source tokens read from each request. Default 256.
+        search: a kseq.decoding search. Default None: greedy up to `max_length` tokens.
+        assets: {file name: bytes} (e.g. the vocabulary) for the version's `assets/` folder. Default None.
+        jit_compile: serve the search compiled by XLA. Default False.
+        n_best: hypotheses of the `n_best` signature; 0 leaves it out. Default 4.
 
     Returns:
         The path of the new version.
+
+    Raises:
+        ValueError: the search generates more tokens than the model allows,
+            or a bad `max_source_length`, `export_dir` or `version`.
     """
     model = in_compute_dtype(model)
     search = search or GreedySearch(max_length)

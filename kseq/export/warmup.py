@@ -31,8 +31,14 @@ def write_warmup_requests(folder, model_name, requests):
 
 
 def read_warmup_requests(path):
-    """The warm-up requests of the SavedModel at `path`, as TF Serving
-    replays them: [(signature name, {input name: tensor})]."""
+    """Reads the warm-up requests of the SavedModel at `path`, as TF Serving replays them.
+
+    Args:
+        path: the SavedModel's folder (a version).
+
+    Returns:
+        [(signature name, {input name: NumPy array})], in the file's order.
+    """
     from tensorflow_serving.apis import prediction_log_pb2
 
     requests = []
