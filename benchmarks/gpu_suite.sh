@@ -15,11 +15,21 @@
 #   torch       benchmarks/torch_transformer.py, the PyTorch reference of the same step, with
 #               the machine's own python3 (PyTorch, no TensorFlow)      ~3-5 min (2 torch.compile)
 #   decode      benchmarks/decode.py, its defaults                      ~3-5 min
-#   recipe      recipes/translate.py --preset gpu --max-minutes $RECIPE_MINUTES (6): training,
+#   recipe      recipes/translate.py --preset gpu --max-minutes $RECIPE_MINUTES (5): training,
 #               then decoding choice, test and export                    ~RECIPE_MINUTES + 2-3 min
-#   bundle      (not in `all`) gathers bundle parts carried in .bundle/ (build-bundle.sh's
-#               partNN/, zstd/, SUMS) into $KSEQ_BUNDLE_STORE across calls and unpacks them into
-#               $KSEQ_BUNDLE once SUMS checks; does nothing where $KSEQ_BUNDLE/env.sh exists
+# Parts of the train-step lease (`lease` runs bundle torch-collect trace recommended xla-matrix):
+#   bundle      gathers bundle parts carried in .gpu/ (build-bundle.sh's partNN/, zstd/, SUMS)
+#               into $KSEQ_BUNDLE_STORE across calls and unpacks them into $KSEQ_BUNDLE once SUMS
+#               checks; does nothing where $KSEQ_BUNDLE/env.sh exists
+#   torch-start starts torch_transformer.py (PyTorch's rows) in the background (setsid) and
+#               returns: the first call's part, while the bundle is still being sent
+#   torch-collect waits (TORCH_WAIT_S, 240) for that run and brings its JSON; first in `lease`,
+#               so that PyTorch is off the GPU before kseq is measured
+#   trace       train_step.py --configs kseq-bfloat16 --profile: where a base step's time goes;
+#               the raw trace comes back gzipped ($OUT/trace/), trace_report.py reads it here
+#   recommended the base step in the settings a user would pick, each with the GPU paths of
+#               kseq.layers.device_paths on and off (KSEQ_GPU_PATHS=1/0), same machine and hour
+#   xla-matrix  xla_compile.py --matrix at base size: compile time and step under XLA settings
 #
 # Each part writes $OUT/<part>.log (its output) and $OUT/<part>.json: {part, status, rc,
 # started_utc, ended_utc, seconds, command, python, nvidia_smi (before), gpu_after, result},
@@ -37,28 +47,21 @@
 # saves and exits 75; run the `recipe` part again on the same (warm) machine and it resumes
 # from $GPU_SUITE_WORK/runs/translate-gpu ($RECIPE_FRESH=1 starts over).
 #
-# Plan for a session's 15 minutes of device time (start, idle waits and transfers count):
-#   - the bundle's parts back to back, one call each (about 5 s a part once warm); PyTorch needs
-#     no bundle, so the first call starts `torch_transformer.py` in the background (setsid, a
-#     copy of the script outside the checkout, which each call replaces) and a later call
-#     collects its JSON. Wait on that process by its PID file: `pgrep -f NAME` also matches the
-#     shell that runs it, and waits out its whole limit.
-#   - benchmarks/gpu_suite.sh train-step             the kseq rows (TRAIN_STEP_CONFIGS), each
-#     stopped after TRAIN_STEP_CONFIG_TIMEOUT (150) s: without XLA first, as the XLA row gave
-#     no timed step within 135 s of starting on an H100 (RESULTS.md)
-#   - benchmarks/gpu_suite.sh recipe                 RECIPE_MINUTES=3 with what is left
-#   gpu-tests, decode and suite need a lease of their own.
-#   The bundle has no CUPTI, which the TensorFlow profiler needs to see GPU ops, and its ptxas
-#   (12.5.82) is older than the 12.6.85 that XLA asks for on Hopper (it warns of miscompiled
-#   clamping). Carry both wheels in one call of their own, after the parts (together 35 MB, too
-#   much beside a full part): `pip download --no-deps ... -d .whl nvidia-cuda-cupti-cu12==12.5.82
-#   nvidia-cuda-nvcc-cu12==12.6.85`, then `python3 -m pip install -q --no-index --no-deps --target
-#   /root/extra .whl/*.whl` and, after sourcing env.sh, `export
-#   LD_LIBRARY_PATH=/root/extra/nvidia/cuda_cupti/lib:$LD_LIBRARY_PATH
-#   XLA_FLAGS=--xla_gpu_cuda_data_dir=/root/extra/nvidia/cuda_nvcc PATH=/root/extra/nvidia/cuda_nvcc/bin:$PATH`.
-#   `train_step.py --profile` keeps the profiler's own messages (`profiler_messages`), so a trace
-#   without GPU events says why. In the second lease (2026-11-26) the non-XLA rows, the rows of the
-#   code before, PyTorch and one XLA row (stopped at 181 s) took one 550 s call after the parts.
+# Plan for a session's 15 minutes of device time (start, idle waits and transfers count), after
+# `../shared/gpu/build-bundle.sh .gpu` here (17 parts; it carries CUPTI and ptxas 12.6.85):
+#   1. call 1, carrying .gpu/part00 .gpu/zstd .gpu/SUMS:
+#        benchmarks/gpu_suite.sh bundle torch-start          (PyTorch's rows start at once)
+#   2. calls 2-17, one a part, carrying .gpu/partNN:  benchmarks/gpu_suite.sh bundle
+#      (about 130 s for all 17 parts; each call's bundle part only copies until SUMS checks)
+#   3. call 18, timeout_s 600:  benchmarks/gpu_suite.sh lease      (GPU_SUITE_BUDGET_S, 540)
+#        torch-collect ~0-120 s, trace ~90 s, recommended ~150 s, xla-matrix what is left
+#   4. with 7 or more minutes of the session left: benchmarks/gpu_suite.sh recipe (5 minutes of
+#      training, then test and export), else the next lease. gpu-tests, decode, train-step
+#      (KerasHub's rows) and suite need a lease of their own.
+# `lease` brings back 7 files: trace.log, trace.json and the gzipped raw trace, recommended.*,
+# xla-matrix.*; `bundle` and `torch-collect` print to the call's output only there.
+# `train_step.py --profile` keeps the profiler's own messages (`profiler_messages`), so a trace
+# without GPU events says why, and trace_report.py lists the planes it saw.
 # Only what is under $OUT comes back, and the device empties it before each call: collect
 # after each.
 #
@@ -76,21 +79,27 @@
 #   GPU_SUITE_SMOKE=1    tiny settings to check the script without a GPU (pytest parts only collect)
 #   GPU_TESTS_WORKERS (4), SUITE_WORKERS (12), SUITE_MARK ("not slow and not gpu"),
 #   KSEQ_TEST_GPU_MEMORY_MB (3072 in `suite`), TRAIN_STEP_SIZE (base), TRAIN_STEP_STEPS (20),
-#   TRAIN_STEP_WARMUP (5), TRAIN_STEP_CONFIGS, TRAIN_STEP_CONFIG_TIMEOUT (150), TORCH_CONFIGS, DECODE_ARGS, RECIPE_MINUTES (6),
+#   TRAIN_STEP_WARMUP (5), TRAIN_STEP_CONFIGS, TRAIN_STEP_CONFIG_TIMEOUT (150), TORCH_CONFIGS, DECODE_ARGS, RECIPE_MINUTES (5),
 #   RECIPE_ARGS, RECIPE_FRESH, TORCH_RESERVE_S (240), DECODE_RESERVE_S (180),
-#   KSEQ_BUNDLE_SRC (.bundle), KSEQ_BUNDLE_STORE (/root/k-parts)
+#   KSEQ_BUNDLE_SRC (.gpu), KSEQ_BUNDLE_STORE (/root/k-parts), TORCH_HOME_RUN ($HOME/kseq-torch: the
+#   background PyTorch run's folder, outside the checkout), TORCH_WAIT_S (240), TRACE_CONFIG
+#   (kseq-bfloat16), RECOMMENDED_CONFIGS (kseq-bfloat16,kseq-float32), XLA_MATRIX_ARGS,
+#   XLA_MATRIX_RESERVE_S (180: kept for xla-matrix by the parts before it)
 set -uo pipefail
 
 ALL_PARTS=(gpu-tests suite train-step torch decode recipe)
+LEASE_PARTS=(bundle torch-collect trace recommended xla-matrix)
 parts=("$@")
 [ ${#parts[@]} -eq 0 ] && parts=(all)
 expanded=()
 for part in "${parts[@]}"; do
   case "$part" in
     all) expanded+=("${ALL_PARTS[@]}") ;;
-    gpu-tests | suite | train-step | torch | decode | recipe | bundle) expanded+=("$part") ;;
+    lease) expanded+=("${LEASE_PARTS[@]}") ;;
+    gpu-tests | suite | train-step | torch | decode | recipe | bundle | torch-start | torch-collect | trace \
+      | recommended | xla-matrix) expanded+=("$part") ;;
     -h | --help) sed -n '2,/^set -uo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
-    *) echo "unknown part '$part': choose from all ${ALL_PARTS[*]} bundle" >&2; exit 2 ;;
+    *) echo "unknown part '$part': choose from all lease ${ALL_PARTS[*]} ${LEASE_PARTS[*]} torch-start" >&2; exit 2 ;;
   esac
 done
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -157,6 +166,7 @@ reserve_for() {
   case "${1:-}" in
     torch) echo "${TORCH_RESERVE_S:-240}" ;;
     decode) echo "${DECODE_RESERVE_S:-180}" ;;
+    xla-matrix) echo "${XLA_MATRIX_RESERVE_S:-180}" ;;
     *) echo 0 ;;
   esac
 }
@@ -171,7 +181,15 @@ remaining() {  # seconds this invocation may still spend on a part
 run_part() {
   local part=$1 python_label=$2 left rc started ended begin smi
   shift 2
-  local log="$OUT/$part.log"
+  # The device returns 8 files of $OUT: the parts that only prepare (bundle, torch-start) keep
+  # theirs in $WORK and print their summary; torch-collect brings back its summary alone.
+  local log_dir=$OUT json_dir=$OUT
+  case $part in
+    bundle | torch-start) log_dir=$WORK/parts json_dir=$WORK/parts ;;
+    torch-collect) log_dir=$WORK/parts ;;
+  esac
+  mkdir -p "$log_dir" "$json_dir"
+  local log="$log_dir/$part.log"
   started=$(date -u +%Y-%m-%dT%H:%M:%SZ)
   smi=$(if command -v nvidia-smi >/dev/null 2>&1; then nvidia-smi 2>&1; else echo "no nvidia-smi"; fi)
   left=$(remaining)
@@ -200,7 +218,7 @@ run_part() {
   PART="$part" RC="$rc" STARTED="$started" ENDED="$ended" SECONDS_TAKEN=$((SECONDS - begin)) \
     STOPPED="$stopped" COMMAND="$*" PYTHON_LABEL="$python_label" SMI="$smi" GPU_AFTER="$(gpu_state)" LOG="$log" \
     SMOKE="$SMOKE" RESULT_FILES="${RESULT_FILES:-}" \
-    "${CLEAN_ENV[@]}" "$SUMMARY_PYTHON" - >"$OUT/$part.json" <<'PY' || echo "$part: no summary written" >&2
+    "${CLEAN_ENV[@]}" "$SUMMARY_PYTHON" - >"$json_dir/$part.json" <<'PY' || echo "$part: no summary written" >&2
 import json, os, re, xml.etree.ElementTree as ET
 
 part, rc, log = os.environ["PART"], os.environ["RC"], os.environ["LOG"]
@@ -253,8 +271,17 @@ elif part == "train-step":
                      warmup_s=float(m[8])) for m in map(pattern.match, text.splitlines()) if m]
         header = re.search(r"^device: (.*)$", text, re.M)
         result = {"from_log": True, "header": header and header[1], "rows": rows}
-elif part == "torch":
+elif part in ("torch", "torch-collect"):
     result = load(files[0]) if files else None
+    if result is None:  # failed or still running: why, from its log
+        result = {"log_tail": text.splitlines()[-25:]}
+elif part in ("recommended", "xla-matrix"):
+    result = {os.path.basename(f): load(f) for f in files}
+elif part == "trace":
+    result = {"train_step": load(files[0]) if files else None,
+              "trace_files": sorted(os.listdir(files[1])) if len(files) > 1 and os.path.isdir(files[1]) else []}
+elif part == "torch-start":
+    result = {"lines": text.splitlines()[-10:]}
 elif part == "decode":
     result = load(files[0]) if files else None
     if result is None:  # the rows decode.py prints as it goes
@@ -293,7 +320,8 @@ print(json.dumps({
     "nvidia_smi": os.environ["SMI"], "gpu_after": os.environ["GPU_AFTER"], "result": result,
 }, indent=1))
 PY
-  echo "$part: exit $rc in $((SECONDS - begin)) s -> $OUT/$part.json, $log"
+  echo "$part: exit $rc in $((SECONDS - begin)) s -> $json_dir/$part.json, $log"
+  if [ "$json_dir" != "$OUT" ]; then tail -c 3000 "$json_dir/$part.json"; echo; fi
 }
 
 pytest_part() {  # pytest_part PART MARK WORKERS
@@ -369,7 +397,7 @@ part_recipe() {
   local logdir="$WORK/runs/translate-gpu" exports="$WORK/savedmodels/translate-gpu" args minutes
   tf_env
   if [ "${RECIPE_FRESH:-0}" = 1 ]; then rm -rf "$logdir" "$exports"; fi
-  minutes=${RECIPE_MINUTES:-6}
+  minutes=${RECIPE_MINUTES:-5}
   args=${RECIPE_ARGS:-}
   if [ "$SMOKE" = 1 ]; then
     minutes=${RECIPE_MINUTES:-0.05}
@@ -379,6 +407,93 @@ part_recipe() {
   RESULT_FILES="$logdir" run_part recipe "$TF_PYTHON; $TF_FROM" \
     "$TF_PYTHON" recipes/translate.py --preset gpu --max-minutes "$minutes" --logdir "$logdir" \
     --export-dir "$exports" $args
+}
+
+torch_start() {  # runs inside run_part: PyTorch's rows in the background, outside the checkout
+  local home=$1
+  mkdir -p "$home" && cp benchmarks/torch_transformer.py "$home/" || return 1
+  if [ -f "$home/pid" ] && kill -0 "$(cat "$home/pid")" 2>/dev/null; then
+    echo "torch-start: already running (pid $(cat "$home/pid"))"; return 0
+  fi
+  rm -f "$home/torch.json" "$home/done"
+  # shellcheck disable=SC2046
+  setsid bash -c "$(printf '%q ' "${CLEAN_ENV[@]}" "$TORCH_PYTHON" "$home/torch_transformer.py" $(step_args) \
+    "${@:2}" --output "$home/torch.json") >'$home/torch.log' 2>&1; echo \$? >'$home/done'" </dev/null &
+  echo $! >"$home/pid"
+  echo "torch-start: pid $(cat "$home/pid"), writing $home/torch.json"
+}
+
+torch_wait() {  # runs inside run_part: waits for torch_start's run, then shows its log's end
+  local home=$1 waited=0 limit=$2
+  [ -f "$home/pid" ] || { echo "torch-collect: no run started in $home"; return 3; }
+  while [ ! -f "$home/done" ] && [ "$waited" -lt "$limit" ]; do sleep 5; waited=$((waited + 5)); done
+  tail -n 40 "$home/torch.log"
+  if [ ! -f "$home/done" ]; then echo "torch-collect: still running after ${limit} s; its rows so far"; return 4; fi
+  return "$(cat "$home/done")"
+}
+
+part_torch_start() {
+  local extra=()
+  [ -n "${TORCH_CONFIGS:-}" ] && extra+=(--configs "$TORCH_CONFIGS")
+  [ "$SMOKE" = 1 ] && extra=(--configs "${TORCH_CONFIGS:-torch-float32}" --peak-seconds 0.3 --threads 1)
+  RESULT_FILES="" run_part torch-start "$TORCH_PYTHON (PyTorch, in the background)" \
+    torch_start "${TORCH_HOME_RUN:-$HOME/kseq-torch}" "${extra[@]}"
+}
+
+part_torch_collect() {
+  local home=${TORCH_HOME_RUN:-$HOME/kseq-torch}
+  RESULT_FILES="$home/torch.json" run_part torch-collect "$TORCH_PYTHON (PyTorch)" torch_wait "$home" \
+    "${TORCH_WAIT_S:-240}"
+}
+
+part_trace() {
+  local result="$WORK/trace-step.json" traces="$WORK/trace-out" size
+  tf_env
+  rm -rf "$result" "$WORK/trace" "$traces" "$OUT/trace"
+  size=$(step_args)
+  # shellcheck disable=SC2046,SC2086
+  RESULT_FILES="$result:$traces" run_part trace "$TF_PYTHON; $TF_FROM" \
+    "$TF_PYTHON" benchmarks/train_step.py $size --configs "${TRACE_CONFIG:-kseq-bfloat16}" \
+    --profile "$WORK/trace" --trace-out "$traces" --config-timeout "${TRAIN_STEP_CONFIG_TIMEOUT:-150}" \
+    $([ "$SMOKE" = 1 ] && echo --peak-size 256) --output "$result"
+  # Only the raw trace comes back beside trace.json (which holds the report): files count.
+  mkdir -p "$OUT/trace" && cp "$traces"/*.xplane.pb.gz* "$OUT/trace/" 2>/dev/null
+}
+
+recommended_rows() {  # runs inside run_part: the rows with the GPU paths on, then off
+  local paths
+  for paths in 1 0; do
+    echo "# KSEQ_GPU_PATHS=$paths"
+    KSEQ_GPU_PATHS=$paths "$TF_PYTHON" benchmarks/train_step.py "$@" --output "$WORK/recommended-paths$paths.json"
+  done
+}
+
+part_recommended() {
+  local extra=()
+  tf_env
+  rm -f "$WORK"/recommended-paths*.json
+  [ "$SMOKE" = 1 ] && extra=(--peak-size 256)
+  # shellcheck disable=SC2046
+  RESULT_FILES="$WORK/recommended-paths1.json:$WORK/recommended-paths0.json" \
+    run_part recommended "$TF_PYTHON; $TF_FROM" recommended_rows $(step_args) \
+    --configs "${RECOMMENDED_CONFIGS:-kseq-bfloat16,kseq-float32}" \
+    --config-timeout "${TRAIN_STEP_CONFIG_TIMEOUT:-150}" "${extra[@]}"
+}
+
+part_xla_matrix() {
+  local result="$WORK/xla-matrix.json" left args
+  tf_env
+  rm -f "$result"
+  left=$(($(remaining) - 20))
+  if [ "$SMOKE" = 1 ]; then
+    args=${XLA_MATRIX_ARGS:---size tiny --settings nojit,jit --setting-timeout 120}
+  else
+    args=${XLA_MATRIX_ARGS:---size base --precision bfloat16 --settings persistent-cache:300,jit-autotune0:150,nojit:60,jit-autotune-cache,jit-parallel-llvm,jit-kernel-cache,jit-no-triton-gemm,jit-autotune1,autojit,shared-block,jit --setting-timeout 240}
+  fi
+  # shellcheck disable=SC2086
+  RESULT_FILES="$result" run_part xla-matrix "$TF_PYTHON; $TF_FROM" \
+    "$TF_PYTHON" benchmarks/xla_compile.py --matrix $args --budget-s "$((left > 60 ? left : 60))" \
+    --workdir "$WORK/xla-matrix" --output "$result"
 }
 
 bundle_gather() {  # runs inside run_part: gather carried parts, unpack once complete
@@ -395,7 +510,7 @@ bundle_gather() {  # runs inside run_part: gather carried parts, unpack once com
 }
 
 part_bundle() {
-  RESULT_FILES="" run_part bundle "bash" bundle_gather "${KSEQ_BUNDLE_SRC:-$ROOT/.bundle}" "${KSEQ_BUNDLE_STORE:-/root/k-parts}"
+  RESULT_FILES="" run_part bundle "bash" bundle_gather "${KSEQ_BUNDLE_SRC:-$ROOT/.gpu}" "${KSEQ_BUNDLE_STORE:-/root/k-parts}"
 }
 
 echo "gpu_suite: ${expanded[*]} -> $OUT (budget ${BUDGET} s; smoke $SMOKE; $(date -u +%FT%TZ))"
