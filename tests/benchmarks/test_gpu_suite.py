@@ -1,0 +1,35 @@
+"""benchmarks/gpu_suite.sh's train-step lease rehearsed on the CPU at tiny
+sizes (GPU_SUITE_SMOKE=1): every part runs, what comes back fits the
+device's 8 files, and the raw trace is among them."""
+
+import json
+import os
+import subprocess
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+@pytest.mark.slow  # about 3 minutes on 2 cores
+def test_the_lease_runs_its_parts_and_brings_back_at_most_8_files(tmp_path):
+    out, work = tmp_path / "out", tmp_path / "work"
+    environment = dict(os.environ, OUT=str(out), GPU_SUITE_WORK=str(work), GPU_SUITE_SMOKE="1",
+                       KSEQ_BUNDLE=str(tmp_path / "no-bundle"), KSEQ_BUNDLE_STORE=str(tmp_path / "parts"),
+                       TORCH_HOME_RUN=str(tmp_path / "torch"), GPU_SUITE_BUDGET_S="900",
+                       TF_PYTHON=os.path.join(ROOT, ".venv", "bin", "python"))
+    done = subprocess.run([os.path.join(ROOT, "benchmarks", "gpu_suite.sh"), "torch-start", "lease"],
+                          env=environment, capture_output=True, text=True, timeout=1200)
+    assert done.returncode == 0, done.stderr[-2000:]
+    files = [os.path.join(folder, name) for folder, _, names in os.walk(out) for name in names]
+    assert len(files) <= 8, files
+    assert sorted(os.path.relpath(f, out) for f in files if not f.endswith(".xplane.pb.gz")) == [
+        "recommended.json", "recommended.log", "torch-collect.json", "trace.json", "trace.log",
+        "xla-matrix.json", "xla-matrix.log"]
+    assert any(f.endswith(".xplane.pb.gz") for f in files), "the raw trace comes home"
+    for part in ("trace", "recommended", "xla-matrix"):
+        assert json.loads((out / f"{part}.json").read_text())["status"] == "ok", part
+    recommended = json.loads((out / "recommended.json").read_text())["result"]
+    assert set(recommended) == {"recommended-paths1.json", "recommended-paths0.json"}
+    assert all(rows["rows"] for rows in recommended.values()), "both settings timed"
+    assert "bundle: SUMS or zstd/ not there yet" in done.stdout, "no bundle here: said, and the lease went on"
