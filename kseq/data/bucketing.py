@@ -115,6 +115,23 @@ def bucketed_pair_dataset(
     Returns:
         (dataset, PipelineReport).
     """
+    _check_batching(token_budget, max_length, epochs, over_long, drop_remainder, pad_remainder)
+    source_ids, target_ids, lengths, report = _kept_pairs(
+        sources, targets, source_tokenizer, target_tokenizer, max_length, over_long)
+    boundaries = check_boundaries(list(boundaries or default_boundaries(max_length)), max_length)
+    batch_sizes = bucket_batch_sizes(boundaries, token_budget)
+    _count_epoch_batches(report, lengths, boundaries, batch_sizes, drop_remainder, pad_remainder, token_budget)
+
+    def batched(source_ids, target_ids, order):
+        return window_batches(source_ids, target_ids, boundaries, batch_sizes, drop_remainder, pad_remainder, order)
+
+    dataset = _epochs((source_ids, target_ids), batched, shuffle, seed, epochs, position, report.batches_per_epoch)
+    return dataset.prefetch(tf.data.AUTOTUNE), report
+
+
+def _check_batching(token_budget, max_length, epochs, over_long, drop_remainder, pad_remainder):
+    """Raises ValueError, naming the argument, for `bucketed_pair_dataset`'s
+    bad batching options (those of the same names)."""
     check_positive_int("token_budget", token_budget)
     check_positive_int("max_length", max_length)
     check_positive_int("epochs", epochs)
@@ -126,10 +143,19 @@ def bucketed_pair_dataset(
         )
     if drop_remainder and pad_remainder:
         raise ValueError("`drop_remainder` and `pad_remainder` exclude each other; pass one.")
-    source_ids, target_ids, lengths, report = _kept_pairs(
-        sources, targets, source_tokenizer, target_tokenizer, max_length, over_long)
-    boundaries = check_boundaries(list(boundaries or default_boundaries(max_length)), max_length)
-    batch_sizes = bucket_batch_sizes(boundaries, token_budget)
+
+
+def _count_epoch_batches(report, lengths, boundaries, batch_sizes, drop_remainder, pad_remainder, token_budget):
+    """Sets `report`'s batches per epoch and batch shapes (`epoch_batches`);
+    raises ValueError where `drop_remainder` leaves no batch.
+
+    Args:
+        report: the `PipelineReport` to complete.
+        lengths: the kept pairs' padded lengths.
+        boundaries, batch_sizes: the buckets' edges and rows per batch.
+        drop_remainder, pad_remainder, token_budget: as `bucketed_pair_dataset`
+            takes them.
+    """
     report.batches_per_epoch, report.batch_shapes = epoch_batches(
         lengths, boundaries, batch_sizes, drop_remainder, pad_remainder)
     if not report.batches_per_epoch:
@@ -139,21 +165,30 @@ def bucketed_pair_dataset(
             "the remainders."
         )
 
-    def batched(source_ids, target_ids, order):
-        return window_batches(source_ids, target_ids, boundaries, batch_sizes, drop_remainder, pad_remainder, order)
 
-    pairs = (source_ids, target_ids)
+def _epochs(pairs, batched, shuffle, seed, epochs, position, batches_per_epoch):
+    """The batches of `epochs` passes over `pairs`, from `position` where
+    one is given (it learns `steps_per_epoch`), their count told to tf.data.
+
+    Args:
+        pairs: (source ids, target ids), two (N, None) ragged tensors.
+        batched: (source ids, target ids, order) -> a dataset of batches.
+        shuffle, seed, epochs, position: as `bucketed_pair_dataset` takes them.
+        batches_per_epoch: the batches `batched` makes of every order.
+
+    Returns:
+        A tf.data.Dataset of batches.
+    """
     if position is None:
         dataset = _shuffled_epochs(pairs, batched, shuffle, seed, epochs)
-        batches = epochs * report.batches_per_epoch
+        batches = epochs * batches_per_epoch
     else:
-        position.steps_per_epoch = report.batches_per_epoch
+        position.steps_per_epoch = batches_per_epoch
         dataset = _positioned_epochs(pairs, batched, shuffle, seed, epochs, position)
-        batches = epochs * report.batches_per_epoch - int(position.skip.numpy())
+        batches = epochs * batches_per_epoch - int(position.skip.numpy())
     # Bucket membership depends on lengths only, so the batch count is fixed
     # whatever the shuffle; telling tf.data lets Keras show progress.
-    dataset = dataset.apply(tf.data.experimental.assert_cardinality(batches))
-    return dataset.prefetch(tf.data.AUTOTUNE), report
+    return dataset.apply(tf.data.experimental.assert_cardinality(batches))
 
 
 def epoch_batches(lengths, boundaries, batch_sizes, drop_remainder=False, pad_remainder=False):

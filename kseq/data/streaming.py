@@ -157,69 +157,101 @@ def streamed_examples(scan, position, examples, batch_count, batches, shuffle_bu
     per_window = chunks_per_window(shuffle_buffer, shards)
     position.windows_per_epoch = windows_per_epoch(scan.line_counts, shuffle_buffer, shards)
     position.epochs = epochs
-    files = tf.constant(scan.files)
-    compressions = tf.constant(scan.compressions)
-    offsets = tf.constant(scan.offsets, tf.int64)
-    hold_out = scan.hold_out
+    stream = _WindowStream(scan, position, examples, batch_count, batches, per_window, shuffle, seed, shard)
+    epochs_left = tf.data.Dataset.range(epochs).take_while(lambda i: position.epoch + i < epochs)
+    # The next window is read and tokenized while this one trains.
+    windows = epochs_left.flat_map(stream.epoch_windows).map(stream.prepared).prefetch(1)
+    return windows.flat_map(stream.batches_of).prefetch(BATCHES_AHEAD)
 
-    def file_chunks(file):  # (line numbers over all files, lines) of one file, CHUNK_LINES at a time
-        lines = tf.data.TextLineDataset(files[file], compression_type=compressions[file]).batch(CHUNK_LINES)
+
+class _WindowStream:
+    """The steps of `streamed_examples`' pipeline, as tf.data traces them:
+    a file read in chunks, a chunk's examples for this worker, an epoch's
+    windows, a window's order and batch count, its batches from `position`.
+
+    Args:
+        scan, position, examples, batch_count, batches, shuffle, seed, shard:
+            as `streamed_examples` takes them (checked).
+        per_window: the chunks a window holds (`chunks_per_window`).
+    """
+
+    def __init__(self, scan, position, examples, batch_count, batches, per_window, shuffle, seed, shard):
+        self.scan, self.position, self.examples, self.batch_count, self.batches = (
+            scan, position, examples, batch_count, batches)
+        self.per_window, self.shuffle, self.seed = per_window, shuffle, seed
+        self.shards, self.worker = shard
+        self.files = tf.constant(scan.files)
+        self.compressions = tf.constant(scan.compressions)
+        self.offsets = tf.constant(scan.offsets, tf.int64)
+        self.hold_out = scan.hold_out
+        # A window that holds the whole epoch is read and tokenized once, its files in the order given,
+        # and kept for every epoch, which shuffles it anew: tokenizing it again each epoch would take
+        # the CPU from training for nothing.
+        self.one_window = position.windows_per_epoch == 1
+        if self.one_window:
+            self.the_window = tf.data.Dataset.range(len(scan.files)).flat_map(self.file_chunks).map(
+                self.chunk_examples, num_parallel_calls=tf.data.AUTOTUNE).ragged_batch(per_window).map(_merged).cache()
+
+    def file_chunks(self, file):
+        """(line numbers over all files, lines) of one file (its index),
+        CHUNK_LINES at a time."""
+        lines = tf.data.TextLineDataset(self.files[file], compression_type=self.compressions[file]).batch(CHUNK_LINES)
         return lines.enumerate().map(
-            lambda k, chunk: (offsets[file] + k * CHUNK_LINES + tf.range(tf.size(chunk, tf.int64)), chunk))
+            lambda k, chunk: (self.offsets[file] + k * CHUNK_LINES + tf.range(tf.size(chunk, tf.int64)), chunk))
 
-    def chunk_examples(numbers, lines):  # this worker's training examples of a chunk
-        training = numbers
+    def chunk_examples(self, numbers, lines):
+        """This worker's training examples of a chunk (`examples` of its
+        lines), from the lines and their numbers."""
+        training, hold_out = numbers, self.hold_out
         if hold_out is not None:
             held = tf.equal(numbers % hold_out.every, 0) & (numbers < hold_out.below)
             # Workers take turns over the training lines, not all lines: held-out
             # lines (every `every`-th) would otherwise all come from one worker's turns.
             training = numbers - (tf.minimum(numbers, hold_out.below) + hold_out.every - 1) // hold_out.every
-        mine = tf.equal(training % shards, worker)
+        mine = tf.equal(training % self.shards, self.worker)
         if hold_out is not None:
             mine &= ~held
-        return tuple(examples(tf.boolean_mask(lines, mine)))
+        return tuple(self.examples(tf.boolean_mask(lines, mine)))
 
-    def merged(*chunks):  # a window's chunks as one tensor per part
-        return tuple(part.merge_dims(0, 1) for part in chunks)
-
-    def epoch_windows(index_in_run):  # (epoch, window, examples) of one epoch
-        epoch = position.epoch + index_in_run
-        if one_window:
-            return the_window.map(lambda *window: (epoch, tf.constant(0, tf.int64), window))
-        order = tf.range(len(scan.files), dtype=tf.int64)
-        if shuffle:
-            order = tf.random.experimental.stateless_shuffle(order, seed=tf.stack([tf.constant(seed, tf.int64) + 1,
-                                                                                   epoch]))
-        first = tf.where(index_in_run == 0, position.window, 0)
-        chunks = tf.data.Dataset.from_tensor_slices(order).flat_map(file_chunks).skip(first * per_window)
-        parts = chunks.map(chunk_examples, num_parallel_calls=tf.data.AUTOTUNE)
-        windows = parts.ragged_batch(per_window).map(merged)
+    def epoch_windows(self, index_in_run):
+        """(epoch, window, examples) of one epoch, the run's `index_in_run`-th,
+        from `position`'s window in the run's first epoch."""
+        epoch = self.position.epoch + index_in_run
+        if self.one_window:
+            return self.the_window.map(lambda *window: (epoch, tf.constant(0, tf.int64), window))
+        order = tf.range(len(self.scan.files), dtype=tf.int64)
+        if self.shuffle:
+            seed = tf.stack([tf.constant(self.seed, tf.int64) + 1, epoch])
+            order = tf.random.experimental.stateless_shuffle(order, seed=seed)
+        first = tf.where(index_in_run == 0, self.position.window, 0)
+        chunks = tf.data.Dataset.from_tensor_slices(order).flat_map(self.file_chunks).skip(first * self.per_window)
+        parts = chunks.map(self.chunk_examples, num_parallel_calls=tf.data.AUTOTUNE)
+        windows = parts.ragged_batch(self.per_window).map(_merged)
         return windows.enumerate().map(lambda k, window: (epoch, first + k, window))
 
-    def prepared(epoch, window, parts):  # its order drawn, its batches recorded
+    def prepared(self, epoch, window, parts):
+        """A window with its order drawn (by seed, epoch and window) and its
+        batch count recorded in `position`: (epoch, window, parts, order,
+        recorded)."""
         count = row_count(parts[0])
         order = tf.range(count)
-        if shuffle:
+        if self.shuffle:
             order = tf.random.experimental.stateless_shuffle(
-                order, seed=tf.stack([tf.constant(seed, tf.int64), epoch + window * WINDOW_SEED_STRIDE]))
-        recorded = tf.py_function(position.record_window, [epoch, window, batch_count(parts), count], tf.int64)
+                order, seed=tf.stack([tf.constant(self.seed, tf.int64), epoch + window * WINDOW_SEED_STRIDE]))
+        recorded = tf.py_function(self.position.record_window, [epoch, window, self.batch_count(parts), count],
+                                  tf.int64)
         return epoch, window, parts, order, recorded
 
-    def batches_of(epoch, window, parts, order, recorded):
-        first = tf.equal(epoch, position.epoch) & tf.equal(window, position.window)
-        return batches(parts, order).skip(tf.where(first, position.skip, 0))
+    def batches_of(self, epoch, window, parts, order, recorded):
+        """A prepared window's batches, less the `position.skip` already
+        trained where it is the window `position` stopped in."""
+        first = tf.equal(epoch, self.position.epoch) & tf.equal(window, self.position.window)
+        return self.batches(parts, order).skip(tf.where(first, self.position.skip, 0))
 
-    # A window that holds the whole epoch is read and tokenized once, its files in the order given,
-    # and kept for every epoch, which shuffles it anew: tokenizing it again each epoch would take
-    # the CPU from training for nothing.
-    one_window = position.windows_per_epoch == 1
-    if one_window:
-        the_window = tf.data.Dataset.range(len(scan.files)).flat_map(file_chunks).map(
-            chunk_examples, num_parallel_calls=tf.data.AUTOTUNE).ragged_batch(per_window).map(merged).cache()
-    epochs_left = tf.data.Dataset.range(epochs).take_while(lambda i: position.epoch + i < epochs)
-    # The next window is read and tokenized while this one trains.
-    windows = epochs_left.flat_map(epoch_windows).map(prepared).prefetch(1)
-    return windows.flat_map(batches_of).prefetch(BATCHES_AHEAD)
+
+def _merged(*chunks):
+    """A window's chunks as one tensor per part."""
+    return tuple(part.merge_dims(0, 1) for part in chunks)
 
 
 def row_count(tensor):

@@ -75,6 +75,32 @@ def read_tsv(path, on_error="skip"):
     """
     check_choice("on_error", on_error, ("skip", "raise"))
     path = os.fspath(path)
+    lines = _file_lines(path)
+    sources, targets, problems = _split_pairs(lines)
+    if not sources:
+        detail = f": {_describe(problems, 5)}" if problems else " (the file is empty)"
+        raise ValueError(f"{path!r} has no valid source<TAB>target line{detail}.")
+    if problems and on_error == "raise":
+        raise ValueError(
+            f"{path!r}: {len(problems)} of {len(lines)} lines are not one source<TAB>target "
+            f"pair: {_describe(problems, 5)}. Fix them, or pass on_error='skip' to drop them."
+        )
+    return sources, targets, problems
+
+
+def _file_lines(path):
+    """The lines of a plain or gzip file, as bytes, without their `\\n`.
+
+    Args:
+        path: the file (a str).
+
+    Returns:
+        A list of bytes, one a line: a UTF-8 BOM removed from the first, no
+        empty line for a final newline.
+
+    Raises:
+        FileNotFoundError, ValueError: as `read_tsv`.
+    """
     if os.path.isdir(path):
         raise ValueError(
             f"`path` must be a file of source<TAB>target lines; {path!r} is a directory."
@@ -93,6 +119,18 @@ def read_tsv(path, on_error="skip"):
     lines = data.removeprefix(codecs.BOM_UTF8).split(b"\n")
     if lines[-1] == b"":
         lines.pop()  # the final newline ends the last line; it does not start one
+    return lines
+
+
+def _split_pairs(lines):
+    """Splits lines into pairs and the reasons bad ones are skipped.
+
+    Args:
+        lines: the file's lines (bytes, `\\r\\n` ends allowed).
+
+    Returns:
+        (sources, targets, problems) as `read_tsv` returns them.
+    """
     sources, targets, problems = [], [], []
     for number, raw in enumerate(lines, start=1):
         pair, reason = _check_line(raw.removesuffix(b"\r"))
@@ -101,14 +139,6 @@ def read_tsv(path, on_error="skip"):
         else:
             sources.append(pair[0])
             targets.append(pair[1])
-    if not sources:
-        detail = f": {_describe(problems, 5)}" if problems else " (the file is empty)"
-        raise ValueError(f"{path!r} has no valid source<TAB>target line{detail}.")
-    if problems and on_error == "raise":
-        raise ValueError(
-            f"{path!r}: {len(problems)} of {len(lines)} lines are not one source<TAB>target "
-            f"pair: {_describe(problems, 5)}. Fix them, or pass on_error='skip' to drop them."
-        )
     return sources, targets, problems
 
 
