@@ -132,6 +132,26 @@ def check_token_ids(ids, name, vocab_size=None, max_length=None):
             f"`{name}` must be an integer array or tensor of shape "
             f"(batch, length); got {type(ids).__name__}."
         )
+    _check_id_shape(ids, name, max_length)
+    if symbolic:
+        return ids
+    if vocab_size is None:
+        return tf.cast(ids, "int32")
+    # Ranges are checked before the cast to int32, which would wrap an int64
+    # id of 2**32 + 5 around to 5.
+    message = f"`{name}` must hold ids in [0, {vocab_size})"
+    if tf.executing_eagerly():
+        if tf.size(ids) > 0:
+            low, high = int(tf.reduce_min(ids)), int(tf.reduce_max(ids))
+            if low < 0 or high >= vocab_size:
+                raise ValueError(f"{message}; got ids from {low} to {high}.")
+        return tf.cast(ids, "int32")
+    return ids_in_range(ids, vocab_size, message)
+
+
+def _check_id_shape(ids, name, max_length):
+    """Raises ValueError, naming `name`, for ids that are not integer, not
+    (B, L), empty, or longer than `max_length` (None: any length)."""
     dtype = keras.backend.standardize_dtype(ids.dtype)
     if "int" not in dtype:
         raise ValueError(
@@ -152,20 +172,6 @@ def check_token_ids(ids, name, vocab_size=None, max_length=None):
             f"{max_length}; truncate the inputs or build the model with a "
             "larger max_length."
         )
-    if symbolic:
-        return ids
-    if vocab_size is None:
-        return tf.cast(ids, "int32")
-    # Ranges are checked before the cast to int32, which would wrap an int64
-    # id of 2**32 + 5 around to 5.
-    message = f"`{name}` must hold ids in [0, {vocab_size})"
-    if tf.executing_eagerly():
-        if tf.size(ids) > 0:
-            low, high = int(tf.reduce_min(ids)), int(tf.reduce_max(ids))
-            if low < 0 or high >= vocab_size:
-                raise ValueError(f"{message}; got ids from {low} to {high}.")
-        return tf.cast(ids, "int32")
-    return ids_in_range(ids, vocab_size, message)
 
 
 def ids_in_range(ids, size, message):

@@ -137,14 +137,7 @@ def export_conditioned_generator(
     search = search or GreedySearch(64)
     model._ensure_built()
     if model.num_classes is None:
-        if labels is not None:
-            raise ValueError("`labels` names class ids; this model takes feature vectors "
-                             f"(condition_dim={model.condition_dim}).")
-        spec = tf.TensorSpec([None, model.condition_dim], tf.float32, name="condition")
-        endpoints = {"serving_default": (generate_from_condition_function(model, tokenizer, search),
-                                         [spec])}
-        warmup = {"serving_default": {"condition": [[0.0] * model.condition_dim]}}
-        return write_servable(export_dir, endpoints, (model, tokenizer), version, assets, warmup=warmup)
+        return _export_vector_model(model, tokenizer, export_dir, search, labels, version, assets)
     if labels is None or len(labels) != model.num_classes:
         raise ValueError(
             f"`labels` must name the model's {model.num_classes} classes in id order; got "
@@ -159,3 +152,15 @@ def export_conditioned_generator(
     }
     warmup = {"serving_default": {"label": [labels[0]]}, "by_class_id": {"class_id": tf.constant([0], tf.int32)}}
     return write_servable(export_dir, endpoints, (model, tokenizer, table), version, assets, warmup=warmup)
+
+
+def _export_vector_model(model, tokenizer, export_dir, search, labels, version, assets):
+    """`export_conditioned_generator` for a model of feature vectors: one
+    `serving_default` signature from "condition" (None, N). Returns the path."""
+    if labels is not None:
+        raise ValueError("`labels` names class ids; this model takes feature vectors "
+                         f"(condition_dim={model.condition_dim}).")
+    spec = tf.TensorSpec([None, model.condition_dim], tf.float32, name="condition")
+    endpoints = {"serving_default": (generate_from_condition_function(model, tokenizer, search), [spec])}
+    warmup = {"serving_default": {"condition": [[0.0] * model.condition_dim]}}
+    return write_servable(export_dir, endpoints, (model, tokenizer), version, assets, warmup=warmup)

@@ -54,13 +54,11 @@ def smoothed_cross_entropy(labels, logits, smoothing=0.0, gpu_path=False):
 
     The target is (1 - e) one-hot + e / V, e = `smoothing`.
 
-    Written out with its own gradient, softmax minus target, because that
-    is half the time of TensorFlow's fused kernels on a CPU: the dense
-    kernel needs a (N, V) one-hot target and the sparse one has no
-    smoothing (both single passes that ran slower than these few
-    multi-threaded ones; benchmarks/loss.py). The forward pass keeps
-    exp(logits - max), so the backward pass is a multiply, a subtraction
-    (with smoothing) and a scatter.
+    Written out with its own gradient, softmax minus target: on a CPU these
+    few multi-threaded ops take half the time of TensorFlow's fused kernels,
+    which need a (N, V) one-hot target or have no smoothing (benchmarks/loss.py).
+    The forward pass keeps exp(logits - max): the backward pass is a
+    multiply, a subtraction (with smoothing) and a scatter.
 
     With `gpu_path` the backward pass's multiply and subtraction are one
     op: exp times a row's scale plus a row's offset is TensorFlow's fused
