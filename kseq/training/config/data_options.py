@@ -41,7 +41,7 @@ class VocabularySampleOptions(TaskOptions):
 
 @dataclasses.dataclass(frozen=True)
 class StreamedDataOptions(VocabularySampleOptions):
-    """Streamed training files (`kseq.data.streaming`): how they are shuffled."""
+    """Streamed training files: how they are shuffled (`kseq.data.streaming`)."""
 
     shuffle_buffer: int = option(250_000, "training examples shuffled together (per worker); data no larger is "
                                  "shuffled whole every epoch", minimum=1)

@@ -343,8 +343,9 @@ def _groups(options_class, fields):
         if cls is options_class:
             title, description = f"{_task_name(options_class)} options", None
         else:
-            lines = (cls.__dict__.get("__doc__") or cls.__name__).strip().split("\n")
-            title, description = lines[0].rstrip("."), None
+            # A group's title: its docstring's first line, up to a colon.
+            first = (cls.__dict__.get("__doc__") or cls.__name__).strip().split("\n")[0]
+            title, description = first.split(":")[0].rstrip("."), None
         groups.append((title, description, mine))
     return groups
 
