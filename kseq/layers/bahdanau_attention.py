@@ -46,9 +46,26 @@ class BahdanauAttention(ScoredAttention):
         self.built = True
 
     def prepare_memory(self, values):
+        """Computes U_a h_j for every source position, once per source.
+
+        Args:
+            values: (B, S, Dv) encoder outputs.
+
+        Returns:
+            (B, S, A) projected keys.
+        """
         return self.memory_dense(values)
 
     def compute_scores(self, query, keys):
+        """Scores every query against every source position.
+
+        Args:
+            query: (B, T, Dq) decoder states.
+            keys: (B, S, A) from `prepare_memory`.
+
+        Returns:
+            (B, T, S) unnormalised scores.
+        """
         return additive_score(self.query_dense(query), keys, self.score_dense)
 
     def get_config(self):

@@ -9,8 +9,7 @@ from kseq.layers.masking import causal_mask
 
 @keras.saving.register_keras_serializable("kseq")
 class CachedMultiHeadAttention(keras.layers.MultiHeadAttention):
-    """`keras.layers.MultiHeadAttention` that projects in fewer, larger
-    matmuls and can decode one step at a time.
+    """Keras' MultiHeadAttention that projects in fewer, larger matmuls and can decode one step at a time.
 
     Same weights and arguments as the parent, whose `call` is unchanged.
     `attend_sequence` (what kseq's Transformer blocks call) projects a
@@ -36,13 +35,23 @@ class CachedMultiHeadAttention(keras.layers.MultiHeadAttention):
 
     def attend_sequence(self, query, value=None, attention_mask=None, training=None,
                         return_attention_scores=False):
-        """Attention of (B, T, D) `query` over (B, S, D) `value` (keys too),
-        or over itself when `value` is None, with fused projections.
+        """Attends from `query` over `value`, or over itself, with fused projections.
 
         The same result as `self(query, value if value is not None else query,
-        attention_mask=...)`; masks are explicit (`attention_mask` broadcasts
-        to (B, T, S), True means "may attend"), not read from keras masks.
-        Returns (B, T, D), and the (B, H, T, S) weights when asked.
+        attention_mask=...)`; masks are explicit, not read from keras masks.
+
+        Args:
+            query: (B, T, D) queries.
+            value: (B, S, D) sequence attended over, keys and values both.
+                Defaults to None (self-attention over `query`).
+            attention_mask: optional bool mask broadcasting to (B, T, S), True
+                where a query may attend to a key. Defaults to None.
+            training: whether attention dropout is active. Defaults to None.
+            return_attention_scores: whether to return the weights too. Defaults to False.
+
+        Returns:
+            (B, T, D) outputs, or (outputs, (B, H, T, S) weights) when
+            `return_attention_scores` is True.
         """
         if not self._can_fuse():
             value = query if value is None else value
@@ -112,7 +121,15 @@ class CachedMultiHeadAttention(keras.layers.MultiHeadAttention):
         return ops.reshape(result, (batch, length, result.shape[-1]))
 
     def project_memory(self, value, key=None):
-        """(B, S, D) memory -> {"key", "value"}: (B, H, S, D/H) each."""
+        """Projects a fixed memory's keys and values once, for `attend` to reuse.
+
+        Args:
+            value: (B, S, D) memory (the encoder outputs).
+            key: optional (B, S, D) keys, if not the same as `value`. Defaults to None.
+
+        Returns:
+            {"key", "value"}: (B, H, S, D/H) each.
+        """
         if key is None and self._can_fuse():
             key, value = self._project_heads_first(value, "key", "value")
             return {"key": key, "value": value}
@@ -120,11 +137,22 @@ class CachedMultiHeadAttention(keras.layers.MultiHeadAttention):
         return {"key": _heads_first(key), "value": _heads_first(value)}
 
     def attend(self, query, memory, attention_mask=None, training=None, return_attention_scores=False):
-        """Attention of (B, T, D) queries over projected `memory`.
+        """Attends from queries over a memory already projected by `project_memory`.
 
-        `attention_mask` broadcasts to (B, T, S); True means "may attend".
         The parent's masked softmax and dropout, on head-major keys/values.
-        Returns (B, T, D), and the (B, H, T, S) weights when asked.
+
+        Args:
+            query: (B, T, D) queries.
+            memory: {"key", "value"} of (B, H, S, D/H), from `project_memory`
+                or a self-attention cache.
+            attention_mask: optional bool mask broadcasting to (B, T, S), True
+                where a query may attend to a key. Defaults to None.
+            training: whether attention dropout is active. Defaults to None.
+            return_attention_scores: whether to return the weights too. Defaults to False.
+
+        Returns:
+            (B, T, D) outputs, or (outputs, (B, H, T, S) weights) when
+            `return_attention_scores` is True.
         """
         if attention_mask is not None:
             attention_mask = ops.cast(attention_mask, "bool")
@@ -146,13 +174,25 @@ class CachedMultiHeadAttention(keras.layers.MultiHeadAttention):
         return (output, weights) if return_attention_scores else output
 
     def init_cache(self, batch_size, max_length=None):
-        """Zeroed self-attention cache: {"key", "value"} of (B, H, L, D/H).
+        """Makes a zeroed self-attention cache for `cached_self_attention`.
 
         With `max_length` (an int), L = max_length positions, written in
         place at each step's index: fixed shapes, as XLA needs. Without it
         (inside a tf.function only), an empty cache of unknown length to which
         each step appends its keys/values: a step then copies, reorders and
         attends over the positions decoded so far, not over all L.
+
+        Args:
+            batch_size: B, the number of rows decoded together.
+            max_length: L, the number of positions to allocate. Defaults to
+                None (a growing cache).
+
+        Returns:
+            {"key", "value"} of (B, H, L, D/H) zeros in the layer's compute
+            dtype (L = 0 and unknown for a growing cache).
+
+        Raises:
+            ValueError: if `max_length` is None outside a tf.function.
         """
         value_dim = self.value_dim or self.key_dim
         heads = self.num_heads
@@ -171,12 +211,22 @@ class CachedMultiHeadAttention(keras.layers.MultiHeadAttention):
         }
 
     def cached_self_attention(self, query, cache, index, training=None):
-        """Causal self-attention of the (B, T, D) steps at positions index.. .
+        """Runs causal self-attention for the next decoding steps, using and updating a cache.
 
-        Writes their keys/values into `cache` at `index` (an in-place
+        Writes the steps' keys/values into `cache` at `index` (an in-place
         dynamic-update-slice under XLA), or appends them to a growing cache
         (`init_cache` without `max_length`), and attends over cache positions
-        <= each step's own. Returns (output, updated cache).
+        <= each step's own.
+
+        Args:
+            query: (B, T, D) the steps at positions index .. index + T - 1.
+            cache: {"key", "value"} of (B, H, L, D/H), from `init_cache` or a
+                previous call.
+            index: int or scalar tensor, the position of the first step.
+            training: whether attention dropout is active. Defaults to None.
+
+        Returns:
+            (output, cache): (B, T, D) outputs and the updated cache.
         """
         # Separate projections: with a few rows per step, concatenating the
         # kernels at every step costs more than the one matmul saves (about

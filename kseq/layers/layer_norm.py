@@ -8,14 +8,15 @@ from kseq.layers.device_paths import use_gpu_paths
 
 @keras.saving.register_keras_serializable("kseq")
 class LayerNorm(keras.layers.LayerNormalization):
-    """`keras.layers.LayerNormalization` over the last axis, same weights and
-    outputs, whose backward pass is the closed form
-    dx = (g - mean(g) - x̂ mean(g x̂)) / sigma with g = dy * gamma: about 20
-    ops forward and backward where differentiating keras' forward pass
-    (moments, rsqrt, the affine terms) gave about 43. In float32 whatever
-    the policy, as keras'.
-    On a CPU those small ops were an eighth of the Transformer's step
-    (benchmarks/RESULTS.md). Where the layer is built for a GPU
+    """Normalises over the last axis as keras' LayerNormalization, with a closed-form backward pass.
+
+    Same weights and outputs as `keras.layers.LayerNormalization`; the
+    backward pass is the closed form
+    dx = (g - mean(g) - x̂ mean(g x̂)) / sigma with g = dy * gamma: fewer ops
+    forward and backward than differentiating keras' forward pass (moments,
+    rsqrt, the affine terms). In float32 whatever the policy, as keras'.
+    On a CPU those small ops were a large share of the Transformer's step
+    (figures in benchmarks/RESULTS.md). Where the layer is built for a GPU
     (`kseq.layers.device_paths`), the same function runs as four fused
     ops instead, two each way (`_fused_layer_norm`): a GPU pays a launch per
     op. Other configurations (several axes, RMS scaling, no centre or scale)

@@ -71,11 +71,29 @@ class LuongAttention(ScoredAttention):
         self.built = True
 
     def prepare_memory(self, values):
+        """Computes the source-only part of the score, once per source.
+
+        Args:
+            values: (B, S, Dv) encoder outputs.
+
+        Returns:
+            The values themselves for "dot", W_a h_s (B, S, Dq) for "general",
+            the projected keys (B, S, A) for "concat".
+        """
         if self.score == "dot":
             return values
         return self.memory_dense(values)
 
     def compute_scores(self, query, keys):
+        """Scores every query against every source position.
+
+        Args:
+            query: (B, T, Dq) decoder states.
+            keys: the output of `prepare_memory`.
+
+        Returns:
+            (B, T, S) unnormalised scores.
+        """
         if self.score == "concat":
             return additive_score(self.query_dense(query), keys, self.score_dense)
         return ops.matmul(query, ops.transpose(keys, (0, 2, 1)))

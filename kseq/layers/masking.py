@@ -10,12 +10,28 @@ from kseq.special_ids import PAD_ID
 
 
 def padding_mask(token_ids):
-    """(B, S) True at real tokens, False at PAD."""
+    """Marks which token ids are real tokens rather than padding.
+
+    Args:
+        token_ids: (B, S) integer token ids.
+
+    Returns:
+        (B, S) bool, True at real tokens and False at PAD.
+    """
     return ops.not_equal(token_ids, PAD_ID)
 
 
 def causal_mask(query_length, key_length, offset=0):
-    """(T, S) True where key s <= query t + offset (offset: first query's position)."""
+    """Builds the mask that lets each query see only keys at or before its position.
+
+    Args:
+        query_length: T, the number of queries.
+        key_length: S, the number of keys.
+        offset: position of the first query (cached decoding). Defaults to 0.
+
+    Returns:
+        (T, S) bool, True where key s <= query t + offset.
+    """
     queries = ops.expand_dims(ops.arange(query_length) + offset, 1)
     keys = ops.expand_dims(ops.arange(key_length), 0)
     return ops.less_equal(keys, queries)
@@ -27,8 +43,11 @@ def attention_mask(key_padding_mask, query_length, causal=False, offset=0):
     Args:
         key_padding_mask: (B, S) bool, True at real keys.
         query_length: T, the number of queries.
-        causal: whether query t may only see keys s <= t + offset.
-        offset: position of the first query (cached decoding).
+        causal: whether query t may only see keys s <= t + offset. Defaults to False.
+        offset: position of the first query (cached decoding). Defaults to 0.
+
+    Returns:
+        (B, T, S) bool, True where query t may attend to key s.
     """
     key_padding_mask = ops.cast(key_padding_mask, "bool")
     mask = ops.expand_dims(key_padding_mask, 1)  # (B, 1, S)
@@ -46,6 +65,14 @@ def masked_softmax(scores, mask=None):
     precision never normalises in bfloat16 or float16. A row with no allowed
     key (an all-PAD source) gets uniform weights instead of NaN; such rows
     are padding themselves and never reach a loss.
+
+    Args:
+        scores: (..., S) unnormalised scores, e.g. (B, T, S).
+        mask: optional bool mask broadcastable to `scores`, True where a key
+            may get weight. Defaults to None (no mask).
+
+    Returns:
+        Weights of the scores' shape and dtype, summing to 1 over the last axis.
     """
     dtype = scores.dtype
     scores = ops.cast(scores, "float32")
@@ -57,8 +84,14 @@ def masked_softmax(scores, mask=None):
 def reverse_real_steps(x, mask):
     """Reverses each row's real steps in place, leaving right padding as is.
 
-    x: (B, S) or (B, S, ...); mask: (B, S) bool, True at real steps.
     [[5, 6, 7, 0, 0]] -> [[7, 6, 5, 0, 0]]. Applying it twice is the identity.
+
+    Args:
+        x: (B, S) or (B, S, ...) tensor to reverse along axis 1.
+        mask: (B, S) bool, True at real steps.
+
+    Returns:
+        A tensor of x's shape with each row's real steps reversed.
     """
     length = ops.sum(ops.cast(mask, "int32"), axis=1, keepdims=True)  # (B, 1)
     positions = ops.expand_dims(ops.arange(ops.shape(x)[1]), 0)

@@ -27,16 +27,32 @@ _LAYERS = {"rnn": keras.layers.SimpleRNN, "lstm": keras.layers.LSTM, "gru": kera
 
 
 def num_states(cell):
-    """How many state tensors a cell carries: LSTM has (h, c), the others h."""
+    """Tells how many state tensors a cell carries: LSTM has (h, c), the others h.
+
+    Args:
+        cell: "rnn", "lstm" or "gru".
+
+    Returns:
+        int, 2 for "lstm" and 1 otherwise.
+    """
     return 2 if cell == "lstm" else 1
 
 
 def make_rnn_layer(cell, units, dtype=None, name=None):
-    """A sequence-returning, state-returning keras SimpleRNN/LSTM/GRU.
+    """Makes a sequence-returning, state-returning keras SimpleRNN/LSTM/GRU.
 
     Its `.cell` runs one step with the same weights (`run_cell`). Under a
     bfloat16 policy it never takes cuDNN (`kseq._compat.cudnn_trains_in`:
     NaN gradients); keras then also allows XLA for it.
+
+    Args:
+        cell: "rnn", "lstm" or "gru".
+        units: H, the width of the hidden state.
+        dtype: the layer's dtype or dtype policy. Defaults to None (keras' global policy).
+        name: the layer's name. Defaults to None (keras picks one).
+
+    Returns:
+        A keras recurrent layer whose call returns (outputs (B, S, H), *states).
     """
     options = dict(return_sequences=True, return_state=True, dtype=dtype, name=name)
     layer = _LAYERS[cell](units, **options)
@@ -46,7 +62,17 @@ def make_rnn_layer(cell, units, dtype=None, name=None):
 
 
 def run_cell(layer, inputs, states, training=None):
-    """One step of a keras RNN layer's cell: (B, E), [states] -> (h, [states])."""
+    """Runs one step of a keras RNN layer's cell.
+
+    Args:
+        layer: a keras SimpleRNN/LSTM/GRU layer, e.g. from `make_rnn_layer`.
+        inputs: (B, E) the step's inputs.
+        states: the (B, H) state tensors, as many as `num_states` of the cell.
+        training: whether dropout is active. Defaults to None (keras decides).
+
+    Returns:
+        (h, states): the (B, H) output and the list of new (B, H) states.
+    """
     output, new_states = layer.cell(inputs, list(states), training=training)
     if not isinstance(new_states, (list, tuple)):
         new_states = [new_states]
@@ -54,11 +80,22 @@ def run_cell(layer, inputs, states, training=None):
 
 
 def call_recurrent(layer, inputs, mask=None, initial_state=None, training=None):
-    """`layer(inputs, mask=..., initial_state=..., training=...)`, safe on cuDNN.
+    """Calls a recurrent layer over whole sequences, safe on cuDNN for any mask.
 
-    Where keras would run the layer with cuDNN and a mask is given, a
-    `tf.cond` picks cuDNN for masks it accepts and the portable loop for the
-    others (keras 3 asserts instead, so one empty row would stop training).
+    Same as `layer(inputs, mask=..., initial_state=..., training=...)`. Where
+    keras would run the layer with cuDNN and a mask is given, a `tf.cond`
+    picks cuDNN for masks it accepts and the portable loop for the others
+    (keras 3 asserts instead, so one empty row would stop training).
+
+    Args:
+        layer: a keras recurrent layer, or a wrapper such as Bidirectional.
+        inputs: (B, S, E) the sequences.
+        mask: optional (B, S) bool, True at real steps. Defaults to None.
+        initial_state: optional list of (B, H) states. Defaults to None (zeros).
+        training: whether dropout is active. Defaults to None (keras decides).
+
+    Returns:
+        Whatever the layer returns, e.g. (outputs (B, S, H), *states).
     """
 
     def fused():
@@ -75,8 +112,16 @@ def call_recurrent(layer, inputs, mask=None, initial_state=None, training=None):
 
 
 def cudnn_accepts(mask):
-    """Scalar bool: every row of the (B, S) mask is right-padded and has a
-    real step, which is what cuDNN's sequence lengths can express."""
+    """Tells whether cuDNN accepts a mask: every row right-padded, with a real step.
+
+    That is what cuDNN's sequence lengths can express.
+
+    Args:
+        mask: (B, S) bool or 0/1, True at real steps.
+
+    Returns:
+        A scalar bool tensor.
+    """
     mask = tf.cast(mask, tf.bool)
     lengths = tf.reduce_sum(tf.cast(mask, tf.int32), axis=1)
     right_padded = tf.equal(mask, tf.range(tf.shape(mask)[1])[None, :] < lengths[:, None])

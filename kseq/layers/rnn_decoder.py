@@ -33,10 +33,10 @@ class RNNDecoder(keras.layers.Layer):
 
     Args:
         cell: "rnn", "lstm" or "gru". Defaults to "lstm".
-        units: hidden size U of every layer.
+        units: hidden size U of every layer. Defaults to 256.
         num_layers: stacked layers. Defaults to 1.
-        attention: None, "dot", "general", "concat" or "bahdanau".
-        peeky: feed the context vector to every step and the output.
+        attention: None, "dot", "general", "concat" or "bahdanau". Defaults to None.
+        peeky: feed the context vector to every step and the output. Defaults to False.
         dropout: rate between stacked layers. Defaults to 0.
         input_feeding: with a Luong attention, feed each step's attentional
             state to the next step's input (Luong et al., 2015, section
@@ -150,6 +150,18 @@ class RNNDecoder(keras.layers.Layer):
 
         Source-only work (memory projection, attention keys) happens here,
         once per source rather than once per step.
+
+        Args:
+            initial_state: per layer a list of (B, U) states ([h, c] for LSTM).
+            memory: (B, S, M) encoder outputs; needed with attention. Defaults to None.
+            memory_mask: (B, S) bool, True at real source tokens. Defaults to
+                None (every position real).
+            context: (B, C) context vector; needed when peeky. Defaults to None.
+
+        Returns:
+            A dict with "rnn" (the states), and where they apply "memory",
+            "keys", "memory_mask" (attention), "context" (peeky) and "feed"
+            ((B, U) zeros, input feeding).
         """
         state = {"rnn": [list(layer_state) for layer_state in initial_state]}
         if self.attention is not None:
@@ -168,8 +180,16 @@ class RNNDecoder(keras.layers.Layer):
         return state
 
     def varying_state(self, state):
-        """The part of a decoding state that each step changes (the rest,
-        the source, is constant): what a beam search reorders."""
+        """Picks the part of a decoding state that each step changes: what a beam search reorders.
+
+        The rest, the source, is constant.
+
+        Args:
+            state: dict from `initial_decoding_state` or `step`.
+
+        Returns:
+            A dict with the state's "rnn" and, with input feeding, "feed".
+        """
         return {key: state[key] for key in ("rnn", "feed") if key in state}
 
     def _attend(self, query, state):
@@ -309,8 +329,21 @@ class RNNDecoder(keras.layers.Layer):
 
 
 def check_input_feeding(input_feeding, attention):
-    """Input feeding needs a Luong attention: its attentional state is what
-    is fed. (Bahdanau's decoder already feeds its context at every step.)"""
+    """Checks that input feeding is a bool, and asked for only with a Luong attention.
+
+    Input feeding needs a Luong attention: its attentional state is what is
+    fed. (Bahdanau's decoder already feeds its context at every step.)
+
+    Args:
+        input_feeding: the `input_feeding` option, True or False.
+        attention: the `attention` option: None, "dot", "general", "concat" or "bahdanau".
+
+    Returns:
+        `input_feeding` as a bool.
+
+    Raises:
+        ValueError: if `input_feeding` is not a bool, or is True without a Luong attention.
+    """
     if not isinstance(input_feeding, (bool, np.bool_)):
         raise ValueError(f"`input_feeding` must be True or False; got {input_feeding!r}.")
     if input_feeding and attention not in LUONG_SCORES:

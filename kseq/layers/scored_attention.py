@@ -7,7 +7,16 @@ from kseq.layers.masking import masked_softmax
 
 
 def additive_score(projected_query, keys, score_dense):
-    """v^T tanh(W_q q_t + W_k h_s) for every (t, s): (B, T, A), (B, S, A) -> (B, T, S)."""
+    """Computes the additive score v^T tanh(W_q q_t + W_k h_s) for every (t, s).
+
+    Args:
+        projected_query: (B, T, A) the queries already multiplied by W_q.
+        keys: (B, S, A) the source memory already multiplied by W_k.
+        score_dense: the Dense layer holding v, mapping A to 1.
+
+    Returns:
+        (B, T, S) unnormalised scores.
+    """
     hidden = ops.tanh(ops.expand_dims(projected_query, 2) + ops.expand_dims(keys, 1))
     return ops.squeeze(score_dense(hidden), -1)
 
@@ -30,7 +39,13 @@ class ScoredAttention(keras.layers.Layer):
     """
 
     def build_additive_score(self, query_shape, values_shape, units):
-        """Creates W_q, W_k and v of the additive score with hidden width `units`."""
+        """Creates W_q, W_k and v of the additive score with hidden width `units`.
+
+        Args:
+            query_shape: shape of the queries, (B, T, Dq).
+            values_shape: shape of the values, (B, S, Dv).
+            units: A, the hidden width of the score.
+        """
         self.query_dense = keras.layers.Dense(
             units, use_bias=False, dtype=self.dtype_policy, name="query_dense"
         )
@@ -45,15 +60,40 @@ class ScoredAttention(keras.layers.Layer):
         self.score_dense.build(tuple(query_shape[:-1]) + (units,))
 
     def prepare_memory(self, values):
-        """Source-only part of the score, computed once: (B, S, Dv) -> keys."""
+        """Computes the source-only part of the score, once per source.
+
+        Args:
+            values: (B, S, Dv) encoder outputs.
+
+        Returns:
+            The keys `compute_scores` takes, (B, S, ...).
+        """
         raise NotImplementedError
 
     def compute_scores(self, query, keys):
-        """(B, T, Dq), keys -> (B, T, S) unnormalised scores."""
+        """Scores every query against every source position.
+
+        Args:
+            query: (B, T, Dq) decoder states.
+            keys: the output of `prepare_memory` for the source.
+
+        Returns:
+            (B, T, S) unnormalised scores.
+        """
         raise NotImplementedError
 
     def attend(self, query, keys, values, padding_mask=None):
-        """Attention with memory already prepared; see the class docstring."""
+        """Attends over a source whose memory is already prepared.
+
+        Args:
+            query: (B, T, Dq) decoder states.
+            keys: the output of `prepare_memory(values)`.
+            values: (B, S, Dv) encoder outputs.
+            padding_mask: optional (B, S) bool, True at real source tokens. Defaults to None.
+
+        Returns:
+            (context, weights): (B, T, Dv) and (B, T, S), as the class's call.
+        """
         scores = ops.cast(self.compute_scores(query, keys), "float32")
         mask = None
         if padding_mask is not None:

@@ -103,10 +103,18 @@ class TransformerDecoderBlock(TransformerBlock):
         return self._forward(inputs, self_attend, cross_attend, training, step_dropout)
 
     def initial_decoding_state(self, encoder_outputs, max_length):
-        """{"cache": a zeroed (B, H, L, D/H) self-attention key/value cache
-        for L = `max_length` positions (None: one that grows, see
-        `CachedMultiHeadAttention.init_cache`), "memory": the source's
-        cross-attention keys/values, computed once per source}."""
+        """Makes the block's state for step-by-step decoding of one batch of sources.
+
+        Args:
+            encoder_outputs: (B, S, D) the encoder's outputs.
+            max_length: L, the number of positions the self-attention cache
+                holds; None for one that grows (see `CachedMultiHeadAttention.init_cache`).
+
+        Returns:
+            {"cache": a zeroed (B, H, L, D/H) self-attention key/value cache,
+            "memory": the source's cross-attention keys/values, (B, H, S, D/H)
+            each, computed once per source}.
+        """
         batch = ops.shape(encoder_outputs)[0]
         return {
             "cache": self.self_attention.init_cache(batch, max_length),

@@ -51,7 +51,18 @@ class KseqModel(CheckedWeightLoading, FirstShardBuild, keras.Model):
 
 
 def check_vocab_size(name, value):
-    """A vocabulary size: an int over the special ids 0-3."""
+    """Checks a vocabulary size: an int over the special ids 0-3.
+
+    Args:
+        name: the argument's name, for the message.
+        value: the vocabulary size V.
+
+    Returns:
+        `value`, checked.
+
+    Raises:
+        ValueError: if `value` is not a positive int, or is 4 or less.
+    """
     value = check_positive_int(name, value)
     if value <= NUM_SPECIAL_IDS:
         raise ValueError(

@@ -20,6 +20,14 @@ class Seq2Seq(Generator, KseqModel):
     source included) and the decoder protocol's `step_with_attention`
     (kseq.decoding.Decoder); this class turns them into `begin_decoding`,
     `generate`, `search` and `attention_weights`.
+
+    Args:
+        source_vocab_size: V of the sources, counting the special ids 0-3.
+        target_vocab_size: V of the targets, counting the special ids 0-3.
+        **kwargs: keras.Model's arguments, e.g. `name`.
+
+    Raises:
+        ValueError: if a vocabulary size is not an int over 4.
     """
 
     config_names = ("source_vocab_size", "target_vocab_size")
@@ -40,21 +48,51 @@ class Seq2Seq(Generator, KseqModel):
         return self._check_source(source_ids)
 
     def begin_decoding(self, source_ids, max_length):
-        """Encodes the sources: (decoder state, BOS for every row)."""
+        """Encodes the sources and gives the decoder state before the first step.
+
+        Args:
+            source_ids: (B, S) int ids, right-padded with PAD.
+            max_length: the most tokens the search generates, which sizes a
+                state of fixed shapes; None lets the state grow.
+
+        Returns:
+            (state, start_tokens): the decoder state, and (B,) int32 BOS ids.
+        """
         encoded = self.encode(source_ids, training=False)
         state = self.initial_state(encoded, padding_mask(source_ids), max_length=max_length)
         return state, tf.fill(tf.shape(source_ids)[:1], BOS_ID)
 
     def length_limits(self, source_ids, search):
-        """Each row's limit from its source length, if the search's limits
-        have a `max_length_ratio` (stops a looping output early, and its cost)."""
+        """Gives each row's length limit from its source length, if the search asks for one.
+
+        Only when the search's limits have a `max_length_ratio`: it stops a
+        looping output early, and its cost.
+
+        Args:
+            source_ids: (B, S) int ids, right-padded with PAD.
+            search: a kseq.decoding search, whose `limits` are read.
+
+        Returns:
+            (B,) int32 limits (`kseq.decoding.constraints.source_length_limits`),
+            or None without a `max_length_ratio`.
+        """
         if search.limits.max_length_ratio is None:
             return None
         return source_length_limits(source_ids, search.limits)
 
     def finish_search(self, source_ids, ids, scores):
-        """A source with no tokens (all PAD, e.g. an empty string) translates
-        to nothing: EOS at once, score 0."""
+        """Makes a source with no tokens (all PAD, e.g. an empty string) translate to nothing.
+
+        Its row becomes EOS at once, then PAD, with score 0.
+
+        Args:
+            source_ids: (B, S) the sources searched from.
+            ids: the search's ids, (B, L) or (B, N, L).
+            scores: the search's scores, (B,) or (B, N).
+
+        Returns:
+            (ids, scores), of the same shapes.
+        """
         return _end_empty_sources(ids, scores, tf.reduce_any(padding_mask(source_ids), axis=1))
 
     def _check_source(self, source_ids):
@@ -83,8 +121,9 @@ class Seq2Seq(Generator, KseqModel):
         return source_ids, target_ids
 
     def score(self, source_ids, target_ids):
-        """(B,) float32: log P(target | source) by forced decoding, the
-        log-probabilities of each target's tokens and of its EOS, summed;
+        """Scores targets given their sources: log P(target | source) by forced decoding.
+
+        The log-probabilities of each target's tokens and of its EOS, summed;
         as the searches score (PAD and BOS, never generated, take no
         probability), so a greedy output scores what `generate` says.
 
@@ -92,6 +131,12 @@ class Seq2Seq(Generator, KseqModel):
             source_ids: (B, S) int ids, right-padded with PAD.
             target_ids: (B, T) int ids of the targets without BOS or EOS,
                 right-padded with PAD (an all-PAD row scores EOS alone).
+
+        Returns:
+            (B,) float32 log-probabilities.
+
+        Raises:
+            ValueError: if the ids are not a (B, L) integer batch within the vocabularies.
 
         Example:
         >>> import numpy as np
@@ -114,11 +159,22 @@ class Seq2Seq(Generator, KseqModel):
         return tf.reduce_sum(tf.where(positions <= lengths[:, None], token_log_probs, 0.0), axis=1)
 
     def alignment(self, source_ids, output_ids):
-        """(B, L) int32: for each token of a search's `output_ids` (B, L)
-        (no BOS, PAD after EOS), the source position its decoding step
-        attends to most (the last cross-attention layer averaged over heads
-        for the Transformer), -1 on padding. In TensorFlow ops (one
-        `tf.while_loop` over the steps), so exports serve it."""
+        """Aligns each output token with the source position its decoding step attends to most.
+
+        For the Transformer, the attention is the last cross-attention layer
+        averaged over heads. In TensorFlow ops (one `tf.while_loop` over the
+        steps), so exports serve it.
+
+        Args:
+            source_ids: (B, S) int ids, right-padded with PAD.
+            output_ids: (B, L) ids from a search: no BOS, PAD after EOS.
+
+        Returns:
+            (B, L) int32 source positions, -1 on padding.
+
+        Raises:
+            ValueError: if the model has no attention (attention=None).
+        """
         if not self.has_attention:
             raise ValueError("alignment needs a model with attention; attention=None.")
         length = output_ids.shape[1]
@@ -135,11 +191,21 @@ class Seq2Seq(Generator, KseqModel):
         return tf.where(tf.equal(output_ids, PAD_ID), -1, tf.transpose(argmax.stack()))
 
     def attention_weights(self, inputs):
-        """Decoder-to-source attention (B, T, S) of a teacher-forced pass.
+        """Gives the decoder-to-source attention of a teacher-forced pass.
 
         Rows sum to 1 over the source and are 0 on source padding. For the
         Transformer: the last decoder layer, averaged over heads. Computed
         by the decoding steps themselves (`attention_by_steps`), eagerly.
+
+        Args:
+            inputs: {"source_ids": (B, S), "target_ids": (B, T)} int ids, the
+                targets as the decoder reads them (BOS first).
+
+        Returns:
+            (B, T, S) attention weights.
+
+        Raises:
+            ValueError: if `inputs` is not such a dict, or the model has no attention.
         """
         source_ids, target_ids = self._split_inputs(inputs)
         self._ensure_built()

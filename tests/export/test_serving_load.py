@@ -9,7 +9,6 @@ process's resident memory must not keep growing once warm.
 """
 
 import json
-import os
 import random
 import subprocess
 import sys

@@ -10,8 +10,6 @@ import types
 
 import pytest
 
-import kseq.training
-
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PACKAGE = os.path.join(ROOT, "kseq")
 
