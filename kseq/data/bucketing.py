@@ -32,13 +32,21 @@ class PipelineReport:
 
 
 def default_boundaries(max_length):
-    """Bucket edges about 5% apart and at least 2 apart, from 3, the last one
-    max_length + 1 (so every kept sequence fits the last bucket's padded
-    length). Fine buckets cost nothing in tracing (keras traces the train
-    step once for the dataset's (None, None) batches) and keep padding to a
-    few percent: on the Bible's en->fr pairs at max_length 96 the target
-    pieces are 97.0% of the padded positions (88.3% with 1.3x-wide buckets),
-    which makes each real token 9% cheaper to train on."""
+    """Makes bucket edges about 5% apart and at least 2 apart, from 3.
+
+    The last edge is max_length + 1 (so every kept sequence fits the last
+    bucket's padded length). Fine buckets cost nothing in tracing (keras
+    traces the train step once for the dataset's (None, None) batches) and
+    keep padding to a few percent: on the Bible's en->fr pairs at max_length
+    96 the target pieces are 97.0% of the padded positions (88.3% with
+    1.3x-wide buckets), which makes each real token 9% cheaper to train on.
+
+    Args:
+        max_length: the longest padded pair length kept.
+
+    Returns:
+        A list of increasing int edges, the last one max_length + 1.
+    """
     edges, edge = [], 3
     while edge <= max_length:
         edges.append(edge)
@@ -47,9 +55,18 @@ def default_boundaries(max_length):
 
 
 def xla_boundaries(max_length):
-    """Fewer, coarser bucket edges for XLA, which compiles once per batch
-    shape: widths of 16, 24, 32, 48, 72, 96, ... (1.33-1.5x apart), the last
-    one max_length + 1. More padding, far fewer compilations."""
+    """Makes fewer, coarser bucket edges for XLA, which compiles once per batch shape.
+
+    Bucket widths are 16, 24, 32, 48, 72, 96, ... (1.33-1.5x apart), each
+    edge a width + 1, the last edge max_length + 1. More padding, far fewer
+    compilations than `default_boundaries`.
+
+    Args:
+        max_length: the longest padded pair length kept.
+
+    Returns:
+        A list of increasing int edges, the last one max_length + 1.
+    """
     edges, width = [], 16
     while width < max_length:
         edges.append(width + 1)
@@ -58,7 +75,22 @@ def xla_boundaries(max_length):
 
 
 def tokenize_pairs(sources, targets, source_tokenizer, target_tokenizer, chunk=4096):
-    """Tokenizes parallel strings in chunks -> two (N, None) ragged tensors."""
+    """Tokenizes parallel strings in chunks into two (N, None) ragged tensors.
+
+    Args:
+        sources: N source strings.
+        targets: N target strings, parallel to `sources`.
+        source_tokenizer: the kseq tokenizer of the sources.
+        target_tokenizer: the kseq tokenizer of the targets.
+        chunk: the most strings tokenized in one call. Defaults to 4096.
+
+    Returns:
+        (source ids, target ids), two (N, None) ragged tensors.
+
+    Raises:
+        ValueError: if `sources` and `targets` differ in length, or
+            `sources` is empty.
+    """
     if len(sources) != len(targets):
         raise ValueError(
             f"`sources` and `targets` must have the same length; got {len(sources)} "
@@ -192,7 +224,21 @@ def _epochs(pairs, batched, shuffle, seed, epochs, position, batches_per_epoch):
 
 
 def epoch_batches(lengths, boundaries, batch_sizes, drop_remainder=False, pad_remainder=False):
-    """(batches per epoch, distinct batch shapes) for pairs of these lengths."""
+    """Counts the batches per epoch and the distinct batch shapes for pairs of these lengths.
+
+    Args:
+        lengths: the pairs' padded lengths (a pair's longer side, the target
+            counted with BOS, as `kept_pairs` gives them).
+        boundaries: the buckets' edges.
+        batch_sizes: the rows of each bucket's batches (`bucket_batch_sizes`).
+        drop_remainder: leave out each bucket's last, smaller batch.
+            Defaults to False.
+        pad_remainder: pad each bucket's last batch to its batch size (one
+            shape per bucket). Defaults to False.
+
+    Returns:
+        (batches per epoch, distinct batch shapes), two ints.
+    """
     counts = np.bincount(np.searchsorted(boundaries, lengths, side="right"), minlength=len(boundaries))
     sizes = np.asarray(batch_sizes)
     full, remainders = counts // sizes, (counts % sizes) > 0
@@ -251,8 +297,19 @@ def _kept_pairs(sources, targets, source_tokenizer, target_tokenizer, max_length
 
 
 def unfit_pairs(source_ids, target_ids, max_length):
-    """(empty, too long): pairs with a side of no tokens, and the others
-    with a side over `max_length` (the target with its BOS or EOS)."""
+    """Finds the pairs that cannot train as they are: those with an empty side, and those too long.
+
+    Args:
+        source_ids: (N, None) ragged source ids.
+        target_ids: (N, None) ragged target ids.
+        max_length: the longest side allowed, the target counted with its
+            BOS or EOS.
+
+    Returns:
+        (empty, too long), two (N,) bool tensors: pairs with a side of no
+        tokens, and the others with a side over `max_length` (the target
+        with its BOS or EOS).
+    """
     source_lengths = source_ids.row_lengths()
     target_lengths = target_ids.row_lengths() + 1
     empty = tf.equal(source_lengths, 0) | tf.equal(target_lengths, 1)
@@ -261,12 +318,25 @@ def unfit_pairs(source_ids, target_ids, max_length):
 
 
 def kept_pairs(source_ids, target_ids, max_length, over_long="drop"):
-    """The pairs of two (N, None) ragged id tensors that train, in order:
-    without an empty side, and without a side over `max_length` ("drop") or
-    cut to it ("truncate"; the target leaves room for its BOS or EOS).
-    -> (source ids, target ids, lengths): a pair's length is its longer
-    side's, the target counted with BOS, as `window_batches` buckets it.
-    Runs eagerly and in tf.data's graphs."""
+    """Keeps the pairs of two (N, None) ragged id tensors that train, in order.
+
+    Those kept have no empty side, and no side over `max_length` ("drop") or
+    are cut to it ("truncate"; the target leaves room for its BOS or EOS).
+    Runs eagerly and in tf.data's graphs.
+
+    Args:
+        source_ids: (N, None) ragged source ids.
+        target_ids: (N, None) ragged target ids.
+        max_length: the longest side kept, the target counted with its BOS
+            or EOS.
+        over_long: "drop" pairs over `max_length`; any other value (e.g.
+            "truncate") cuts them to it. Defaults to "drop".
+
+    Returns:
+        (source ids, target ids, lengths) of the kept pairs: a pair's length
+        is its longer side's, the target counted with BOS, as
+        `window_batches` buckets it.
+    """
     empty, too_long = unfit_pairs(source_ids, target_ids, max_length)
     keep = ~empty & (~too_long if over_long == "drop" else True)
     source_ids = tf.ragged.boolean_mask(source_ids, keep)[:, :max_length]
@@ -276,14 +346,34 @@ def kept_pairs(source_ids, target_ids, max_length, over_long="drop"):
 
 
 def bucket_batch_sizes(boundaries, token_budget):
-    """Rows of each bucket's batches: bucket i holds lengths in
-    [edge[i-1], edge[i]) and is padded to edge[i] - 1, so it takes
-    token_budget // (edge[i] - 1) rows."""
+    """Sizes each bucket's batches to the token budget.
+
+    Bucket i holds lengths in [edge[i-1], edge[i]) and is padded to
+    edge[i] - 1, so it takes token_budget // (edge[i] - 1) rows.
+
+    Args:
+        boundaries: the buckets' edges.
+        token_budget: padded tokens per batch (per side).
+
+    Returns:
+        A list of the rows of each bucket's batches, each at least 1.
+    """
     return [max(1, token_budget // max(edge - 1, 1)) for edge in boundaries]
 
 
 def check_boundaries(boundaries, max_length):
-    """`boundaries`, checked to leave no kept length outside the last bucket."""
+    """Checks that `boundaries` leave no kept length outside the last bucket.
+
+    Args:
+        boundaries: the buckets' edges, as a list.
+        max_length: the longest padded pair length kept.
+
+    Returns:
+        `boundaries`, unchanged.
+
+    Raises:
+        ValueError: if the last boundary is not greater than `max_length`.
+    """
     if boundaries[-1] <= max_length:
         raise ValueError(
             f"The last bucket boundary ({boundaries[-1]}) must be > `max_length` ({max_length})."
@@ -293,12 +383,9 @@ def check_boundaries(boundaries, max_length):
 
 def window_batches(source_ids, target_ids, boundaries, batch_sizes, drop_remainder=False, pad_remainder=False,
                    order=None):
-    """The model batches ({"source_ids", "target_ids"}, labels) of a window
-    of pairs (two (N, None) ragged id tensors that fit the last bucket),
-    coming in the order `order` (indices; default: as they are), made with
-    whole-window tensor ops and no copy of the window.
+    """Makes the model batches ({"source_ids", "target_ids"}, labels) of a window of pairs.
 
-    A pair's length is its longer side's, the target with BOS. Bucket i
+    Whole-window tensor ops, no copy of the window. A pair's length is its longer side's, the target with BOS. Bucket i
     holds lengths in [edge[i-1], edge[i]) and its batches take
     `batch_sizes[i]` pairs in the order they come, padded with PAD to
     edge[i] - 1; a batch is emitted as its last pair comes, and the
@@ -308,6 +395,20 @@ def window_batches(source_ids, target_ids, boundaries, batch_sizes, drop_remaind
     (decoder input) and EOS (labels). `drop_remainder` leaves the
     remainders out; `pad_remainder` pads them with all-PAD rows to their
     bucket's batch size (one shape per bucket, for XLA).
+
+    Args:
+        source_ids: (N, None) ragged source ids, pairs that fit the last bucket.
+        target_ids: (N, None) ragged target ids, parallel to `source_ids`.
+        boundaries: the buckets' edges.
+        batch_sizes: the rows of each bucket's batches (`bucket_batch_sizes`).
+        drop_remainder: leave each bucket's remainder out. Defaults to False.
+        pad_remainder: pad each bucket's remainder with all-PAD rows to the
+            bucket's batch size. Defaults to False.
+        order: the indices of the pairs in the order they come. Defaults to
+            None (as they are).
+
+    Returns:
+        A tf.data.Dataset of ({"source_ids", "target_ids"}, labels) batches.
     """
     edges = tf.constant(boundaries, tf.int64)
     sizes = tf.constant(batch_sizes, tf.int64)
@@ -342,7 +443,14 @@ def window_batches(source_ids, target_ids, boundaries, batch_sizes, drop_remaind
 
 
 def padding_fraction(dataset):
-    """Share of PAD among the label positions of one pass over `dataset`."""
+    """Measures the share of PAD among the label positions of one pass over `dataset`.
+
+    Args:
+        dataset: a dataset of (inputs, labels) batches.
+
+    Returns:
+        The fraction of label positions that are PAD, a float.
+    """
     real = total = 0
     for _, labels in dataset:
         real += int(tf.math.count_nonzero(labels))

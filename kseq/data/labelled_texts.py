@@ -10,10 +10,12 @@ grow with the corpus and a resumed run sees the batches an uninterrupted
 one would.
 """
 
+import numpy as np
 import tensorflow as tf
 
 from kseq._validation import check_positive_int
-from kseq.data.streaming import parse_lines, row_count, streamed_examples, windows_per_epoch
+from kseq.data.streaming import count_batches, parse_lines, row_count, streamed_examples, windows_per_epoch
+from kseq.data.text_pairs import add_specials, bucket_by_target_length
 from kseq.special_ids import PAD_ID
 
 
@@ -114,3 +116,69 @@ def describe_epoch(scan, batch_size, shuffle_buffer):
     shuffled = ("one window: shuffled whole" if windows == 1 else
                 f"{windows:,} windows of {shuffle_buffer:,} texts, each shuffled whole")
     return f"{about}{batches:,} batches of {batch_size} per epoch, in {shuffled}"
+
+
+def generation_examples(texts, class_ids, tokenizer, max_length):
+    """Tokenizes labelled texts into a conditioned generator's examples, leaving out long ones.
+
+    A text of `max_length` pieces or more (EOS included) is left out rather
+    than cut: a cut one would teach the model to stop mid-sentence.
+
+    Args:
+        texts: (N,) strings.
+        class_ids: (N,) int32 class ids of the texts.
+        tokenizer: the text tokenizer.
+        max_length: the model's length in pieces, EOS included.
+
+    Returns:
+        (class ids, BOS + pieces, pieces + EOS) of the texts kept, the last
+        two ragged.
+    """
+    pieces = tokenizer.tokenize(texts)
+    keep = pieces.row_lengths() < max_length
+    return (tf.boolean_mask(class_ids, keep), *add_specials(tf.ragged.boolean_mask(pieces, keep)))
+
+
+def bucketed_generation_batches(batch_size, boundaries):
+    """Makes the batching rule of `labelled_dataset` for windows of `generation_examples`.
+
+    Examples of similar length batch together (`bucket_by_target_length`).
+
+    Args:
+        batch_size: examples a batch, in every bucket.
+        boundaries: target lengths where batches are cut, ascending.
+
+    Returns:
+        (batch_count, batches), the functions `streamed_examples` takes.
+    """
+
+    def batch_count(window):
+        return count_batches(window[2].row_lengths(), boundaries, [batch_size] * (len(boundaries) + 1))
+
+    def batches(window, order):
+        class_ids, target_in, target_out = (tf.gather(part, order) for part in window)
+        examples = tf.data.Dataset.from_tensor_slices(((class_ids, target_in), target_out))
+        return bucket_by_target_length(examples, boundaries, batch_size)
+
+    return batch_count, batches
+
+
+def held_out_generation_batches(texts, class_ids, tokenizer, max_length, batch_size, boundaries):
+    """Makes a held-out split's batches for a conditioned generator, in order, bucketed by length.
+
+    Args:
+        texts: the split's texts.
+        class_ids: their class ids.
+        tokenizer: the text tokenizer.
+        max_length: the model's length in pieces (`generation_examples`).
+        batch_size: examples a batch, in every bucket.
+        boundaries: target lengths where batches are cut, ascending.
+
+    Returns:
+        (batches of ((class ids (B,), BOS + pieces (B, T)), pieces + EOS
+        (B, T)), how many texts it kept).
+    """
+    class_ids, target_in, target_out = generation_examples(
+        list(texts), tf.constant(np.asarray(class_ids, np.int32)), tokenizer, max_length)
+    examples = tf.data.Dataset.from_tensor_slices(((class_ids, target_in), target_out))
+    return bucket_by_target_length(examples, boundaries, batch_size).prefetch(tf.data.AUTOTUNE), int(class_ids.shape[0])

@@ -45,21 +45,53 @@ WINDOW_SEED_STRIDE = 1 << 32
 
 
 def windows_per_epoch(line_counts, shuffle_buffer, shards=1):
-    """Windows in one epoch of files with these line counts, each worker of
-    `shards` taking every `shards`-th line into windows of about
-    `shuffle_buffer` pairs (the same count for every worker)."""
+    """Counts the windows in one epoch of files with these line counts.
+
+    Each worker of `shards` takes every `shards`-th line into windows of
+    about `shuffle_buffer` pairs; the count is the same for every worker.
+
+    Args:
+        line_counts: the lines of each file.
+        shuffle_buffer: pairs a window holds (per worker).
+        shards: the number of workers. Defaults to 1.
+
+    Returns:
+        The windows per epoch, an int of at least 1.
+    """
     chunks = sum(math.ceil(count / CHUNK_LINES) for count in line_counts)
     return max(1, math.ceil(chunks / chunks_per_window(shuffle_buffer, shards)))
 
 
 def chunks_per_window(shuffle_buffer, shards=1):
+    """Counts the chunks of CHUNK_LINES lines that one window reads.
+
+    A worker of `shards` keeps every `shards`-th line, so a window of about
+    `shuffle_buffer` pairs per worker reads shuffle_buffer * shards lines.
+
+    Args:
+        shuffle_buffer: pairs a window holds (per worker).
+        shards: the number of workers. Defaults to 1.
+
+    Returns:
+        ceil(shuffle_buffer * shards / CHUNK_LINES), an int of at least 1.
+    """
     return max(1, math.ceil(shuffle_buffer * shards / CHUNK_LINES))
 
 
 def parse_lines(lines):
-    """(N,) raw lines -> (sources, targets, good): both sides normalized
-    (`normalize_text_op`); `good` is False for the lines `kseq.data.corpus`
-    counts as bad (not UTF-8, not exactly one tab, a blank side)."""
+    """Splits raw tab-separated lines into normalized sources and targets.
+
+    Both sides are normalized (`normalize_text_op`), after a leading
+    byte-order mark is removed.
+
+    Args:
+        lines: (N,) string tensor of raw lines.
+
+    Returns:
+        (sources, targets, good): two (N,) string tensors, and an (N,) bool
+        tensor that is False for the lines `kseq.data.corpus` counts as bad
+        (not UTF-8, not exactly one tab, a blank side).
+    """
     lines = tf.strings.regex_replace(lines, "^\ufeff", "")
     valid = tf.equal(tf.strings.unicode_transcode(lines, "UTF-8", "UTF-8", errors="replace"), lines)
     fields = tf.strings.split(lines, "\t")
@@ -255,15 +287,34 @@ def _merged(*chunks):
 
 
 def row_count(tensor):
-    """The rows of a tensor or ragged tensor, as an int64 scalar."""
+    """Counts the rows of a tensor or ragged tensor.
+
+    Args:
+        tensor: a tf.Tensor or tf.RaggedTensor.
+
+    Returns:
+        The number of rows, as an int64 scalar.
+    """
     if isinstance(tensor, tf.RaggedTensor):
         return tensor.nrows(out_type=tf.int64)
     return tf.shape(tensor, out_type=tf.int64)[0]
 
 
 def count_batches(lengths, boundaries, batch_sizes):
-    """The batches `window_batches` makes of pairs of these (padded) lengths:
-    each bucket's full batches and its remainder."""
+    """Counts the batches `window_batches` makes of pairs of these (padded) lengths.
+
+    Each bucket gives its full batches and its remainder (no remainder is
+    dropped).
+
+    Args:
+        lengths: the pairs' padded lengths (a pair's longer side, the target
+            counted with BOS).
+        boundaries: the buckets' edges.
+        batch_sizes: the rows of each bucket's batches (`bucket_batch_sizes`).
+
+    Returns:
+        The number of batches, an int64 scalar.
+    """
     buckets = tf.searchsorted(tf.constant(boundaries, tf.int64), tf.cast(lengths, tf.int64), side="right")
     counts = tf.math.bincount(tf.cast(buckets, tf.int32), minlength=len(batch_sizes), dtype=tf.int64)
     return tf.reduce_sum(-(-counts // tf.constant(batch_sizes, tf.int64)))
@@ -301,8 +352,33 @@ class StreamReport:
 
 def estimate_epoch(scan, source_tokenizer, target_tokenizer, token_budget=4096, max_length=128, boundaries=None,
                    shuffle_buffer=250_000, over_long="drop", pad_remainder=False):
-    """A `StreamReport` of one epoch of `streamed_pair_dataset` on `scan`
-    with these settings, counted on the scan's sample (tokenized here)."""
+    """Estimates one epoch of `streamed_pair_dataset` on `scan` with these settings.
+
+    The counts come from the scan's sample (tokenized here), scaled to the
+    corpus; they are exact where the sample holds every pair and one window
+    the whole epoch.
+
+    Args:
+        scan: the corpus (`kseq.data.corpus.scan_corpus`), whose `sample`
+            is counted.
+        source_tokenizer, target_tokenizer: kseq tokenizers.
+        token_budget: padded tokens per batch (per side). Defaults to 4096.
+        max_length: the longest source, or target with BOS/EOS, kept.
+            Defaults to 128.
+        boundaries: bucket edges. Defaults to None (`default_boundaries`).
+        shuffle_buffer: pairs a window holds. Defaults to 250_000.
+        over_long: "drop" pairs over `max_length`, or "truncate" them.
+            Defaults to "drop".
+        pad_remainder: pad each bucket's last batch to its batch size.
+            Defaults to False.
+
+    Returns:
+        A `StreamReport` of the epoch.
+
+    Raises:
+        ValueError: if the last boundary is not greater than `max_length`,
+            or the scan's sample is empty.
+    """
     boundaries = check_boundaries(list(boundaries or default_boundaries(max_length)), max_length)
     batch_sizes = bucket_batch_sizes(boundaries, token_budget)
     source_ids, target_ids = tokenize_pairs(*scan.sample, source_tokenizer, target_tokenizer)

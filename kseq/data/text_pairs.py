@@ -66,3 +66,21 @@ def text_pair_dataset(
     if shuffle:
         dataset = dataset.shuffle(len(sources), seed=seed, reshuffle_each_iteration=True)
     return batch(dataset).prefetch(tf.data.AUTOTUNE)
+
+
+def bucket_by_target_length(examples, boundaries, batch_size):
+    """Batches examples of similar label length, each batch padded to its own longest row.
+
+    Args:
+        examples: a dataset of (inputs, labels), `inputs` a tuple whose last
+            element and `labels` are ragged rows (target ids).
+        boundaries: label lengths where batches are cut, ascending.
+        batch_size: examples a batch, in every bucket.
+
+    Returns:
+        The dataset of padded batches, PAD (0) after each row's end.
+    """
+    # Rows of a ragged tensor come out ragged; padded batches need them dense.
+    dense = examples.map(lambda inputs, labels: ((*inputs[:-1], tf.identity(inputs[-1])), tf.identity(labels)))
+    return dense.bucket_by_sequence_length(lambda inputs, labels: tf.shape(labels)[0], boundaries,
+                                           [batch_size] * (len(boundaries) + 1))

@@ -12,7 +12,17 @@ from kseq._validation import check_float, check_positive_int
 
 
 def length_penalty(length, alpha):
-    """GNMT's ((5 + |Y|) / 6) ** alpha; scores are log P(Y) / penalty."""
+    """Computes GNMT's length penalty ((5 + |Y|) / 6) ** alpha.
+
+    Hypotheses are scored log P(Y) / penalty.
+
+    Args:
+        length: |Y|, the hypotheses' lengths (any shape; cast to float32).
+        alpha: the penalty's exponent; 0 makes every penalty 1.
+
+    Returns:
+        float32 penalties of `length`'s shape.
+    """
     return tf.pow((5.0 + tf.cast(length, tf.float32)) / 6.0, alpha)
 
 

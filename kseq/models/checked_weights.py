@@ -16,6 +16,20 @@ class CheckedWeightLoading:
     "could not be loaded". (`.weights.h5` files hold no configuration.)"""
 
     def load_weights(self, filepath, skip_mismatch=False, **kwargs):
+        """Loads weights as keras does, naming the saved class and arguments when they differ.
+
+        Args:
+            filepath: a `.keras` or `.weights.h5` file.
+            skip_mismatch: skip layers whose weights do not match. Defaults to False.
+            **kwargs: keras' other `load_weights` arguments.
+
+        Returns:
+            What keras' `load_weights` returns.
+
+        Raises:
+            ValueError: if the weights do not fit this model; for a `.keras`
+                file, the message names its class and the arguments that differ.
+        """
         try:
             return super().load_weights(filepath, skip_mismatch=skip_mismatch, **kwargs)
         except ValueError as error:

@@ -154,10 +154,24 @@ class ConditionedGenerator(Generator, KseqModel):
     # The condition ----------------------------------------------------------
 
     def check_condition(self, condition, name="condition"):
-        """Checks a batch of conditions; returns (B, N) float32 vectors or
-        (B,) int32 class ids. Shapes and dtypes raise ValueError at once;
-        class ids outside [0, K) too when eager, as a runtime assertion with
-        the same message inside a traced function."""
+        """Checks a batch of conditions: class ids or feature vectors, as the model takes.
+
+        Shapes and dtypes raise at once; class ids outside [0, K) too when
+        eager, as a runtime assertion with the same message inside a traced
+        function.
+
+        Args:
+            condition: (B,) int class ids (a model with `num_classes`) or
+                (B, N) float vectors (a model with `condition_dim` N).
+            name: the argument's name, for messages. Defaults to "condition".
+
+        Returns:
+            (B,) int32 class ids or (B, N) float32 vectors.
+
+        Raises:
+            ValueError: if `condition` is ragged or sparse, or of the wrong
+                dtype, rank, width or class range.
+        """
         if isinstance(condition, (tf.RaggedTensor, tf.SparseTensor)):
             raise ValueError(f"`{name}` must be a dense tensor; got a {type(condition).__name__}.")
         condition = as_id_array(condition, name)
@@ -188,10 +202,22 @@ class ConditionedGenerator(Generator, KseqModel):
         return ops.cast(condition, "float32")
 
     def pack_condition(self, condition, name="condition"):
-        """Conditions as the (B, S) int32 ids that `begin_decoding` (hence
-        `search`) reads: class ids as one column (B, 1), float vectors bit
-        for bit (their float32 bits read as int32, (B, N)). Generation is
-        traced once for (B, S) int32 inputs, whatever the condition."""
+        """Packs conditions as the (B, S) int32 ids that `begin_decoding` (hence `search`) reads.
+
+        Class ids become one column (B, 1), float vectors travel bit for bit
+        (their float32 bits read as int32, (B, N)): generation is traced once
+        for (B, S) int32 inputs, whatever the condition.
+
+        Args:
+            condition: class ids or feature vectors, as `check_condition` takes.
+            name: the argument's name, for messages. Defaults to "condition".
+
+        Returns:
+            (B, 1) or (B, N) int32 ids.
+
+        Raises:
+            ValueError: as `check_condition`.
+        """
         condition = self.check_condition(condition, name)
         if self.num_classes is not None:
             return condition[:, None]
@@ -236,8 +262,16 @@ class ConditionedGenerator(Generator, KseqModel):
         return self.pack_condition(condition)
 
     def begin_decoding(self, condition_ids, max_length):
-        """(B, S) packed conditions (`pack_condition`) -> (state {"rnn": per
-        layer [h(, c)], "context": z when peeky}, BOS for every row)."""
+        """Starts decoding from packed conditions: the decoder state and BOS for every row.
+
+        Args:
+            condition_ids: (B, S) packed conditions, from `pack_condition`.
+            max_length: unused: the recurrent state has fixed shapes.
+
+        Returns:
+            (state, start_tokens): {"rnn": per layer [h(, c)], "context": z
+            when peeky}, and (B,) int32 BOS ids.
+        """
         z = self._condition_vector(self._unpack_condition(condition_ids))
         state = self.decoder.initial_decoding_state(
             self._initial_states(z), context=z if self.peeky else None
@@ -245,12 +279,28 @@ class ConditionedGenerator(Generator, KseqModel):
         return state, tf.fill(tf.shape(condition_ids)[:1], BOS_ID)
 
     def step_with_attention(self, token_ids, state, index):
-        """(B,) previous tokens -> (logits (B, V), state, None: no attention).
-        `index` is unused: the recurrent state knows the position."""
+        """Runs one decoding step of the recurrent decoder.
+
+        Args:
+            token_ids: (B,) the previous tokens.
+            state: the decoding state.
+            index: unused: the recurrent state knows the position.
+
+        Returns:
+            (logits, state, None): (B, V) next-token logits, the new state, and
+            no attention.
+        """
         features, state, _ = self.decoder.step(self.embedding(token_ids), state)
         return self.output_projection(features), state, None
 
     def reorder_state(self, state, indices):
-        """Reorders the recurrent states only: z is the same for every beam
-        of a row."""
+        """Reorders the recurrent states only: z is the same for every beam of a row.
+
+        Args:
+            state: the decoding state.
+            indices: (R,) int32 rows to take.
+
+        Returns:
+            The state with its "rnn" states reordered.
+        """
         return dict(state, rnn=gather_beams(state["rnn"], indices))

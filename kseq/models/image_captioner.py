@@ -122,7 +122,7 @@ class ImageCaptioner(Generator, KseqModel):
 
     @property
     def grid_shape(self):
-        """(H', W'): the encoder's grid, over which attention weights lie."""
+        """The encoder's grid (H', W'), over which the attention weights lie."""
         self._ensure_built()
         return self.encoder.grid_shape
 
@@ -161,8 +161,21 @@ class ImageCaptioner(Generator, KseqModel):
     # The image --------------------------------------------------------------
 
     def check_images(self, images, name="images"):
-        """Checks a batch of images; returns them as (B, H, W, 3) float32 in
-        [0, 1] (uint8 and other integer images are divided by 255)."""
+        """Checks a batch of images and gives them as float32 pixels in [0, 1].
+
+        uint8 and other integer images are divided by 255.
+
+        Args:
+            images: (B, H, W, 3) RGB images of the model's `image_size`.
+            name: the argument's name, for messages. Defaults to "images".
+
+        Returns:
+            (B, H, W, 3) float32 images.
+
+        Raises:
+            ValueError: if `images` is ragged or sparse, not (B, size, size, 3),
+                or of a dtype that is neither float nor integer.
+        """
         if isinstance(images, (tf.RaggedTensor, tf.SparseTensor)):
             raise ValueError(f"`{name}` must be a dense tensor; got a {type(images).__name__}.")
         images = as_id_array(images, name)
@@ -185,9 +198,21 @@ class ImageCaptioner(Generator, KseqModel):
         return ops.cast(images, "float32")
 
     def pack_images(self, images, name="images"):
-        """Images as the (B, S) int32 ids that `begin_decoding` (hence
-        `search`) reads: their float32 bits, (B, H*W*3). Generation is
-        traced once for (B, S) int32 inputs, as for the other models."""
+        """Packs images as the (B, S) int32 ids that `begin_decoding` (hence `search`) reads.
+
+        The ids are the images' float32 bits: generation is traced once for
+        (B, S) int32 inputs, as for the other models.
+
+        Args:
+            images: images as `check_images` takes.
+            name: the argument's name, for messages. Defaults to "images".
+
+        Returns:
+            (B, H*W*3) int32 ids.
+
+        Raises:
+            ValueError: as `check_images`.
+        """
         images = self.check_images(images, name)
         return tf.reshape(tf.bitcast(images, tf.int32), [tf.shape(images)[0], -1])
 
@@ -196,7 +221,17 @@ class ImageCaptioner(Generator, KseqModel):
         return tf.reshape(tf.bitcast(ids, tf.float32), [-1, size, size, 3])
 
     def encode(self, images, training=False):
-        """Checked (B, H, W, 3) float images -> {"grid": (B, S, D), "z": (B, Z)}."""
+        """Encodes images into the grid of features the decoder attends over, and a summary z.
+
+        Args:
+            images: (B, H, W, 3) float images, checked (`check_images`).
+            training: whether dropout and batch statistics are in training
+                mode. Defaults to False.
+
+        Returns:
+            {"grid": (B, S, D) features of the S = H' * W' cells, "z": (B, Z)
+            the pooled vector that starts the decoder}.
+        """
         self._ensure_built()
         features = self.encoder(ops.cast(images, self.compute_dtype), training=training)  # (B, H', W', D)
         shape = ops.shape(features)
@@ -239,33 +274,68 @@ class ImageCaptioner(Generator, KseqModel):
         return self.pack_images(images)
 
     def begin_decoding(self, image_ids, max_length):
-        """(B, S) packed images (`pack_images`) -> (state {"rnn", and
-        "memory"/"keys"/"memory_mask" with attention, "context" when
-        peeky}, BOS for every row)."""
+        """Starts decoding from packed images: the decoder state and BOS for every row.
+
+        Args:
+            image_ids: (B, S) packed images, from `pack_images`.
+            max_length: unused: the recurrent state has fixed shapes.
+
+        Returns:
+            (state, start_tokens): {"rnn", and "memory"/"keys"/"memory_mask"
+            with attention, "context" when peeky}, and (B,) int32 BOS ids.
+        """
         state = self.decoder.initial_decoding_state(
             **self._decoder_args(self.encode(self._unpack_images(image_ids))))
         return state, tf.fill(tf.shape(image_ids)[:1], BOS_ID)
 
     def step_with_attention(self, token_ids, state, index):
-        """(B,) previous tokens -> (logits (B, V), state, attention (B, S)
-        over the grid cells, or None). `index` is unused: the recurrent
-        state knows the position."""
+        """Runs one decoding step, with its attention over the grid cells.
+
+        Args:
+            token_ids: (B,) the previous tokens.
+            state: the decoding state.
+            index: unused: the recurrent state knows the position.
+
+        Returns:
+            (logits, state, attention): (B, V) next-token logits, the new
+            state, and (B, S) attention over the grid cells, or None without
+            attention.
+        """
         features, state, weights = self.decoder.step(self.embedding(token_ids), state)
         return self.output_projection(features), state, weights
 
     def reorder_state(self, state, indices):
-        """Reorders the recurrent states only: the grid and z are the same
-        for every beam of a row."""
+        """Reorders what the steps change only: the grid and z are the same for every beam of a row.
+
+        Args:
+            state: the decoding state.
+            indices: (R,) int32 rows to take.
+
+        Returns:
+            The state with its varying part reordered.
+        """
         return dict(state, **gather_beams(self.decoder.varying_state(state), indices))
 
     # Attention over the image ------------------------------------------------
 
     def caption_attention(self, images, caption_ids):
-        """(B, T, H', W') float32: the attention over the grid of each token
-        of `caption_ids` (B, T) (no BOS, e.g. `generate`'s output), at the
-        step that emitted it; 0 after a row's EOS. The searches run the same
-        steps, so these are the weights each generated word was chosen with.
-        A Python loop of T steps: for plots and checks of a few images."""
+        """Gives each caption token's attention over the image grid, at the step that emitted it.
+
+        The searches run the same steps, so these are the weights each
+        generated word was chosen with. A Python loop of T steps: for plots
+        and checks of a few images.
+
+        Args:
+            images: (B, H, W, 3) images, as `check_images` takes.
+            caption_ids: (B, T) int ids without BOS, e.g. `generate`'s output.
+
+        Returns:
+            (B, T, H', W') float32 weights, 0 after a row's EOS.
+
+        Raises:
+            ValueError: if the model has no attention, or the inputs are not
+                valid images and ids.
+        """
         if not self.has_attention:
             raise ValueError("caption_attention needs a model with `attention`; this one has attention=None.")
         caption_ids = check_token_ids(caption_ids, "caption_ids", self.vocab_size)
@@ -277,9 +347,20 @@ class ImageCaptioner(Generator, KseqModel):
         return tf.reshape(weights, [tf.shape(weights)[0], tf.shape(weights)[1], *self.grid_shape])
 
     def generate_with_attention(self, images, **options):
-        """{"ids": `generate(images, **options)` (B, T'), "attention": (B,
-        T', H', W') each word's attention over the grid}. Options as
-        `generate` (one hypothesis per row; no `return_scores`)."""
+        """Captions images and gives each word's attention over the grid with it.
+
+        Args:
+            images: (B, H, W, 3) images, as `check_images` takes.
+            **options: `generate`'s options (one hypothesis per row).
+
+        Returns:
+            {"ids": (B, T') `generate(images, **options)`, "attention":
+            (B, T', H', W') each word's attention over the grid}.
+
+        Raises:
+            ValueError: if `return_scores` or `num_return` other than 1 is
+                asked, or as `caption_attention`.
+        """
         if options.get("return_scores") or options.get("num_return", 1) != 1:
             raise ValueError("generate_with_attention returns one caption per image: leave out "
                              "`return_scores` and `num_return`.")
@@ -287,8 +368,18 @@ class ImageCaptioner(Generator, KseqModel):
         return {"ids": ids, "attention": self.caption_attention(images, ids)}
 
     def attention_weights(self, inputs):
-        """(B, T, S) attention of each teacher-forced step over the grid
-        cells, for {"images", "target_ids"} (target_ids starting with BOS)."""
+        """Gives the attention of each teacher-forced step over the grid cells.
+
+        Args:
+            inputs: {"images": (B, H, W, 3), "target_ids": (B, T) int ids
+                starting with BOS}.
+
+        Returns:
+            (B, T, S) attention weights over the S grid cells.
+
+        Raises:
+            ValueError: if `inputs` is not such a dict, or the model has no attention.
+        """
         images, target_ids = self._split_inputs(inputs)
         if not self.has_attention:
             raise ValueError("attention_weights needs a model with `attention`; this one has attention=None.")

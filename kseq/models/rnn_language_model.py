@@ -167,15 +167,26 @@ class RNNLanguageModel(Generator, KseqModel):
             self._streams.active = previous
 
     def reset_streams(self, name=None):
-        """Zeroes the carried state of streams `name` (None: all)."""
+        """Zeroes the carried state of one set of streams, or of all.
+
+        Args:
+            name: the streams, e.g. "train" or "eval". Defaults to None (all).
+        """
         for stream_name, layers in self._streams.variables.items():
             if name in (None, stream_name):
                 for variable in tf.nest.flatten(layers):
                     variable.assign(tf.zeros_like(variable))
 
     def carried_state(self, name):
-        """Streams `name`'s state: per layer, per state tensor (h, c), a list
-        of each replica's (B / R, U) numpy array."""
+        """Reads the carried state of a set of streams, e.g. to save it.
+
+        Args:
+            name: the streams, e.g. "train" or "eval".
+
+        Returns:
+            Per layer, per state tensor (h, c), a list of each replica's
+            (B / R, U) numpy array.
+        """
         strategy = self.distribute_strategy
         return [
             [[value.numpy() for value in strategy.experimental_local_results(variable)]
@@ -184,7 +195,12 @@ class RNNLanguageModel(Generator, KseqModel):
         ]
 
     def set_carried_state(self, name, state):
-        """Writes streams `name`'s state, in the form `carried_state` returns."""
+        """Writes the carried state of a set of streams, e.g. to resume.
+
+        Args:
+            name: the streams, e.g. "train" or "eval".
+            state: the state in the form `carried_state` returns.
+        """
         strategy = self.distribute_strategy
         for layer_variables, layer_state in zip(self._streams.variables[name], state):
             for variable, values in zip(layer_variables, layer_state):
@@ -192,10 +208,22 @@ class RNNLanguageModel(Generator, KseqModel):
                     local.assign(value)
 
     def fit(self, x=None, y=None, *args, callbacks=None, **kwargs):
-        """keras' `fit`, zeroing the carried train state as each epoch
-        begins, unless a callback with `resets_train_streams = True` takes
-        that over (`kseq.training.loop.fit.CarriedStreams`, which resets
-        where data epochs begin when fit's epochs are evaluation periods)."""
+        """Trains as keras' `fit`, zeroing the carried train state as each epoch begins.
+
+        A callback with `resets_train_streams = True` can take the zeroing
+        over (`kseq.training.loop.fit.CarriedStreams`, which resets where
+        data epochs begin when fit's epochs are evaluation periods).
+
+        Args:
+            x: the training data, as keras' `fit` takes it. Defaults to None.
+            y: targets, as keras' `fit` takes them. Defaults to None.
+            *args: keras' other positional arguments.
+            callbacks: keras callbacks. Defaults to None.
+            **kwargs: keras' other `fit` arguments.
+
+        Returns:
+            keras' History.
+        """
         if not self.carry_state:
             return super().fit(x, y, *args, callbacks=callbacks, **kwargs)
         callbacks = list(callbacks or [])
@@ -206,6 +234,17 @@ class RNNLanguageModel(Generator, KseqModel):
             return super().fit(x, y, *args, callbacks=callbacks, **kwargs)
 
     def evaluate(self, x=None, y=None, *args, **kwargs):
+        """Evaluates as keras' `evaluate`, on eval streams zeroed first.
+
+        Args:
+            x: the evaluation data, as keras' `evaluate` takes it. Defaults to None.
+            y: targets, as keras' `evaluate` takes them. Defaults to None.
+            *args: keras' other positional arguments.
+            **kwargs: keras' other `evaluate` arguments.
+
+        Returns:
+            What keras' `evaluate` returns.
+        """
         if not self.carry_state:
             return super().evaluate(x, y, *args, **kwargs)
         with self.streaming("eval", _stream_count(x, self.distribute_strategy)):
@@ -218,9 +257,18 @@ class RNNLanguageModel(Generator, KseqModel):
         return check_token_ids(prompt_ids, "prompt_ids", self.vocab_size)
 
     def begin_decoding(self, prompt_ids, max_length):
-        """Reads each right-padded prompt row up to its last real token, which
-        the first step reads (an empty row starts from EOS, the start of a
-        document): (state {"rnn": per layer [h(, c)]}, those tokens)."""
+        """Reads each right-padded prompt row up to its last real token, which the first step reads.
+
+        An empty row starts from EOS, the start of a document.
+
+        Args:
+            prompt_ids: (B, S) int prompt ids, right-padded with PAD.
+            max_length: unused: the recurrent state has fixed shapes.
+
+        Returns:
+            (state, start_tokens): {"rnn": per layer [h(, c)]}, and (B,) each
+            row's last real token.
+        """
         mask = padding_mask(prompt_ids)
         lengths = tf.reduce_sum(tf.cast(mask, tf.int32), axis=1)
         before_last = tf.range(tf.shape(prompt_ids)[1])[None, :] < (lengths - 1)[:, None]
@@ -229,7 +277,17 @@ class RNNLanguageModel(Generator, KseqModel):
         return {"rnn": states}, tf.where(lengths > 0, last, EOS_ID)
 
     def step_with_attention(self, token_ids, state, index):
-        """(B,) tokens -> (next-token logits (B, V), state, None: no attention)."""
+        """Runs one step of the language model.
+
+        Args:
+            token_ids: (B,) the previous tokens.
+            state: {"rnn": per layer [h(, c)]}.
+            index: unused: the recurrent state knows the position.
+
+        Returns:
+            (logits, state, None): (B, V) next-token logits, the new state,
+            and no attention.
+        """
         x = self.embedding(token_ids)
         new_states = []
         for layer, layer_states in zip(self.rnn_layers, state["rnn"]):

@@ -147,7 +147,16 @@ class RNNSeq2Seq(Seq2Seq):
         self.built = True
 
     def encode(self, source_ids, training=False):
-        """(B, S) ids -> {"memory": (B, S, U'), "states": per layer [h(, c)]}."""
+        """Encodes sources: the memory attention reads and the final states.
+
+        Args:
+            source_ids: (B, S) int ids, right-padded with PAD.
+            training: whether dropout is active. Defaults to False.
+
+        Returns:
+            {"memory": (B, S, U') outputs in source order, "states": per layer
+            [h(, c)]}.
+        """
         self._ensure_built()
         mask = padding_mask(source_ids)
         if self.reverse_source:
@@ -174,14 +183,32 @@ class RNNSeq2Seq(Seq2Seq):
         }
 
     def initial_state(self, encoder_outputs, source_padding_mask, max_length=None):
-        """Decoder state: bridged encoder states, plus the source for attention."""
+        """Makes the decoder state: bridged encoder states, plus the source for attention.
+
+        Args:
+            encoder_outputs: `encode`'s outputs.
+            source_padding_mask: (B, S) bool, True at real source tokens.
+            max_length: unused: the recurrent state has fixed shapes. Defaults to None.
+
+        Returns:
+            The decoder's state (`RNNDecoder.initial_decoding_state`).
+        """
         return self.decoder.initial_decoding_state(
             **self._decoder_args(encoder_outputs, source_padding_mask)
         )
 
     def step_with_attention(self, token_ids, state, index):
-        """(B,) previous tokens -> (logits (B, V), state, attention (B, S) or
-        None). `index` is unused: the recurrent state knows the position."""
+        """Runs one decoding step, with its attention over the source.
+
+        Args:
+            token_ids: (B,) the previous tokens.
+            state: the decoding state.
+            index: unused: the recurrent state knows the position.
+
+        Returns:
+            (logits, state, attention): (B, V) next-token logits, the new
+            state, and (B, S) attention, or None without attention.
+        """
         features, state, weights = self.decoder.step(self.target_embedding(token_ids), state)
         return self.output_projection(features), state, weights
 
@@ -190,9 +217,17 @@ class RNNSeq2Seq(Seq2Seq):
         return self.attention is not None
 
     def reorder_state(self, state, indices):
-        """Reorders what the steps change (recurrent states, the input-fed
-        vector) only: the source memory and context are the same for every
-        beam of a row."""
+        """Reorders what the steps change (recurrent states, the input-fed vector) only.
+
+        The source memory and context are the same for every beam of a row.
+
+        Args:
+            state: the decoding state.
+            indices: (R,) int32 rows to take.
+
+        Returns:
+            The state with its varying part reordered.
+        """
         return dict(state, **gather_beams(self.decoder.varying_state(state), indices))
 
     def _decoder_inputs(self, source_ids, target_ids, training):

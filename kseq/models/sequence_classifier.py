@@ -143,7 +143,17 @@ class SequenceClassifier(KseqModel):
         return self.classifier(self.dropout_layer(features, training=training))
 
     def pooling_weights(self, token_ids):
-        """(B, S) weights of attention pooling (zero on padding), for plots."""
+        """Gives the weights attention pooling puts on each token, for plots.
+
+        Args:
+            token_ids: (B, S) int ids, right-padded with PAD.
+
+        Returns:
+            (B, S) weights, zero on padding.
+
+        Raises:
+            ValueError: if the model's pooling is not "attention", or the ids are invalid.
+        """
         if self.pooling != "attention":
             raise ValueError(f"pooling_weights needs pooling='attention'; got {self.pooling!r}.")
         self._ensure_built()

@@ -185,7 +185,15 @@ class TransformerSeq2Seq(Seq2Seq):
         return ops.matmul(x, ops.transpose(table)) + ops.cast(self.output_bias, x.dtype)
 
     def encode(self, source_ids, training=False):
-        """(B, S) ids -> {"memory": (B, S, D)}."""
+        """Encodes sources through the encoder stack.
+
+        Args:
+            source_ids: (B, S) int ids, right-padded with PAD.
+            training: whether dropout is active. Defaults to False.
+
+        Returns:
+            {"memory": (B, S, D) encoder outputs}.
+        """
         self._ensure_built()
         return self._encode(source_ids, training, self._dropout_of_step(training))
 
@@ -213,12 +221,23 @@ class TransformerSeq2Seq(Seq2Seq):
         return self._project(x)
 
     def initial_state(self, encoder_outputs, source_padding_mask, max_length=None):
-        """Per decoder layer: an empty (B, H, L, D/H) self-attention cache and
-        the source's cross-attention keys/values. The cache holds L =
-        `max_length` positions (fixed shapes, as XLA needs); without
-        `max_length` it grows a step at a time inside a tf.function (each
-        step's cost then follows the positions so far) and holds the model's
-        `max_length` when run eagerly."""
+        """Makes the decoder state: per layer, a self-attention cache and the source's keys/values.
+
+        The cache holds L = `max_length` positions (fixed shapes, as XLA
+        needs); without `max_length` it grows a step at a time inside a
+        tf.function (each step's cost then follows the positions so far) and
+        holds the model's `max_length` when run eagerly.
+
+        Args:
+            encoder_outputs: `encode`'s outputs.
+            source_padding_mask: (B, S) bool, True at real source tokens.
+            max_length: L, the positions a cache holds. Defaults to None.
+
+        Returns:
+            {"source_mask": (B, S) bool, "layers": per decoder layer
+            {"cache": (B, H, L, D/H) zeroed keys/values, "memory": the
+            cross-attention keys/values}}.
+        """
         memory = encoder_outputs["memory"]
         length = self.max_length if max_length is None and tf.executing_eagerly() else max_length
         return {
@@ -227,8 +246,17 @@ class TransformerSeq2Seq(Seq2Seq):
         }
 
     def step_with_attention(self, token_ids, state, index):
-        """(B,) tokens at position `index` -> (next-token logits (B, V), state,
-        the last layer's cross-attention averaged over heads (B, S))."""
+        """Runs one decoding step through every decoder layer's cache.
+
+        Args:
+            token_ids: (B,) tokens at position `index`.
+            state: the decoding state.
+            index: the position of `token_ids`.
+
+        Returns:
+            (logits, state, attention): (B, V) next-token logits, the new
+            state, and (B, S) the last layer's cross-attention averaged over heads.
+        """
         x = self.target_embedding(ops.expand_dims(token_ids, 1), start_index=index)
         layers = []
         for block, layer_state in zip(self.decoder_blocks, state["layers"]):
@@ -239,21 +267,47 @@ class TransformerSeq2Seq(Seq2Seq):
         return self._project(x)[:, 0], dict(state, layers=layers), ops.mean(weights[:, :, 0], axis=1)
 
     def tile_state(self, state, beam_size):
-        """Tiles the self-attention caches only: the source mask and its
-        keys/values stay one a row (`TransformerDecoderBlock.step` attends
-        with a row's beams together)."""
+        """Tiles the self-attention caches only: the source mask and its keys/values stay one a row.
+
+        `TransformerDecoderBlock.step` attends with a row's beams together.
+
+        Args:
+            state: the decoding state of B rows.
+            beam_size: the beams per row.
+
+        Returns:
+            The state with caches of B * beam_size rows.
+        """
         layers = [dict(layer, cache=tile_beams(layer["cache"], beam_size)) for layer in state["layers"]]
         return dict(state, layers=layers)
 
     def select_rows(self, state, rows):
-        """Keeps the rows `rows` of the source mask and its keys/values (one
-        a row); `reorder_state` picks the caches' beams."""
+        """Keeps the rows `rows` of the source mask and its keys/values (one a row).
+
+        `reorder_state` picks the caches' beams.
+
+        Args:
+            state: the decoding state.
+            rows: (A,) int32, the rows still searching.
+
+        Returns:
+            The state, source mask and keys/values cut to A rows.
+        """
         layers = [dict(layer, memory=gather_beams(layer["memory"], rows)) for layer in state["layers"]]
         return dict(state, source_mask=tf.gather(state["source_mask"], rows), layers=layers)
 
     def reorder_state(self, state, indices):
-        """Reorders the self-attention caches only: the source mask and its
-        keys/values are the same for every beam of a row."""
+        """Reorders the self-attention caches only: the source mask and its keys/values are shared.
+
+        They are the same for every beam of a row.
+
+        Args:
+            state: the decoding state.
+            indices: (R,) int32 rows to take.
+
+        Returns:
+            The state with its caches reordered.
+        """
         layers = [
             dict(layer, cache=gather_beams(layer["cache"], indices)) for layer in state["layers"]
         ]

@@ -35,28 +35,24 @@ data, tests and export.
 
 import os
 
-import keras
 import numpy as np
 import sacrebleu
 import tensorflow as tf
 
 import kseq
 from kseq.data import scenes as scene_data
-from kseq.data.epoch_order import epoch_ordered_batches
-from kseq.data.text_pairs import add_specials
+from kseq.data.caption_batches import CAPTION_BUCKETS, caption_batches
 from kseq.data.tokenizers import tokenizer_files
 from kseq.decoding import BeamSearch
 from kseq.export.captioner import export_captioner
-from kseq.extras import missing
 from kseq.layers.rnn_decoder import ATTENTION_TYPES
 from kseq.models.image_captioner import POOLINGS
 from kseq.training import task
 from kseq.training.config import CadenceOptions, ClippingOptions, RNNOptions, option, options_parser, task_options
 from kseq.training.devices import decide_jit_compile
-from kseq.training.progress import global_step
+from kseq.training.loop import CaptionMonitor, caption_images
 from kseq.training.reporting import as_metrics, write_image_attention
 
-BUCKETS = [12, 22, 32]  # caption lengths (BOS included) where batches are cut: 1, 2, 3 shapes
 PRESETS = {
     "quick": {},  # the defaults: 2 CPU cores, 5 minutes a model
     "gpu": dict(units=512, embed_dim=128, filters="64,128,256", train_images=20000, batch_size=128,
@@ -101,14 +97,18 @@ parse_args = options_parser(Options, __doc__, PRESETS)
 def main(argv=None):
     """Trains, tests and exports the plain and/or attention captioners (`--models`).
 
+    One after the other, each resumable on its own (`train_resumably`).
+
     Args:
-        argv: the task's options; None (default) reads the command line.
+        argv: `kseq-train caption`'s arguments, e.g. ["--models", "attention", "--attention", "bahdanau"];
+            None (default) reads the command line.
 
     Returns:
-        The metrics written to `<logdir>/metrics.json`, each model's under "models".
+        The metrics written to `<logdir>/metrics.json`, each model's under "models":
+        test BLEU, content accuracy and, with attention, attention on the named shape.
     """
     options = parse_args(argv)
-    run = task.start(options, decide_jit_compile(options.jit_compile, num_shapes=len(BUCKETS) + 1,
+    run = task.start(options, decide_jit_compile(options.jit_compile, num_shapes=len(CAPTION_BUCKETS) + 1,
                                                  budget_minutes=options.max_minutes))
     data = {split: scene_data.load_scenes(split, getattr(options, f"{split}_images"), options.seed)
             for split in ("train", "valid", "test")}
@@ -141,63 +141,6 @@ def main(argv=None):
 
 
 # Data ----------------------------------------------------------------------------------
-
-
-def make_datasets(options, data, tokenizer, position):
-    """Makes every split's batches, bucketed by caption length; prints the first batch's shapes.
-
-    Every reference caption of every image comes once per epoch; the
-    training split in an order fixed by `position`'s data epoch.
-
-    Args:
-        options: the task's options (--batch-size, --seed, --epochs).
-        data: {split: scenes}.
-        tokenizer: the caption tokenizer.
-        position: the `Fit`'s training position.
-
-    Returns:
-        {split: batches of ((images (B, H, W, 3) uint8, BOS + words (B, T)),
-        words + EOS (B, T))}.
-    """
-    datasets = {split: make_dataset(scenes, tokenizer, options, position if split == "train" else None)
-                for split, scenes in data.items()}
-    (images, target_in), labels = next(iter(datasets["train"]))
-    print(f"first batch: images {tuple(images.shape)} {images.dtype.name}, target_ids "
-          f"{tuple(target_in.shape)}, labels {tuple(labels.shape)}")
-    return datasets
-
-
-def make_dataset(scenes, tokenizer, options, position=None):
-    """Makes one split's batches, bucketed by caption length.
-
-    Args:
-        scenes: the split's scenes (images and their reference captions).
-        tokenizer: the caption tokenizer.
-        options: the task's options (--batch-size, --seed, --epochs).
-        position: the training position, for the training split's epoch
-            order; None (default): one pass, in order, for a held-out split.
-
-    Returns:
-        A dataset of ((images (B, H, W, 3) uint8, BOS + words (B, T)),
-        words + EOS (B, T)).
-    """
-    references = len(scenes.captions[0])
-    target_in, target_out = add_specials(tokenizer.tokenize([c for cs in scenes.captions for c in cs]))
-    which = np.repeat(np.arange(len(scenes), dtype=np.int32), references)  # each caption's image
-    images = tf.constant(scenes.images)
-    slices = (tf.constant(which), target_in, target_out)
-
-    def batch(examples):
-        # Rows of a ragged tensor come out ragged; padded batches need them dense.
-        dense = examples.map(lambda i, inputs, labels: ((i, tf.identity(inputs)), tf.identity(labels)))
-        batches = dense.bucket_by_sequence_length(lambda inputs, labels: tf.shape(labels)[0], BUCKETS,
-                                                  [options.batch_size] * (len(BUCKETS) + 1))
-        # Images join after batching: one gather per batch, not a copy per caption.
-        return batches.map(lambda inputs, labels: ((tf.gather(images, inputs[0]), inputs[1]), labels))
-
-    if position is not None:
-        return epoch_ordered_batches(slices, position, batch, seed=options.seed, epochs=options.epochs)
-    return batch(tf.data.Dataset.from_tensor_slices(slices)).prefetch(tf.data.AUTOTUNE)
 
 
 def png_bytes(image):
@@ -237,7 +180,7 @@ def build_model(options, name, vocab_size, precision="float32"):
 
 
 def beam_search(options):
-    """Makes the export's search; `caption` decodes the test images with the same.
+    """Makes the export's search; `caption_images` decodes the test images with the same.
 
     Args:
         options: the task's options (--max-caption-length, --beam-size).
@@ -248,35 +191,14 @@ def beam_search(options):
     return BeamSearch(options.max_caption_length, beam_size=options.beam_size)
 
 
-def caption(model, tokenizer, images, options, method="beam", batch=100):
-    """Captions images, decoded as the export does (beam search) or greedily.
-
-    Args:
-        model: the captioner.
-        tokenizer: the caption tokenizer.
-        images: (N, H, W, 3) uint8.
-        options: the task's options (--max-caption-length, --beam-size).
-        method: "beam" (default) or "greedy".
-        batch: images a call of `generate`. Default 100.
-
-    Returns:
-        (N caption texts, their ids (N, T) padded with 0 to the longest).
-    """
-    texts, ids = [], []
-    for begin in range(0, len(images), batch):
-        generated = model.generate(images[begin:begin + batch], max_length=options.max_caption_length,
-                                   method=method, beam_size=options.beam_size)
-        texts += [t.decode() for t in tokenizer.detokenize(generated).numpy()]
-        ids.append(generated.numpy())
-    width = max(i.shape[1] for i in ids)
-    return texts, np.concatenate([np.pad(i, [(0, 0), (0, width - i.shape[1])]) for i in ids])
-
-
 def train_resumably(run, name, data, tokenizer):
     """Trains one captioner once in `<logdir>/<name>`, keeping its epoch of best validation loss.
 
     A kill resumes from its last save; a restart after its training loads
-    its weights.
+    its weights. Every split's batches are bucketed by caption length
+    (`caption_batches`), every reference caption of every image once per
+    epoch, the training split in an order fixed by the `Fit`'s training
+    position's data epoch; the first batch's shapes are printed.
 
     Args:
         run: the task's `Run`.
@@ -290,7 +212,12 @@ def train_resumably(run, name, data, tokenizer):
     options = run.options
     logdir = os.path.join(options.logdir, name)
     fit = run.make_fit(name, monitor="val_loss")
-    datasets = make_datasets(options, data, tokenizer, fit.position)
+    datasets = {split: caption_batches(scenes, tokenizer, options.batch_size,
+                                       fit.position if split == "train" else None, options.seed, options.epochs)
+                for split, scenes in data.items()}
+    (images, target_in), labels = next(iter(datasets["train"]))
+    print(f"first batch: images {tuple(images.shape)} {images.dtype.name}, target_ids "
+          f"{tuple(target_in.shape)}, labels {tuple(labels.shape)}")
 
     def build():
         return run.compile(lambda: build_model(options, name, tokenizer.vocab_size, run.precision.policy),
@@ -301,50 +228,12 @@ def train_resumably(run, name, data, tokenizer):
         print(f"{name} captioner: {model.count_params():,} parameters, attention {model.attention}, "
               f"grid {model.grid_shape}")
         return run.fit(fit, model, datasets["train"], datasets["valid"],
-                       [CaptionMonitor(data["valid"], options, tokenizer, logdir)], logdir=logdir,
+                       [CaptionMonitor(data["valid"], tokenizer, logdir, options.max_caption_length, options.beam_size,
+                                       options.monitor_images, options.attention_plots)], logdir=logdir,
                        hparams={"model": name})
 
     trained = run.train_once(name, fit, train, build, logdir=logdir)
     return trained.model, trained.metrics
-
-
-class CaptionMonitor(keras.callbacks.Callback):
-    """At every evaluation: greedy captions of the first `monitor_images`
-    validation scenes, their content accuracy (printed, logged, added to
-    the epoch's logs) and samples; the attention model's per-word heat maps.
-
-    Args:
-        scenes: the validation scenes.
-        options: the task's options (--monitor-images, --attention-plots, ...).
-        tokenizer: the caption tokenizer.
-        logdir: the model's folder; the logs go to its "generation" run.
-    """
-
-    def __init__(self, scenes, options, tokenizer, logdir):
-        super().__init__()
-        count = options.monitor_images
-        self.images, self.shapes = scenes.images[:count], scenes.shapes[:count]
-        self.references = [captions[0] for captions in scenes.captions[:count]]
-        self.options, self.tokenizer = options, tokenizer
-        self.writer = tf.summary.create_file_writer(os.path.join(logdir, "generation"))
-
-    def on_epoch_end(self, epoch, logs=None):
-        texts, ids = caption(self.model, self.tokenizer, self.images, self.options, method="greedy")
-        accuracy = scene_data.content_accuracy(texts, self.shapes)
-        if logs is not None:
-            logs["val_content_accuracy"] = accuracy
-        print(f"\nvalid content accuracy {accuracy:.1%}; {texts[0]!r} (reference {self.references[0]!r})")
-        step = global_step(self.model)
-        with self.writer.as_default(step=step):
-            tf.summary.scalar("content_accuracy", accuracy)
-            tf.summary.text("samples", "\n\n".join(f"- {t}  \n  (a reference: {r})"
-                                                   for t, r in zip(texts[:5], self.references)))
-        if self.model.has_attention and self.options.attention_plots and not missing(
-                "plots", "attention maps are not drawn"):
-            images = self.images[:self.options.attention_plots]
-            write_image_attention(self.writer, step, images, self.model.caption_attention(images, ids[:len(images)]),
-                                  texts)
-        self.writer.flush()
 
 
 # Test ----------------------------------------------------------------------------------
@@ -366,7 +255,7 @@ def test(options, model, name, scenes, tokenizer, step):
         shape count), "samples"; for the attention model, how often the
         shape words look at their shape}.
     """
-    texts, ids = caption(model, tokenizer, scenes.images, options)
+    texts, ids = caption_images(model, tokenizer, scenes.images, options.max_caption_length, options.beam_size)
     references = [list(column) for column in zip(*scenes.captions)]  # sacrebleu: one list per reference
     results = {
         "test_bleu": round(float(sacrebleu.corpus_bleu(texts, references).score), 2),

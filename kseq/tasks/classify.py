@@ -71,11 +71,14 @@ parse_args = options_parser(Options, __doc__)
 def main(argv=None):
     """Trains, tests and exports a sequence classifier.
 
+    The epoch of the best validation accuracy is kept; --patience ends training.
+
     Args:
-        argv: the task's options; None (default) reads the command line.
+        argv: `kseq-train classify`'s arguments, e.g. ["--encoder", "transformer", "--pooling", "mean"];
+            None (default) reads the command line.
 
     Returns:
-        The metrics written to `<logdir>/metrics.json`.
+        The metrics written to `<logdir>/metrics.json`, test accuracy and loss first.
     """
     options = parse_args(argv)
     run = task.start(options, decide_jit_compile(options.jit_compile, num_shapes=1))
@@ -108,11 +111,12 @@ def main(argv=None):
 
 
 def load_data(options):
-    """Reads the splits from the TSV files or the default corpus.
+    """Reads the labelled splits: --train-tsv's files and the others, or Rotten Tomatoes' snippets.
+
+    Without --valid-tsv, validation snippets are held out of the training files.
 
     Args:
-        options: the task's options (--train-tsv, --valid-tsv, --test-tsv,
-            --vocab-sample, --seed).
+        options: the task's options (--train-tsv, --valid-tsv, --test-tsv, --vocab-sample, --seed).
 
     Returns:
         ({"train": the training texts, scanned once (`kseq.data.corpus.CorpusScan`:

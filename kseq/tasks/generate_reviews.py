@@ -37,14 +37,14 @@ as in kseq-train classify (your vocabulary instead of a trained one).
 import os
 import shlex
 import time
+from functools import partial
 
 import numpy as np
 import tensorflow as tf
 
 import kseq
+from kseq.data.labelled_texts import bucketed_generation_batches, generation_examples, held_out_generation_batches
 from kseq.data.labelled_texts import labelled_dataset
-from kseq.data.streaming import count_batches
-from kseq.data.text_pairs import add_specials
 from kseq.data.tokenizers import tokenizer_files
 from kseq.decoding import Sampler
 from kseq.decoding.output import decoded_text
@@ -55,7 +55,7 @@ from kseq.training.config import CadenceOptions, RNNOptions, SamplingOptions, St
 from kseq.training.config import TrainingOptions, TsvFilesOptions, flag, option, options_parser, task_options
 from kseq.training.devices import decide_jit_compile, share_per_worker, worker_batches
 from kseq.training.loop import GenerationMonitor, counted
-from kseq.training.scoring import agreement, check_labels, known_word_rate, label_texts, log_agreement, seen_in_training
+from kseq.training.scoring import classifier_ceiling, score_samples
 
 BUCKETS = [16, 24, 32, 40, 48, 64]  # target lengths (BOS included) where batches are cut
 
@@ -84,17 +84,19 @@ def main(argv=None):
     one trained here first.
 
     Args:
-        argv: the task's options; None (default) reads the command line.
+        argv: `kseq-train generate_reviews`'s arguments, e.g. ["--classifier-export", "savedmodels/classify"];
+            None (default) reads the command line.
 
     Returns:
-        The metrics written to `<logdir>/metrics.json`.
+        The metrics written to `<logdir>/metrics.json`: the label agreement beside
+        the classifier's own test accuracy, the test perplexity, samples.
     """
     options = parse_args(argv)
     classifier, classifier_seconds = classifier_path(options)
     run = task.start(options, decide_jit_compile(options.jit_compile, num_shapes=len(BUCKETS) + 1,
                                                  budget_minutes=options.max_minutes))
     data, names = classify.load_data(options)
-    real_per_class, real_overall = classifier_ceiling(classifier, data, names)
+    real_per_class, real_overall = classifier_ceiling(classifier, *data["test"], names)
     fit = run.make_fit(monitor="val_loss")
     tokenizer = run.tokenizer(data["train"].sample[0], fit.resuming or run.phases.get("trained"))
     datasets = make_datasets(options, data, names, tokenizer, fit.position, run.strategy)
@@ -107,8 +109,9 @@ def main(argv=None):
     path = run.export(lambda: export_conditioned_generator(
         trained.model, tokenizer, options.export_dir, search=sampler(options), labels=names,
         assets=tokenizer_files(tokenizer)), {"label": names[-1:]})
-    scores = run.phases.once("scores", lambda: score_samples(options, path, classifier, data, names,
-                                                             trained.metrics["steps"]))
+    scores = run.phases.once("scores", lambda: score_samples(
+        path, classifier, names, options.samples_per_class, data["train"], data["test"][0], options.logdir,
+        trained.metrics["steps"]))
     results = run.write_metrics({
         **trained.metrics, **scores,
         "classifier": classifier,
@@ -164,24 +167,6 @@ def classifier_path(options):
     return latest_version(options.classifier_export), time.time() - start
 
 
-def classifier_ceiling(path, data, names):
-    """Scores the classifier on the real test snippets, before training.
-
-    This is its ceiling for the agreement, and a check that it knows these labels.
-
-    Args:
-        path: the classifier export.
-        data: the splits, from `classify.load_data`.
-        names: the label names, in class id order.
-
-    Returns:
-        ({label: agreement}, overall agreement).
-    """
-    predicted = label_texts(path, data["test"][0])
-    check_labels(path, predicted, names)
-    return agreement(predicted, [names[i] for i in data["test"][1]], names)
-
-
 # The generator -------------------------------------------------------------------------
 
 
@@ -191,7 +176,8 @@ def make_datasets(options, data, names, tokenizer, position, strategy):
     The training snippets are streamed from their files for every epoch
     from `position` (see `kseq.data.labelled_texts`; under multiworker each
     worker reads its own share of the lines, in batches of its share of
-    --batch-size), the others from their lists, in order.
+    --batch-size), the others from their lists, in order. Snippets of
+    --max-length pieces or more are left out (`generation_examples`).
 
     Args:
         options: the task's options (--batch-size, --max-length, ...).
@@ -204,20 +190,9 @@ def make_datasets(options, data, names, tokenizer, position, strategy):
     Returns:
         {split: batches of ((class ids (B,), BOS + pieces (B, T)), pieces + EOS (B, T))}.
     """
-    batch_size = share_per_worker("--batch-size", options.batch_size, strategy)
-
-    def examples(texts, class_ids):
-        pieces = tokenizer.tokenize(texts)
-        keep = pieces.row_lengths() < options.max_length
-        return (tf.boolean_mask(class_ids, keep), *add_specials(tf.ragged.boolean_mask(pieces, keep)))
-
-    def batch_count(window):
-        return count_batches(window[2].row_lengths(), BUCKETS, [batch_size] * (len(BUCKETS) + 1))
-
-    def batches(window, order):
-        class_ids, target_in, target_out = (tf.gather(part, order) for part in window)
-        return bucketed(tf.data.Dataset.from_tensor_slices(((class_ids, target_in), target_out)), batch_size)
-
+    batch_count, batches = bucketed_generation_batches(
+        share_per_worker("--batch-size", options.batch_size, strategy), BUCKETS)
+    examples = partial(generation_examples, tokenizer=tokenizer, max_length=options.max_length)
     datasets = {"train": worker_batches(strategy, lambda shard: labelled_dataset(
         data["train"], names, position, examples, batch_count, batches, shuffle_buffer=options.shuffle_buffer,
         seed=options.seed, epochs=options.epochs, shard=shard))}
@@ -225,49 +200,11 @@ def make_datasets(options, data, names, tokenizer, position, strategy):
     print(f"train: {data['train'].pairs:,} snippets, {within:.1%} within {options.max_length} pieces (those "
           "in the vocabulary's sample); longer ones are left out")
     for split in ("valid", "test"):
-        datasets[split], kept = make_dataset(*data[split], tokenizer, options)
+        batched, kept = held_out_generation_batches(*data[split], tokenizer, options.max_length,
+                                                    options.batch_size, BUCKETS)
+        datasets[split] = counted(batched)
         print(f"{split}: {kept} of {len(data[split][0])} snippets within {options.max_length} pieces")
     return datasets
-
-
-def make_dataset(texts, class_ids, tokenizer, options):
-    """Makes a held-out split's batches, bucketed by length.
-
-    Snippets over `max_length` pieces (EOS included) are left out rather
-    than cut: a cut one would teach the model to stop mid-sentence.
-
-    Args:
-        texts: the split's snippets.
-        class_ids: their class ids.
-        tokenizer: the text tokenizer.
-        options: the task's options (--max-length, --batch-size).
-
-    Returns:
-        (batches of ((class ids (B,), BOS + pieces (B, T)), pieces + EOS
-        (B, T)), how many snippets it kept).
-    """
-    pieces = tokenizer.tokenize(list(texts))
-    keep = (pieces.row_lengths() < options.max_length).numpy()
-    target_in, target_out = add_specials(tf.ragged.boolean_mask(pieces, keep))
-    examples = tf.data.Dataset.from_tensor_slices(
-        ((tf.constant(np.asarray(class_ids, np.int32)[keep]), target_in), target_out))
-    return counted(bucketed(examples, options.batch_size).prefetch(tf.data.AUTOTUNE)), int(keep.sum())
-
-
-def bucketed(examples, batch_size):
-    """Batches examples of similar length (cut at `BUCKETS`), each batch padded to its longest.
-
-    Args:
-        examples: a dataset of ((class id, ragged ids), ragged labels).
-        batch_size: examples a batch.
-
-    Returns:
-        The dataset of padded batches.
-    """
-    # Rows of a ragged tensor come out ragged; padded_batch needs them dense.
-    dense = examples.map(lambda inputs, labels: ((inputs[0], tf.identity(inputs[1])), tf.identity(labels)))
-    return dense.bucket_by_sequence_length(
-        lambda inputs, labels: tf.shape(labels)[0], BUCKETS, [batch_size] * (len(BUCKETS) + 1))
 
 
 def build_model(options, vocab_size, num_classes, precision="float32"):
@@ -276,7 +213,7 @@ def build_model(options, vocab_size, num_classes, precision="float32"):
     Args:
         options: the task's options (sizes, --cell, --peeky, --dropout).
         vocab_size: V, the tokenizer's size.
-        num_classes: the number of labels.
+        num_classes: the labels it is conditioned on, one embedding each.
         precision: the dtype policy. Default "float32".
 
     Returns:
@@ -353,39 +290,3 @@ def train(run, fit, build, datasets, tokenizer, names):
     print(f"test perplexity {test['perplexity']:.2f}")
     trained.metrics = {"test_perplexity": round(float(test["perplexity"]), 3), **trained.metrics}
     return trained
-
-
-def score_samples(options, path, classifier, data, names, step):
-    """Measures how often the classifier labels snippets sampled from the export as asked.
-
-    The samples come from the export itself, so what is measured is what
-    is served. The agreement and samples are logged to TensorBoard.
-
-    Args:
-        options: the task's options (--samples-per-class, --logdir).
-        path: the generator's export.
-        classifier: the classifier's export.
-        data: the splits, from `classify.load_data`.
-        names: the label names, in class id order.
-        step: the training step the logs are written at.
-
-    Returns:
-        {"agreement" per label, "agreement_overall", "samples", and how the
-        samples read: "copied_from_train", "known_word_rate" (beside the
-        real test snippets')}.
-    """
-    wanted = [name for name in names for _ in range(options.samples_per_class)]
-    served = tf.saved_model.load(path).signatures["serving_default"]
-    texts = [t.decode() for t in served(label=tf.constant(wanted))["text"].numpy()]
-    per_class, overall = agreement(label_texts(classifier, texts), wanted, names)
-    copied, vocabulary = seen_in_training(data["train"], texts, data["test"][0])
-    samples = {name: [t for t, w in zip(texts, wanted) if w == name][:5] for name in names}
-    log_agreement(options.logdir, per_class, overall, samples, step)
-    for name in names:
-        print(f"{name}:" + "".join(f"\n  {text!r}" for text in samples[name][:3]))
-    return {
-        "agreement": per_class, "agreement_overall": overall, "samples": samples,
-        "copied_from_train": round(float(np.mean([t in copied for t in texts])), 4),
-        "known_word_rate": known_word_rate(texts, vocabulary),
-        "known_word_rate_real_test": known_word_rate(data["test"][0], vocabulary),
-    }

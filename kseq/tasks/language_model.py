@@ -77,10 +77,12 @@ def main(argv=None):
     """Trains a language model with truncated BPTT beside its baseline, tests and exports it.
 
     Args:
-        argv: the task's options; None (default) reads the command line.
+        argv: `kseq-train language_model`'s arguments, e.g. ["--train-txt", "my.txt", "--valid-txt", "my_valid.txt"];
+            None (default) reads the command line.
 
     Returns:
-        The metrics written to `<logdir>/metrics.json`.
+        The metrics written to `<logdir>/metrics.json`: the test perplexity beside
+        the baseline's, generated samples.
     """
     options = parse_args(argv)
     run = task.start(options, decide_jit_compile(options.jit_compile, num_shapes=1, budget_minutes=options.max_minutes))
@@ -103,11 +105,11 @@ def main(argv=None):
 
 
 def load_texts(options):
-    """Reads the splits from the text files or the default corpus.
+    """Reads the document splits: --train-txt's files and the others, or the Bible's English verses.
 
     Args:
-        options: the task's options (--train-txt, --valid-txt, --test-txt,
-            --vocab-sample, --seed).
+        options: the task's options: --train-txt, --valid-txt, --test-txt,
+            --vocab-sample and --seed.
 
     Returns:
         {"train": the training text, scanned once (`kseq.data.corpus.CorpusScan`

@@ -19,10 +19,8 @@ import os
 import time
 
 import kseq
-from kseq.data.bucketing import bucketed_pair_dataset, xla_boundaries
 from kseq.data.corpus import HoldOut
 from kseq.data.splits import read_splits
-from kseq.data.streaming import estimate_epoch, streamed_pair_dataset
 from kseq.data.tokenizers import tokenizer_files
 from kseq.export import export_ctranslate2, export_translator
 from kseq.export.compute_dtype import in_compute_dtype
@@ -31,13 +29,14 @@ from kseq.training.config import AUTO, TRAINED_WEIGHTS, Auto, ClippingOptions, D
 from kseq.training.config import ScheduleOptions, Seq2SeqOptions, StoppingOptions, StreamedDataOptions, TextTaskOptions
 from kseq.training.config import TokenBatchOptions, TsvFilesOptions, choose_model_size, finished_run, option
 from kseq.training.config import options_parser, task_options
-from kseq.training.devices import decide_for_translation, device_class, distribute_batches, weights_fingerprint
-from kseq.training.devices import worker_batches, workers
+from kseq.training.devices import decide_for_translation, device_class, weights_fingerprint
 from kseq.training.loop import Trained, keep_best, translator_callbacks
 from kseq.training.objectives import translation_learning_rate
+from kseq.training.pipelines import pair_pipelines
 from kseq.training.reporting import Decision, write_model_graph
 from kseq.training.scoring import DecodingSettings, choose_metric, choose_translator_decoding, keep_better_average
 from kseq.training.scoring import model_translator, recent_weights, report_name_alignment, test_translations
+from kseq.training.scoring import validation_score
 
 # Validation pairs held out of --train-tsv when no --valid-tsv is given: each is evaluated every period.
 HOLD_OUT_EVERY, HOLD_OUT_LIMIT = 50, 3000
@@ -83,7 +82,8 @@ def main(argv=None):
     """Trains a translator, chooses its decoding, tests and exports it.
 
     Args:
-        argv: the task's options; None (default) reads the command line.
+        argv: `kseq-train translate`'s arguments, e.g. ["--arch", "rnn", "--cell", "gru"];
+            None (default) reads the command line.
 
     Returns:
         The metrics written to `<logdir>/metrics.json`; on a worker that is
@@ -214,52 +214,6 @@ def compile_translator(run, vocab_size, metric):
     return model, schedule, rate
 
 
-def pipelines(options, data, tokenizer, xla, strategy, position):
-    """Makes the training and validation pipelines.
-
-    The training pairs are streamed from their files for all epochs from
-    `position`, each worker its own share of the lines and of
-    --token-budget; under XLA the batches take a few fixed shapes,
-    remainders padded.
-
-    Args:
-        options: the task's options (--max-length, --token-budget, ...).
-        data: `load_data`'s splits.
-        tokenizer: the joint tokenizer.
-        xla: whether the train step is compiled with XLA.
-        strategy: the tf.distribute strategy.
-        position: the `Fit`'s training position.
-
-    Returns:
-        (train dataset, valid dataset, the training pipeline's epoch report).
-
-    Raises:
-        SystemExit: --token-budget leaves a worker less than --max-length.
-    """
-    shapes = dict(max_length=options.max_length)
-    if xla:
-        shapes.update(boundaries=xla_boundaries(options.max_length), pad_remainder=True)
-    count = workers(strategy)
-    if options.token_budget // count < options.max_length:
-        raise SystemExit(f"--token-budget {options.token_budget} shared by {count} workers leaves each less than "
-                         f"--max-length {options.max_length}: raise it to {count * options.max_length} or more")
-
-    def train_shard(shard):
-        return streamed_pair_dataset(
-            data["train"], tokenizer, tokenizer, position, token_budget=options.token_budget // count,
-            shuffle_buffer=options.shuffle_buffer, seed=options.seed, epochs=options.epochs, shard=shard, **shapes)
-
-    valid, valid_report = bucketed_pair_dataset(*data["valid"], tokenizer, tokenizer, shuffle=False,
-                                                token_budget=options.token_budget, **shapes)
-    train = worker_batches(strategy, train_shard)
-    if options.strategy == "multiworker":
-        valid = distribute_batches(strategy, valid)
-    report = estimate_epoch(data["train"], tokenizer, tokenizer, token_budget=options.token_budget,
-                            shuffle_buffer=options.shuffle_buffer, **shapes)
-    print(f"train pipeline: {report}\nvalid pipeline: {valid_report}")
-    return train, valid, report
-
-
 def train(run, fit, data, tokenizer, decided):
     """Fits the model until the validation score stops improving; keeps the
     best evaluation's weights, or the mean of recent snapshots where better.
@@ -277,7 +231,8 @@ def train(run, fit, data, tokenizer, decided):
     """
     options, metric = run.options, decided[0].value
     model, schedule, rate = compile_translator(run, tokenizer.vocab_size, metric)
-    train_data, valid, report = pipelines(options, data, tokenizer, model.jit_compile, run.strategy, fit.position)
+    train_data, valid, report = pair_pipelines(options, data["train"], data["valid"], tokenizer,
+                                               xla=model.jit_compile, strategy=run.strategy, position=fit.position)
     decode_xla = run.jit.use or device_class() == "gpu"
     monitor, logging = None, []
     if run.chief:
@@ -292,32 +247,16 @@ def train(run, fit, data, tokenizer, decided):
     recent = recent_weights(options)
     trained = run.fit(fit, model, train_data, valid, logging, [best] + ([recent] if recent else []),
                       decisions=[*decided, rate], examples="pairs", batches=report.describe_batches(), save=False)
-    averaging = keep_better_average(model, recent, valid_score(monitor, valid, best.monitor), best.mode)
+    averaging = keep_better_average(model, recent, validation_score(monitor, valid, best.monitor), best.mode)
     metrics = {**trained.metrics, "weights_sha256": weights_fingerprint(model), "batch_shapes": report.batch_shapes}
     print(f"averaging: {averaging}\ntrained {metrics['steps']} steps; weights sha256 {metrics['weights_sha256']}")
     if run.chief:
         ran = fit.history.history.get("val_loss", [])  # none in a run resumed after its last period
-        metrics.update(valid_loss=float(ran[-1]) if ran else valid_score(monitor, valid, "val_loss")(model),
+        metrics.update(valid_loss=float(ran[-1]) if ran else validation_score(monitor, valid, "val_loss")(model),
                        valid_bleu=monitor.history[-1]["bleu"] if monitor.history else None,
                        best_weights=best.report(), averaging=averaging, eval_every=str(options.cadence),
                        decode_xla=decode_xla)
     return Trained(model, trained.decisions, metrics, decode_xla)
-
-
-def valid_score(monitor, valid, key):
-    """Makes a function scoring a model on validation, to compare averaged snapshots.
-
-    Args:
-        monitor: the chief's `GenerationMonitor`, for a decoded score.
-        valid: the validation dataset, for the loss.
-        key: the stopping score: "val_loss", else exact match.
-
-    Returns:
-        A function of a model giving the score.
-    """
-    if key == "val_loss":
-        return lambda model: model.evaluate(valid, verbose=0, return_dict=True)["loss"]
-    return lambda model: monitor.evaluate()[2]["exact_match"]
 
 
 def test(run, trained, served, search, tokenizer, test_pairs):

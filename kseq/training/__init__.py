@@ -10,6 +10,7 @@ names (one import path each), depending one way (from the bottom):
   option groups by concern), `--init-from`, the model size from the data;
 - `scoring`: test scores, the decoding choice, attention alignment, averaging;
 - `loop`: `Fit`, the one fit driver, evaluation periods, callbacks, stopping;
+- `pipelines`: a translation task's input pipelines under its strategy;
 - `vocabulary`: a run's tokenizer;
 - `task`: the steps every task shares (`start` -> `Run`: tokenizer, compile,
   fit, train once, metrics, export).
@@ -21,6 +22,7 @@ from kseq.training import (
     devices,
     loop,
     objectives,
+    pipelines,
     progress,
     reporting,
     scoring,
@@ -34,6 +36,7 @@ __all__ = [
     "devices",
     "loop",
     "objectives",
+    "pipelines",
     "progress",
     "reporting",
     "scoring",

@@ -11,6 +11,7 @@ import pytest
 import tensorflow as tf
 
 from kseq.tasks import generate_reviews  # noqa: E402
+from kseq.training import scoring  # noqa: E402
 
 from kseq.data.subword_tokenizer import SubwordTokenizer  # noqa: E402
 from support import serve_batches_with_text_ops, serve_with_text_ops  # noqa: E402
@@ -110,10 +111,10 @@ def test_the_export_reads_labels_as_training_read_text(run):
 
 
 def test_agreement_and_known_words_count_what_they_say():
-    per_class, overall = generate_reviews.agreement(
+    per_class, overall = scoring.agreement(
         ["a", "b", "a", "b"], ["a", "a", "b", "b"], ["a", "b", "c"])
     assert per_class == {"a": 0.5, "b": 0.5} and overall == 0.5
-    rate = generate_reviews.known_word_rate(["So great, it's GREAT", "zzq"], {"so", "great", "it's"})
+    rate = scoring.known_word_rate(["So great, it's GREAT", "zzq"], {"so", "great", "it's"})
     assert rate == 0.8
 
 

@@ -1,9 +1,11 @@
 """The fit loop: `Fit`, the one driver every task calls (`model.fit` on a
 cadence of evaluations and saves that a kill cannot undo), `CadencedFit`
 under it, the evaluation periods and progress lines, the callbacks that log
-samples and attention, and stopping (patience, the best weights)."""
+samples and attention, the captioner's monitor (`caption_images`,
+`CaptionMonitor`), and stopping (patience, the best weights)."""
 
 from kseq.training.loop.cadenced_fit import CadencedFit, Trained, counted
+from kseq.training.loop.caption_monitor import CaptionMonitor, caption_images
 from kseq.training.loop.callbacks import AttentionMaps, GenerationMonitor, translator_callbacks
 from kseq.training.loop.fit import Fit, train_once
 from kseq.training.loop.periods import EvaluationPeriods, StepTensorBoard
@@ -12,12 +14,14 @@ from kseq.training.loop.stopping import KeepBest, keep_best
 __all__ = [
     "AttentionMaps",
     "CadencedFit",
+    "CaptionMonitor",
     "EvaluationPeriods",
     "Fit",
     "GenerationMonitor",
     "KeepBest",
     "StepTensorBoard",
     "Trained",
+    "caption_images",
     "counted",
     "keep_best",
     "train_once",

@@ -1,10 +1,11 @@
 """How good a model is: test scores (BLEU, chrF, exact match) through the
 export's translate function, the decoding chosen on validation pairs,
 attention on names, snapshot averaging kept where it scores better, and
-how generated texts read (a classifier's label agreement)."""
+how generated texts read (a classifier's label agreement, its ceiling on
+real texts, a generator's samples scored)."""
 
 from kseq.training.scoring.alignment import name_alignment, report_name_alignment
-from kseq.training.scoring.averaging import keep_better_average, recent_weights
+from kseq.training.scoring.averaging import keep_better_average, recent_weights, validation_score
 from kseq.training.scoring.evaluation import (
     exact_match,
     model_translator,
@@ -14,9 +15,11 @@ from kseq.training.scoring.evaluation import (
 from kseq.training.scoring.label_agreement import (
     agreement,
     check_labels,
+    classifier_ceiling,
     known_word_rate,
     label_texts,
     log_agreement,
+    score_samples,
     seen_in_training,
 )
 from kseq.training.scoring.selection import (
@@ -35,6 +38,7 @@ __all__ = [
     "choose_decoding",
     "choose_metric",
     "choose_translator_decoding",
+    "classifier_ceiling",
     "exact_match",
     "keep_better_average",
     "known_word_rate",
@@ -44,7 +48,9 @@ __all__ = [
     "name_alignment",
     "recent_weights",
     "report_name_alignment",
+    "score_samples",
     "seen_in_training",
     "test_translations",
+    "validation_score",
     "write_test_report",
 ]

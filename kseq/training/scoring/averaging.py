@@ -117,3 +117,19 @@ def keep_better_average(model, recent, score, mode):
         model.set_weights(current)
     return {"averaged": bool(better), "steps": recent.steps, "score_before": round(float(current_score), 4),
             "score_averaged": round(float(average_score), 4)}
+
+
+def validation_score(monitor, valid, key):
+    """Makes the function that scores a model on validation, to compare averaged snapshots.
+
+    Args:
+        monitor: the chief's `GenerationMonitor`, for a decoded score.
+        valid: the validation dataset, for the loss.
+        key: the stopping score: "val_loss", else exact match.
+
+    Returns:
+        A function of a model giving the score.
+    """
+    if key == "val_loss":
+        return lambda model: model.evaluate(valid, verbose=0, return_dict=True)["loss"]
+    return lambda model: monitor.evaluate()[2]["exact_match"]

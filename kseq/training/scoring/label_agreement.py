@@ -126,3 +126,64 @@ def log_agreement(logdir, per_class, overall, samples, step):
         for name, texts in samples.items():
             tf.summary.text(f"samples_{name}", "\n\n".join(f"- {t}" for t in texts))
 
+
+def classifier_ceiling(path, texts, class_ids, names):
+    """Scores the classifier on real labelled texts: its ceiling for the agreement.
+
+    Scored before a generator trains, it is also an early check that the
+    classifier knows these labels.
+
+    Args:
+        path: the classifier's export.
+        texts: real texts, e.g. the test split's.
+        class_ids: their class ids, in `names`' order.
+        names: the label names, in class id order.
+
+    Returns:
+        ({label: agreement}, overall agreement).
+
+    Raises:
+        SystemExit: the classifier gives a label `names` lacks (`check_labels`).
+    """
+    predicted = label_texts(path, texts)
+    check_labels(path, predicted, names)
+    return agreement(predicted, [names[i] for i in class_ids], names)
+
+
+def score_samples(path, classifier, names, samples_per_class, corpus, real_texts, logdir, step):
+    """Measures how often the classifier labels texts sampled from a generator's export as asked.
+
+    The samples come from the export itself, so what is measured is what
+    is served. The agreement and samples are logged to TensorBoard
+    (`log_agreement`); three samples per label are printed.
+
+    Args:
+        path: the generator's export, label -> text.
+        classifier: the classifier's export.
+        names: the label names, in class id order.
+        samples_per_class: texts sampled per label.
+        corpus: the training corpus's scan, for the texts it holds.
+        real_texts: real texts (the test split's), the known-word rate's reference.
+        logdir: the run's folder.
+        step: the training step the logs are written at.
+
+    Returns:
+        {"agreement" per label, "agreement_overall", "samples", and how the
+        samples read: "copied_from_train", "known_word_rate" (beside the
+        real texts' "known_word_rate_real_test")}.
+    """
+    wanted = [name for name in names for _ in range(samples_per_class)]
+    served = tf.saved_model.load(path).signatures["serving_default"]
+    texts = [t.decode() for t in served(label=tf.constant(wanted))["text"].numpy()]
+    per_class, overall = agreement(label_texts(classifier, texts), wanted, names)
+    copied, vocabulary = seen_in_training(corpus, texts, real_texts)
+    samples = {name: [t for t, w in zip(texts, wanted) if w == name][:5] for name in names}
+    log_agreement(logdir, per_class, overall, samples, step)
+    for name in names:
+        print(f"{name}:" + "".join(f"\n  {text!r}" for text in samples[name][:3]))
+    return {
+        "agreement": per_class, "agreement_overall": overall, "samples": samples,
+        "copied_from_train": round(float(np.mean([t in copied for t in texts])), 4),
+        "known_word_rate": known_word_rate(texts, vocabulary),
+        "known_word_rate_real_test": known_word_rate(real_texts, vocabulary),
+    }
