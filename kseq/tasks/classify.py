@@ -78,7 +78,7 @@ def main(argv=None):
             None (default) reads the command line.
 
     Returns:
-        The metrics written to `<logdir>/metrics.json`, test accuracy and loss first.
+        The metrics written to `<logdir>/metrics.json`, test accuracy and loss among them.
     """
     options = parse_args(argv)
     run = task.start(options, decide_jit_compile(options.jit_compile, num_shapes=1))

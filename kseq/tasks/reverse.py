@@ -55,7 +55,7 @@ def main(argv=None):
             None (default) reads the command line.
 
     Returns:
-        The metrics written to `<logdir>/metrics.json`, test exact match first.
+        The metrics written to `<logdir>/metrics.json`, test exact match among them.
     """
     options = parse_args(argv)
     run = task.start(options, decide_jit_compile(options.jit_compile, num_shapes=options.max_length))
