@@ -1,5 +1,6 @@
 """Shared configurations and helpers for the tests."""
 
+import importlib.util
 import json
 import os
 import random
@@ -440,3 +441,14 @@ def cadenced_run(workdir, epochs, cadence_steps, save_every, learning_rate, stop
                       resuming=ResumableBackup.saved_state(str(workdir / "backup")), non_finite_hint="")
     fit.fit(model, train, valid, stopping=callbacks + ([kill] if kill else []))
     return model, fit.report(model), callbacks, total
+
+
+def load_benchmark(name):
+    """Imports a benchmarks/ script by path (benchmarks/ is not a package)."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    path = os.path.join(root, "benchmarks", name + ".py")
+    spec = importlib.util.spec_from_file_location(f"benchmarks_{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+

@@ -3,7 +3,6 @@ trace, a synthetic GPU plane laid out as TF 2.21's CUPTI collector writes it,
 a trace without a GPU plane, and gzipped traces split into parts."""
 
 import gzip
-import importlib.util
 import json
 import os
 
@@ -11,18 +10,9 @@ import pytest
 import tensorflow as tf
 from tensorflow.tsl.profiler.protobuf import xplane_pb2
 
-BENCHMARKS = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "benchmarks")
+from support import load_benchmark
 
-
-def load_script(name):
-    """A benchmarks/ script imported by path (benchmarks/ is not a package)."""
-    spec = importlib.util.spec_from_file_location(f"benchmarks_{name}", os.path.join(BENCHMARKS, name + ".py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-trace_report = load_script("trace_report")
+trace_report = load_benchmark("trace_report")
 US = 10**6  # picoseconds
 
 
@@ -58,7 +48,7 @@ def test_reads_a_real_cpu_trace(cpu_logdir):
 
 
 def test_train_step_summary_saves_the_trace_and_its_report(cpu_logdir, tmp_path):
-    train_step = load_script("train_step")
+    train_step = load_benchmark("train_step")
     summary = train_step.profile_summary(cpu_logdir, "cfg", str(tmp_path))
     assert summary["trace_files"] == [str(tmp_path / "cfg.xplane.pb.gz")]
     assert summary["ops_per_step"] >= 3 and "MatMul" in dict(summary["top_ops"])

@@ -1,7 +1,6 @@
 """benchmarks/xla_compile.py: HLO counting on a toy step, its log reading, and
 the matrix's bookkeeping (timeouts, the budget) with fake settings."""
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -10,18 +9,9 @@ import sys
 import pytest
 import tensorflow as tf
 
-BENCHMARKS = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "benchmarks")
+from support import load_benchmark
 
-
-def load_script(name):
-    """A benchmarks/ script imported by path (benchmarks/ is not a package)."""
-    spec = importlib.util.spec_from_file_location(f"benchmarks_{name}", os.path.join(BENCHMARKS, name + ".py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-xla_compile = load_script("xla_compile")
+xla_compile = load_benchmark("xla_compile")
 
 MODULE = """HloModule toy, entry_computation_layout={(f32[4]{0})->f32[]}
 
