@@ -97,7 +97,7 @@ def as_id_array(ids, name):
     return array
 
 
-def check_token_ids(ids, name, vocab_size=None, max_length=None):
+def check_token_ids(ids, name, vocab_size=None, max_length=None, graph_assert=True):
     """Checks a (B, L) batch of token ids and returns it as an int32 tensor.
 
     Static properties (dtype, rank, empty or over-long length) raise
@@ -110,6 +110,9 @@ def check_token_ids(ids, name, vocab_size=None, max_length=None):
         vocab_size: ids must lie in [0, vocab_size); None (default) skips
             the range check.
         max_length: the longest L allowed; None (default) for any.
+        graph_assert: inside a traced function, assert the range (True,
+            default) or only clip the ids into it (False: no Assert op,
+            which a GPU waits for; `kseq.layers.device_paths`' `no_asserts`).
 
     Returns:
         The ids as an int32 tensor; a symbolic Keras tensor is returned
@@ -146,7 +149,7 @@ def check_token_ids(ids, name, vocab_size=None, max_length=None):
             if low < 0 or high >= vocab_size:
                 raise ValueError(f"{message}; got ids from {low} to {high}.")
         return tf.cast(ids, "int32")
-    return ids_in_range(ids, vocab_size, message)
+    return ids_in_range(ids, vocab_size, message) if graph_assert else clipped_ids(ids, vocab_size)
 
 
 def _check_id_shape(ids, name, max_length):
@@ -194,12 +197,24 @@ def ids_in_range(ids, size, message):
         `ids` as int32, clipped into [0, size).
     """
     wide = tf.cast(ids, "int64")
-    size = tf.cast(size, "int64")
-    in_range = tf.reduce_all((wide >= 0) & (wide < size))
+    in_range = tf.reduce_all((wide >= 0) & (wide < tf.cast(size, "int64")))
     # Strings and int32 data only: anything else would guard the assertion
     # with a tf.cond, whose predicate a GPU must also send to the host.
     tf.debugging.Assert(in_range, message if isinstance(message, list) else [message])
-    return tf.cast(tf.clip_by_value(wide, 0, size - 1), "int32")
+    return clipped_ids(ids, size)
+
+
+def clipped_ids(ids, size):
+    """Clips ids into [0, size) without asserting anything.
+
+    Args:
+        ids: an integer tensor of ids, any shape.
+        size: the number of valid ids (an int or scalar tensor).
+
+    Returns:
+        `ids` as int32, clipped into [0, size).
+    """
+    return tf.cast(tf.clip_by_value(tf.cast(ids, "int64"), 0, tf.cast(size, "int64") - 1), "int32")
 
 
 def check_float(name, value, low=None, high=None, low_open=False):

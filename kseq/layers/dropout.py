@@ -17,7 +17,10 @@ class StepDropout:
     its uniform noise from that key with its own counter, [0, n] for the
     n-th call of the step: Philox counters that differ in their high word
     never meet (a call would need 2^64 draws of four numbers), so the calls'
-    masks are independent. Then one compare, one select of the scale
+    masks are independent. `stream(s)` gives a dropout of the same key whose
+    calls count [s, n]: independent of this one's, and the same whether the
+    calls run in this graph or inside a compiled function that takes the key
+    and s (`kseq.layers.compiled_blocks`). Then one compare, one select of the scale
     1 / (1 - rate) or 0, and one multiply. Keep probability and scaling are
     keras' Dropout's (`u >= rate` on uniform noise in the inputs' dtype,
     kept values times 1 / (1 - rate) in that dtype); the masks themselves
@@ -27,7 +30,10 @@ class StepDropout:
 
     Args:
         seed: (2,) int32 or int64 seed of the step, e.g. a keras
-            SeedGenerator's `next()`.
+            SeedGenerator's `next()`; None where `key` is given.
+        key: the (1,) uint64 Philox key of a seed, in place of `seed`.
+        stream: the counters' high word, an int or a scalar integer tensor.
+            Defaults to 0.
 
     Example:
     >>> dropout = StepDropout(tf.constant([1, 2], tf.int64))
@@ -36,9 +42,22 @@ class StepDropout:
     [0.0, 1.3333333730697632]
     """
 
-    def __init__(self, seed) -> None:
-        self.key, _ = tf.raw_ops.StatelessRandomGetKeyCounter(seed=seed)
+    def __init__(self, seed, key=None, stream=0) -> None:
+        if key is None:
+            key, _ = tf.raw_ops.StatelessRandomGetKeyCounter(seed=seed)
+        self.key, self.stream = key, stream
         self.calls = 0
+
+    def stream_of(self, stream):
+        """A dropout of this one's key whose calls count in `stream`.
+
+        Args:
+            stream: an int or scalar integer tensor; 0 is this dropout's own.
+
+        Returns:
+            `StepDropout`.
+        """
+        return StepDropout(None, key=self.key, stream=stream)
 
     def __call__(self, inputs, rate):
         """`inputs` with each value kept with probability 1 - `rate` and then
@@ -55,7 +74,7 @@ class StepDropout:
             raise ValueError(f"`rate` must be in [0, 1); got {rate!r}.")
         if rate == 0:
             return inputs
-        counter = tf.constant([0, self.calls], tf.uint64)
+        counter = tf.stack([tf.cast(self.stream, tf.uint64), tf.constant(self.calls, tf.uint64)])
         self.calls += 1
         noise = tf.raw_ops.StatelessRandomUniformV2(
             shape=tf.shape(inputs), key=self.key, counter=counter, alg=_PHILOX, dtype=inputs.dtype)

@@ -5,7 +5,9 @@ import tensorflow as tf
 from keras import ops
 
 from kseq.decoding.state import gather_beams, tile_beams
-from kseq.layers.device_paths import use_gpu_paths
+from kseq.layers.column_sums import add_bias
+from kseq.layers.compiled_blocks import CompiledBlocks
+from kseq.layers.device_paths import uses
 from kseq.layers.dropout import StepDropout
 from kseq.layers.masking import padding_mask
 from kseq.layers.layer_norm import LayerNorm
@@ -46,10 +48,15 @@ class TransformerSeq2Seq(Seq2Seq):
     key/value cache and the source's cross-attention keys/values, so one
     step costs one token's work.
 
-    Built for a GPU (`kseq.layers.device_paths`), training draws every
-    dropout mask of a step from one key (`kseq.layers.dropout.StepDropout`,
-    seeded by the embedding dropout's seed generator) instead of keras'
-    Dropout layers, which stay, unused, so weights and configs are the same.
+    Paths of `kseq.layers.device_paths`, each chosen at build: with
+    `step_dropout` (or `compiled_blocks`) training draws every dropout mask
+    of a step from one key (`kseq.layers.dropout.StepDropout`, seeded by the
+    embedding dropout's seed generator; block i draws in its own stream)
+    instead of keras' Dropout layers, which stay, unused, so weights and
+    configs are the same; with `compiled_blocks` each stack's blocks run
+    through one XLA-compiled function in training
+    (`kseq.layers.compiled_blocks`); evaluation, decoding and exports run
+    the blocks as layers.
 
     Example:
     >>> model = TransformerSeq2Seq(100, 100, num_layers=2, d_model=32,
@@ -161,8 +168,12 @@ class TransformerSeq2Seq(Seq2Seq):
             self.output_bias = self.add_weight(
                 name="output_bias", shape=(self.target_vocab_size,), initializer="zeros"
             )
-        # Chosen once: every trace draws its dropout masks the same way.
-        self._uses_step_dropout = use_gpu_paths() and self.dropout > 0
+        # Chosen once: every trace builds the same graph.
+        self._compiled = None
+        if uses("compiled_blocks"):
+            self._compiled = (CompiledBlocks(self.encoder_blocks[0]), CompiledBlocks(self.decoder_blocks[0]))
+        self._uses_step_dropout = (uses("step_dropout") or self._compiled is not None) and self.dropout > 0
+        self._bias_by_product = uses("bias_gradients")
         self.built = True
 
     def _dropout_of_step(self, training):
@@ -182,7 +193,23 @@ class TransformerSeq2Seq(Seq2Seq):
         if self.output_projection is not None:
             return self.output_projection(x)
         table = ops.cast(self.target_embedding.embeddings, x.dtype)
-        return ops.matmul(x, ops.transpose(table)) + ops.cast(self.output_bias, x.dtype)
+        bias = ops.cast(self.output_bias, x.dtype)
+        if self._bias_by_product:
+            return add_bias(ops.matmul(x, ops.transpose(table)), bias)
+        return ops.matmul(x, ops.transpose(table)) + bias
+
+    def _run_block(self, stack, index, inputs, training, step_dropout):
+        """Block `index` of `stack` ("encoder" or "decoder") on its positional
+        `inputs`; compiled in training where `compiled_blocks` is on. Its
+        dropout draws in stream 1 + index (encoder) or 1 + layers + index
+        (decoder): stream 0 is the embeddings'."""
+        blocks = self.encoder_blocks if stack == "encoder" else self.decoder_blocks
+        stream = 1 + index + (self.num_layers if stack == "decoder" else 0)
+        dropout = None if step_dropout is None else step_dropout.stream_of(stream)
+        if self._compiled is not None and training is True:
+            compiled = self._compiled[0 if stack == "encoder" else 1]
+            return compiled(blocks[index], inputs, dropout, stream)
+        return blocks[index](*inputs, training=training, step_dropout=dropout)
 
     def encode(self, source_ids, training=False):
         """Encodes sources through the encoder stack.
@@ -200,22 +227,22 @@ class TransformerSeq2Seq(Seq2Seq):
     def _encode(self, source_ids, training, step_dropout):
         mask = padding_mask(source_ids)
         x = self._drop_embedding(self.source_embedding(source_ids), training, step_dropout)
-        for block in self.encoder_blocks:
-            x = block(x, padding_mask=mask, training=training, step_dropout=step_dropout)
+        for index in range(self.num_layers):
+            x = self._run_block("encoder", index, (x, mask), training, step_dropout)
         if self.encoder_norm is not None:
             x = self.encoder_norm(x)
         return {"memory": x}
 
     def call(self, inputs, training=None):
         source_ids, target_ids = self._split_inputs(inputs)
-        # One StepDropout for both stacks: its calls number on across them.
+        # One StepDropout for both stacks: the embeddings draw in its stream 0, each block in its own.
         step_dropout = self._dropout_of_step(training)
         memory = self._encode(source_ids, training, step_dropout)["memory"]
         source_mask, target_mask = padding_mask(source_ids), padding_mask(target_ids)
         x = self._drop_embedding(self.target_embedding(target_ids), training, step_dropout)
-        for block in self.decoder_blocks:
-            x = block(x, memory, target_mask, source_mask, training=training,
-                      step_dropout=step_dropout)
+        for index in range(self.num_layers):
+            x = self._run_block("decoder", index, (x, memory, target_mask, source_mask), training,
+                                step_dropout)
         if self.decoder_norm is not None:
             x = self.decoder_norm(x)
         return self._project(x)

@@ -28,9 +28,11 @@ from kseq.training.config.config_files import write_config
 from kseq.training.config.options import config_values
 from kseq.training.config.warm_start import init_weights
 from kseq.training.config.warm_start import describe as describe_init
+from kseq.layers.device_paths import uses
 from kseq.training.devices.distribution import clip_after_all_reduce, is_chief, make_strategy, task
 from kseq.training.devices.precision import describe_precision, resolve_precision
 from kseq.training.devices.xla import check_replicas, enable_persistent_cache, jit_decision
+from kseq.training.devices.xla_compile_flags import configure_compilation, describe as describe_compilation
 from kseq.training.loop.cadenced_fit import Trained
 from kseq.training.loop.fit import Fit, train_once
 from kseq.training.loop.periods import StepTensorBoard
@@ -67,7 +69,10 @@ class Run:
         self.started = time.monotonic()
         self.options = options
         # TensorFlow reads XLA's flags when it sets up its devices: first.
+        compiles = compiles or uses("compiled_blocks") or uses("compiled_loss")
         self.xla_cache = enable_persistent_cache(options.xla_cache) if jit.use or compiles else None
+        if self.xla_cache:
+            print(describe_compilation(configure_compilation(self.xla_cache)))
         # Then a multi-worker strategy sets up collectives before other TensorFlow work.
         self.strategy = make_strategy(options.strategy)
         self.chief = is_chief(self.strategy)

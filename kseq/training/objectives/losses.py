@@ -4,8 +4,8 @@ import keras
 import tensorflow as tf
 from keras import ops
 
-from kseq._validation import check_rate, ids_in_range
-from kseq.layers.device_paths import use_gpu_paths
+from kseq._validation import check_rate, clipped_ids, ids_in_range
+from kseq.layers.device_paths import uses
 from kseq.special_ids import PAD_ID
 
 
@@ -49,7 +49,7 @@ def token_weights(y_true, sample_weight=None, pad_id=PAD_ID):
     return weights
 
 
-def smoothed_cross_entropy(labels, logits, smoothing=0.0, gpu_path=False):
+def smoothed_cross_entropy(labels, logits, smoothing=0.0, gpu_path=False, check_ids=True):
     """Computes the cross-entropy against a label-smoothed target, with its own gradient.
 
     The target is (1 - e) one-hot + e / V, e = `smoothing`.
@@ -71,6 +71,8 @@ def smoothed_cross_entropy(labels, logits, smoothing=0.0, gpu_path=False):
         logits: (..., V) logits, any float dtype.
         smoothing: e in [0, 1). Default 0.
         gpu_path: use the fused batch norm in the backward pass. Default False.
+        check_ids: assert that the labels are in [0, V) (an Assert op in
+            the graph); False clips them silently. Default True.
 
     Returns:
         (...) float32 cross-entropy, one a label.
@@ -78,8 +80,12 @@ def smoothed_cross_entropy(labels, logits, smoothing=0.0, gpu_path=False):
     labels = ops.cast(labels, "int32")
     logits = ops.cast(logits, "float32")
     vocab_size = tf.shape(logits)[-1]
-    flat_labels = ids_in_range(tf.reshape(labels, (-1,)), vocab_size, [
-        "`y_true` holds ids outside [0, V), V = the logits' last dimension:", vocab_size])
+    flat_labels = tf.reshape(labels, (-1,))
+    if check_ids:
+        flat_labels = ids_in_range(flat_labels, vocab_size, [
+            "`y_true` holds ids outside [0, V), V = the logits' last dimension:", vocab_size])
+    else:
+        flat_labels = clipped_ids(flat_labels, vocab_size)
     uniform = smoothing / tf.cast(vocab_size, tf.float32)
 
     @tf.custom_gradient
@@ -109,6 +115,31 @@ def smoothed_cross_entropy(labels, logits, smoothing=0.0, gpu_path=False):
         return tf.reshape(value, tf.shape(labels)), gradient
 
     return per_token(logits)
+
+
+_COMPILED = {}
+
+
+def compiled_cross_entropy(smoothing, gpu_path):
+    """`smoothed_cross_entropy` as one XLA-compiled function (the
+    `compiled_loss` path of `kseq.layers.device_paths`), made once per setting.
+
+    XLA compiles an Assert to nothing, so the compiled function clips ids
+    without one; callers check the labels before it where they want the error.
+
+    Args:
+        smoothing: e in [0, 1).
+        gpu_path: the fused batch norm in the backward pass.
+
+    Returns:
+        A function (labels, logits) -> (...) float32 cross-entropy.
+    """
+    key = (float(smoothing), bool(gpu_path))
+    if key not in _COMPILED:
+        _COMPILED[key] = tf.function(
+            lambda labels, logits: smoothed_cross_entropy(labels, logits, smoothing, gpu_path, check_ids=False),
+            jit_compile=True, reduce_retracing=True)
+    return _COMPILED[key]
 
 
 def _rows_times_plus(x, scale, offset):
@@ -166,11 +197,18 @@ class MaskedSparseCategoricalCrossentropy(keras.losses.Loss):
         self.label_smoothing = check_rate("label_smoothing", label_smoothing)
         self.pad_id = pad_id
         # Chosen once (kseq.layers.device_paths): every trace is the same graph.
-        self._gpu_path = use_gpu_paths()
+        self._gpu_path = uses("loss_backward")
+        self._compiled = uses("compiled_loss")
+        self._check_ids = not uses("no_asserts")
 
     def call(self, y_true, y_pred):
         """Per-token losses (B, T), PAD positions included, in float32."""
-        return smoothed_cross_entropy(y_true, y_pred, self.label_smoothing, self._gpu_path)
+        if not self._compiled:
+            return smoothed_cross_entropy(y_true, y_pred, self.label_smoothing, self._gpu_path, self._check_ids)
+        if self._check_ids:
+            y_true = ids_in_range(y_true, tf.shape(y_pred)[-1], [
+                "`y_true` holds ids outside [0, V), V = the logits' last dimension:", tf.shape(y_pred)[-1]])
+        return compiled_cross_entropy(self.label_smoothing, self._gpu_path)(y_true, y_pred)
 
     def __call__(self, y_true, y_pred, sample_weight=None):
         with keras.name_scope(self.name):

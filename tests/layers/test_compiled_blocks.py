@@ -1,0 +1,120 @@
+"""The `compiled_blocks` path: a stack's blocks through one XLA-compiled
+function that takes a block's weights. Traced once a stack whatever the
+depth, capturing nothing; the uncompiled blocks' outputs and gradients;
+dropout masks from the step's seed; under two replicas what one device
+computes."""
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from kseq.layers import device_paths
+from kseq.layers.compiled_blocks import CompiledBlocks
+from kseq.layers.transformer_encoder_block import TransformerEncoderBlock
+from kseq.models import TransformerSeq2Seq
+from kseq.training.objectives.losses import MaskedSparseCategoricalCrossentropy
+from support import VOCAB, random_batch
+from training.devices import test_distributed_equivalence as equivalence
+
+
+def built(paths, monkeypatch, num_layers=2, dropout=0.0, norm_first=False):
+    monkeypatch.setattr(device_paths, "FORCE", paths)
+    keras.utils.set_random_seed(3)
+    model = TransformerSeq2Seq(VOCAB, VOCAB, num_layers=num_layers, d_model=16, num_heads=2, ff_dim=24,
+                               dropout=dropout, max_length=32, norm_first=norm_first)
+    model(random_batch())
+    return model
+
+
+def step(model, batch):
+    labels = np.roll(batch["target_ids"], -1, axis=1)
+    loss = MaskedSparseCategoricalCrossentropy(label_smoothing=0.1)
+    seed = tf.constant([5, 6], tf.int64)
+
+    @tf.function
+    def run(batch):
+        if model.dropout:  # the step's dropout seed, fixed: both models draw the same masks
+            state = model.embedding_dropout.seed_generator.state
+            state.assign(tf.cast(seed, state.dtype))
+        with tf.GradientTape() as tape:
+            logits = model(batch, training=True)
+            value = loss(labels, logits)
+        return [logits, value] + [tf.convert_to_tensor(g) for g in tape.gradient(value, model.trainable_weights)]
+
+    return [np.asarray(t) for t in run(batch)]
+
+
+def test_outputs_and_gradients_are_the_uncompiled_blocks(monkeypatch):
+    batch = random_batch()
+    plain = built([], monkeypatch)
+    compiled = built(["compiled_blocks"], monkeypatch)
+    compiled.set_weights(plain.get_weights())
+    expected, actual = step(plain, batch), step(compiled, batch)
+    assert len(actual) == len(expected) == 2 + len(plain.trainable_weights)
+    for a, e, name in zip(actual, expected, ["logits", "loss"] + [w.path for w in plain.trainable_weights]):
+        np.testing.assert_allclose(a, e, atol=2e-5 * max(1.0, np.abs(e).max()), rtol=1e-4, err_msg=name)
+
+
+def test_dropout_masks_follow_the_steps_seed(monkeypatch):
+    """XLA's Philox draws other bits than TensorFlow's kernel for a key, so
+    the masks are not the uncompiled path's: they repeat with the seed."""
+    batch = random_batch()
+    model = built(["compiled_blocks"], monkeypatch, dropout=0.3, norm_first=True)
+    first, again = step(model, batch), step(model, batch)
+    for a, b in zip(first, again):
+        np.testing.assert_array_equal(a, b)
+    evaluated = np.asarray(model(batch, training=False))
+    assert np.abs(first[0] - evaluated).max() > 1e-2
+    assert all(np.isfinite(g).all() for g in first[2:])
+
+
+def test_each_stack_traces_one_function_whatever_the_depth(monkeypatch):
+    model = built(["compiled_blocks"], monkeypatch, num_layers=3, dropout=0.1)
+    step(model, random_batch())
+    encoder, decoder = model._compiled
+    for compiled, block in ((encoder, model.encoder_blocks[-1]), (decoder, model.decoder_blocks[-1])):
+        assert compiled._function.experimental_get_tracing_count() == 1
+        assert compiled.template is not block
+    inputs = [v.value for v in model.encoder_blocks[1].trainable_variables]
+    key = tf.zeros([1], tf.uint64)
+    concrete = encoder._function.get_concrete_function(
+        inputs, (tf.zeros((2, 5, 16)), tf.ones((2, 5), tf.bool)), key, tf.constant(1, tf.int64))
+    assert concrete.captured_inputs == []  # the weights arrive as arguments, none is closed over
+
+
+def test_evaluation_and_decoding_run_the_layers(monkeypatch):
+    model = built(["compiled_blocks"], monkeypatch)
+    batch = random_batch()
+    model(batch, training=False)
+    model.generate(batch["source_ids"], max_length=5)
+    assert all(c._function.experimental_get_tracing_count() == 0 for c in model._compiled)
+
+
+def test_a_block_of_another_structure_is_refused():
+    small, wide = (TransformerEncoderBlock(num_heads=2, ff_dim=ff) for ff in (8, 16))
+    for block in (small, wide):
+        block.build((None, None, 4))
+    with pytest.raises(ValueError, match="other weights than the compiled template"):
+        CompiledBlocks(small)(wide, (tf.ones((1, 2, 4)),))
+
+
+@pytest.mark.long
+def test_two_replicas_train_as_one_device(monkeypatch):
+    """The weights are arguments, so each replica runs the function on its
+    own copies: tests/training/devices/test_distributed_equivalence.py's
+    check, on its first batch only (8 rows of one shape, their real target
+    tokens split unevenly): every other shape is a compilation per device."""
+    monkeypatch.setattr(device_paths, "FORCE", ["compiled_blocks"])
+    data = equivalence.dataset().take(1).repeat()
+    make = equivalence.MODELS["transformer"]
+    reference = make()
+    reference.build()
+    start = reference.get_weights()
+    one_losses, one_weights = equivalence.train(make, start, data, tf.distribute.get_strategy())
+    two_losses, two_weights = equivalence.train(
+        make, start, data, tf.distribute.MirroredStrategy(equivalence.DEVICES))
+    np.testing.assert_allclose(two_losses, one_losses, rtol=1e-5)
+    assert max(np.abs(one - first).max() for one, first in zip(one_weights, start)) > 2e-2
+    for one, two, weight in zip(one_weights, two_weights, reference.weights):
+        np.testing.assert_allclose(two, one, rtol=1e-4, atol=1e-5, err_msg=weight.path)
