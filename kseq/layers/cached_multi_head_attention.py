@@ -4,6 +4,7 @@ import keras
 import tensorflow as tf
 from keras import ops
 
+from kseq._compat import stored_values
 from kseq.layers.column_sums import add_bias
 from kseq.layers.device_paths import uses
 from kseq.layers.masking import causal_mask
@@ -140,7 +141,7 @@ class CachedMultiHeadAttention(keras.layers.MultiHeadAttention):
         """The weights stacked along `axis` in `dtype`: cast each then
         stack, or with `cast_once` stack then cast."""
         if self._takes("cast_once"):
-            return ops.cast(ops.stack([w.value for w in weights], axis=axis), dtype)
+            return ops.cast(ops.stack(stored_values(weights), axis=axis), dtype)
         return ops.stack([ops.cast(w, dtype) for w in weights], axis=axis)
 
     def _merge_heads(self, output):

@@ -190,8 +190,11 @@ class TransformerSeq2Seq(Seq2Seq):
 
     def _project(self, x):
         """(B, T, D) -> (B, T, V) logits, tied to the embedding when shared."""
-        if self.output_projection is not None:
-            return self.output_projection(x)
+        dense = self.output_projection
+        if dense is not None and self._bias_by_product and dense.quantization_mode is None and not dense.lora_enabled:
+            return add_bias(ops.matmul(x, ops.cast(dense.kernel, x.dtype)), ops.cast(dense.bias, x.dtype))
+        if dense is not None:
+            return dense(x)
         table = ops.cast(self.target_embedding.embeddings, x.dtype)
         bias = ops.cast(self.output_bias, x.dtype)
         if self._bias_by_product:

@@ -53,11 +53,12 @@ def built_norm(policy, shape, gpu_path, monkeypatch):
 @pytest.mark.parametrize("shape", [(3, 5, 8), (4, 8)])
 @pytest.mark.parametrize("policy", ["float32", "mixed_bfloat16"])
 @pytest.mark.parametrize("jit_compile", [False, True])
-def test_the_gpu_path_gives_the_cpu_paths_values_and_gradients(shape, policy, jit_compile, monkeypatch):
+@pytest.mark.parametrize("paths", [True, ["layer_norm"], ["bias_gradients"]], ids=["both", "layer_norm", "bias_gradients"])
+def test_the_gpu_path_gives_the_cpu_paths_values_and_gradients(shape, policy, jit_compile, paths, monkeypatch):
     rng = np.random.default_rng(1)
     x = tf.constant(rng.normal(size=shape) * 3 + 1, tf.float32)
     weights = tf.constant(rng.normal(size=shape), tf.float32)
-    cpu, gpu = (built_norm(policy, shape, gpu_path, monkeypatch) for gpu_path in (False, True))
+    cpu, gpu = (built_norm(policy, shape, gpu_path, monkeypatch) for gpu_path in (False, paths))
     for a, b in zip(cpu.weights, gpu.weights):
         value = rng.normal(size=a.shape)
         a.assign(value)
@@ -89,6 +90,9 @@ def test_the_path_is_chosen_at_build_and_kept(monkeypatch):
     gpu_ops, cpu_ops = gradient_graph_ops(gpu, (None, 8)), gradient_graph_ops(cpu, (None, 8))
     assert {"FusedBatchNormV3", "FusedBatchNormGradV3"} <= gpu_ops and not {"Mean", "Rsqrt"} & gpu_ops
     assert not {"FusedBatchNormV3", "FusedBatchNormGradV3"} & cpu_ops and {"Mean", "Rsqrt"} <= cpu_ops
+    # The training-mode call each way; gamma and beta as plain ops, their
+    # gradients (bias_gradients, on with True) one matmul.
+    assert "MatMul" in gpu_ops and "MatMul" not in cpu_ops
 
 
 def test_the_gpu_path_takes_an_empty_batch(monkeypatch):

@@ -1,7 +1,8 @@
-"""The Transformer's GPU paths (kseq.layers.device_paths), forced on the CPU:
-the CPU paths' outputs and gradients with the same weights, one dropout key
-a step, the same weights and configs, and `.keras` files that load across
-the two."""
+"""The Transformer's paths of kseq.layers.device_paths all on together
+(FORCE True), on the CPU: the default paths' outputs and gradients with the
+same weights, one dropout key a step, the same weights and configs, and
+`.keras` files that load across the two. tests/models/test_each_device_path.py
+checks each path alone."""
 
 import keras
 import numpy as np

@@ -1,0 +1,91 @@
+"""Each path of kseq.layers.device_paths alone, on the CPU: the default
+paths' outputs and gradients with the same weights, and the ops of a train
+step changed as the path says."""
+
+import collections
+import functools
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from kseq.layers import device_paths
+from kseq.training.objectives.losses import MaskedSparseCategoricalCrossentropy
+from models.test_gpu_paths import CONFIGS, built
+from support import random_batch, relative_tolerance
+
+PATHS = sorted(device_paths.PATHS)
+# cast_once changes nothing in float32 (a cast to float32 is no op there).
+POLICY = {"cast_once": "mixed_bfloat16"}
+
+
+def traced_step(model):
+    """A dropout-free train step's logits, loss and gradients on
+    `random_batch()`, with its graph's op type -> count (the functions it
+    calls included) and the names of the functions XLA must compile."""
+    batch = random_batch()
+    labels = np.roll(batch["target_ids"], -1, axis=1)
+    loss = MaskedSparseCategoricalCrossentropy(label_smoothing=0.1)  # chooses its paths now
+
+    @tf.function
+    def run(batch):
+        with tf.GradientTape() as tape:
+            logits = model(batch, training=True)
+            value = loss(labels, logits)
+        gradients = tape.gradient(value, model.trainable_weights)
+        return [logits, value] + [tf.convert_to_tensor(g) for g in gradients]  # embeddings': IndexedSlices
+
+    batch = {name: tf.constant(ids) for name, ids in batch.items()}
+    graph = run.get_concrete_function(batch).graph.as_graph_def()
+    nodes = list(graph.node) + [node for function in graph.library.function for node in function.node_def]
+    compiled = {f.signature.name for f in graph.library.function if f.attr["_XlaMustCompile"].b}
+    compiled |= {node.attr["f"].func.name for node in nodes if node.attr["_XlaMustCompile"].b}
+    results = [np.asarray(tf.cast(t, tf.float32)) for t in run(batch)]
+    return results, collections.Counter(node.op for node in nodes), compiled
+
+
+@functools.lru_cache(maxsize=None)
+def default_step(config_index, policy):
+    """The default paths' weights and `traced_step`, once a worker."""
+    patch = pytest.MonkeyPatch()
+    try:
+        model = built(CONFIGS[config_index], False, patch, dtype=policy)
+        return model.get_weights(), traced_step(model)
+    finally:
+        patch.undo()
+
+
+# What each path changes in a train step's ops; step_dropout's one key a step:
+# tests/models/test_gpu_paths.py (it needs dropout, which these steps leave out).
+CHANGES = {
+    "layer_norm": lambda d, p: p["Rsqrt"] == 0 < d["Rsqrt"] and p["FusedBatchNormGradV3"] > 0,
+    "loss_backward": lambda d, p: p["FusedBatchNormV3"] == 1 and d["FusedBatchNormV3"] == 0,
+    "bias_gradients": lambda d, p: p["BiasAddGrad"] == 0 < d["BiasAddGrad"],
+    "attention_transposes": lambda d, p: p["Transpose"] < d["Transpose"],
+    "additive_masks": lambda d, p: p["SelectV2"] < d["SelectV2"],
+    "cast_once": lambda d, p: p["Cast"] < d["Cast"],
+    "no_asserts": lambda d, p: p["Assert"] == 0 < d["Assert"],
+}
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_each_path_alone_computes_the_default_and_changes_the_step_as_it_says(path, monkeypatch):
+    policy, config_index = POLICY.get(path, "float32"), PATHS.index(path) % 2
+    weights, (expected, default, default_compiled) = default_step(config_index, policy)
+    model = built(CONFIGS[config_index], [path], monkeypatch, dtype=policy)
+    model.set_weights(weights)
+    actual, ops, compiled = traced_step(model)
+    assert len(actual) == len(expected) == 2 + len(model.trainable_weights)
+    compute = "float32" if policy == "float32" else "bfloat16"
+    for a, e in zip(actual, expected):
+        np.testing.assert_allclose(a, e, atol=relative_tolerance(compute) * max(1.0, np.abs(e).max()), rtol=1e-4)
+    assert default_compiled == set()
+    if path in CHANGES:
+        changed = {op: (default[op], ops[op]) for op in set(default) | set(ops) if default[op] != ops[op]}
+        assert CHANGES[path](default, ops), changed
+    if path == "compiled_blocks":  # forward and backward of each stack's one function
+        assert len(compiled) >= 2 and any("_run" in name for name in compiled), compiled
+    elif path == "compiled_loss":
+        assert compiled and all("lambda" in name for name in compiled), compiled
+    else:
+        assert not compiled
