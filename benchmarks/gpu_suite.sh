@@ -30,6 +30,15 @@
 #   recommended the base step in the settings a user would pick, each with the GPU paths of
 #               kseq.layers.device_paths on and off (KSEQ_GPU_PATHS=1/0), same machine and hour
 #   xla-matrix  xla_compile.py --matrix at base size: compile time and step under XLA settings
+# The part that decides kseq's GPU defaults, one call of at most 560 s after the bundle:
+#   decide      PyTorch's compiled and eager bf16 rows in the foreground (~90 s); kseq's default
+#               base step (mixed_bfloat16, no path), then each path of kseq.layers.device_paths alone
+#               on top of it (train_step.py --group: one process, ~20 s a row); then per-block XLA
+#               (+compiled_blocks) under each compile setting of kseq.training.devices.xla_compile_flags,
+#               cheapest first, each capped at $DECIDE_CAP_S (90) s, the default setting again on its
+#               warm caches, and whole-step XLA last. Rows are written as they finish; decide_summary.py
+#               prints the table, the fastest configuration and its ratio to compiled PyTorch.
+#               Brings back decide.log, decide.json and decide-rows.json (the table).
 #
 # Each part writes $OUT/<part>.log (its output) and $OUT/<part>.json: {part, status, rc,
 # started_utc, ended_utc, seconds, command, python, nvidia_smi (before), gpu_after, result},
@@ -97,9 +106,9 @@ for part in "${parts[@]}"; do
     all) expanded+=("${ALL_PARTS[@]}") ;;
     lease) expanded+=("${LEASE_PARTS[@]}") ;;
     gpu-tests | suite | train-step | torch | decode | recipe | bundle | torch-start | torch-collect | trace \
-      | recommended | xla-matrix) expanded+=("$part") ;;
+      | recommended | xla-matrix | decide) expanded+=("$part") ;;
     -h | --help) sed -n '2,/^set -uo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
-    *) echo "unknown part '$part': choose from all lease ${ALL_PARTS[*]} ${LEASE_PARTS[*]} torch-start" >&2; exit 2 ;;
+    *) echo "unknown part '$part': choose from all lease ${ALL_PARTS[*]} ${LEASE_PARTS[*]} torch-start decide" >&2; exit 2 ;;
   esac
 done
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -302,6 +311,8 @@ elif part == "recipe":
                                     line, re.I)][-30:]}
 elif part == "bundle":
     result = {"lines": text.splitlines()[-20:]}
+elif part == "decide":
+    result = load(files[0]) if files else None
 
 if part == "bundle" and rc == "3":
     status = "incomplete: carry the missing parts in the next call"
@@ -494,6 +505,64 @@ part_xla_matrix() {
   RESULT_FILES="$result" run_part xla-matrix "$TF_PYTHON; $TF_FROM" \
     "$TF_PYTHON" benchmarks/xla_compile.py --matrix $args --budget-s "$((left > 60 ? left : 60))" \
     --workdir "$WORK/xla-matrix" --output "$result"
+}
+
+# The decide part's rows: the default and each path alone (one process), then the compiled rows
+# cheapest first (name:cache, a cache named twice is warm the second time), whole-step XLA last.
+DECIDE_PATHS=(layer_norm step_dropout loss_backward bias_gradients attention_transposes additive_masks cast_once
+  no_asserts)
+DECIDE_COMPILED=(+compiled_blocks+autotune_level=0:a +compiled_blocks:b +compiled_blocks+parallel_codegen=0:c
+  +compiled_blocks+compiled_loss:d +compiled_blocks+kernel_cache=1:e +compiled_blocks:b -xla:f)
+
+decide_left() {  # seconds this part may still spend, less what its summary needs
+  if [ "$BUDGET" -le 0 ]; then echo 100000; else echo $((BUDGET - SECONDS - 15)); fi
+}
+
+decide_rows() {  # runs inside run_part: every row of the decide part, under the budget
+  local precision=bfloat16 steps="--steps ${DECIDE_STEPS:-10} --warmup ${DECIDE_WARMUP:-3}" size=base
+  local cap=${DECIDE_CAP_S:-90} torch_configs=${TORCH_CONFIGS:-torch-bfloat16-compile,torch-bfloat16}
+  local kseq_files=() configs entry config cache left number=0 paths=("${DECIDE_PATHS[@]}")
+  local compiled=("${DECIDE_COMPILED[@]}") extra=()
+  if [ "$SMOKE" = 1 ]; then
+    steps="--steps 2 --warmup 1" size=tiny precision=float32 paths=(layer_norm) extra=(--peak-size 256)
+    compiled=(+compiled_blocks+autotune_level=0:a +compiled_blocks:a -xla:f)
+  fi
+  rm -rf "$WORK/decide" && mkdir -p "$WORK/decide"
+  summarize() {
+    "${CLEAN_ENV[@]}" "$SUMMARY_PYTHON" benchmarks/decide_summary.py --torch "$WORK/decide/torch.json" \
+      --kseq "${kseq_files[@]}" --output "$OUT/decide-rows.json"
+  }
+  echo "## PyTorch ($torch_configs), in the foreground"
+  # shellcheck disable=SC2086
+  timeout -k 10 "$(( $(decide_left) < 150 ? $(decide_left) : 150 ))" "${CLEAN_ENV[@]}" "$TORCH_PYTHON" \
+    benchmarks/torch_transformer.py --size $size $steps --clip global --configs "$torch_configs" \
+    $([ "$SMOKE" = 1 ] && echo --peak-seconds 0.3 --threads 1) --output "$WORK/decide/torch.json"
+  summarize
+  configs="kseq-$precision"
+  for entry in "${paths[@]}"; do configs+=",kseq-$precision+$entry"; done
+  echo "## kseq's default and each path alone: $configs"
+  kseq_files+=("$WORK/decide/paths.json")
+  # shellcheck disable=SC2086
+  timeout -k 10 "$(decide_left)" "$TF_PYTHON" benchmarks/train_step.py --size $size $steps --group \
+    --configs "$configs" --config-timeout 60 "${extra[@]}" --output "$WORK/decide/paths.json"
+  summarize
+  for entry in "${compiled[@]}"; do
+    config="kseq-$precision${entry%:*}" cache="$WORK/decide/cache-${entry##*:}" number=$((number + 1))
+    left=$(decide_left)
+    if [ "$left" -lt 40 ]; then echo "## $config: skipped, ${left} s left"; continue; fi
+    echo "## $config (cache $cache), capped at $(( left < cap ? left : cap )) s"
+    kseq_files+=("$WORK/decide/compiled-$number.json")
+    # shellcheck disable=SC2086
+    timeout -k 10 "$((left + 5))" "$TF_PYTHON" benchmarks/train_step.py --size $size $steps --configs "$config" \
+      --config-timeout "$(( left < cap ? left : cap ))" --xla-cache "$cache" "${extra[@]}" \
+      --output "$WORK/decide/compiled-$number.json"
+    summarize
+  done
+}
+
+part_decide() {
+  tf_env
+  RESULT_FILES="$OUT/decide-rows.json" run_part decide "$TF_PYTHON; $TF_FROM" decide_rows
 }
 
 bundle_gather() {  # runs inside run_part: gather carried parts, unpack once complete

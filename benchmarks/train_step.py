@@ -13,7 +13,16 @@ fixed shape. Configurations are `<model>-<precision>[-xla]`: model `kseq`
 (TransformerSeq2Seq, shared embeddings) or `hub` (KerasHub
 TokenAndPositionEmbedding + TransformerEncoder/Decoder + Dense), precision
 `float32` (TF32 on Ampere and later GPUs unless --no-tf32), `bfloat16` or
-`float16` (keras' mixed policies).
+`float16` (keras' mixed policies). Each `+NAME` after it turns on a path of
+`kseq.layers.device_paths` for kseq's model (`kseq-bfloat16+layer_norm`),
+and each `+NAME=VALUE` sets an XLA compile setting of
+`kseq.training.devices.xla_compile_flags` (`+autotune_level=0`); configs
+that compile (`-xla`, `+compiled_blocks`, `+compiled_loss`) get kseq's
+compile flags and the persistent cache in `--xla-cache`. `--group` runs
+consecutive configs that differ only in their paths in one process (a
+TensorFlow start saved a row; each row still builds and traces its own
+model). A row's `first_step_s` counts from its process's start (or, in a
+group, from its model's build) to its first step's end.
 
 MFU counts the model's matmul FLOPs (kseq's `transformer_flops`: 3x the
 forward pass, causal self-attention counted whole) against the best of
@@ -25,6 +34,8 @@ float32 (or TF32) and bfloat16/float16 square matmuls measured first.
     .venv/bin/python benchmarks/train_step.py --configs kseq-bfloat16 --profile /tmp/trace
     .venv/bin/python benchmarks/train_step.py --size deep-tiny --configs kseq-float32 --profile /tmp/ops  # ops a step
     .venv/bin/python benchmarks/train_step.py --configs kseq-bfloat16 --profile /tmp/trace --trace-out $OUT
+    .venv/bin/python benchmarks/train_step.py --size tiny --group --configs kseq-float32,kseq-float32+layer_norm,\
+        kseq-float32+compiled_blocks+autotune_level=0
 
 --profile DIR also traces 5 timed steps of the first configuration with the
 TensorFlow profiler (open DIR in TensorBoard's Profile tab) and prints, read
@@ -42,6 +53,7 @@ import os
 import platform
 import subprocess
 import sys
+import tempfile
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -50,6 +62,8 @@ sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # for trace_report
 
 import trace_report  # noqa: E402
+
+START = time.perf_counter()
 
 SIZES = {  # layers, d_model, heads, ff, vocab, batch, source length, target length, dropout
     "base": dict(layers=6, d=512, heads=8, ff=2048, vocab=16000, batch=384, source=56, target=64, dropout=0.1),
@@ -124,15 +138,39 @@ def build(model_name, size, policy):
     return keras.Model({"source_ids": source, "target_ids": target}, logits)
 
 
-def child(config, size, steps, warmup, profile, clip="global", trace_out=None, trace_name=None):
+def parse_config(config):
+    """`<model>-<precision>[-xla][+path...][+setting=value...]` -> dict(model,
+    precision, xla, paths, compile): the paths and the compile settings as lists."""
+    head, *extras = config.split("+")
+    model_name, precision, *rest = head.split("-")
+    if model_name not in ("kseq", "hub") or precision not in POLICIES or rest not in ([], ["xla"]):
+        raise SystemExit(f"--configs: expected <kseq|hub>-<{'|'.join(POLICIES)}>[-xla][+path][+setting=value]; "
+                         f"got {config!r}")
+    paths = [extra for extra in extras if "=" not in extra]
+    settings = [extra for extra in extras if "=" in extra]
+    if paths and model_name != "kseq":
+        raise SystemExit(f"--configs {config!r}: device paths are kseq's model's")
+    return dict(model=model_name, precision=precision, xla=bool(rest), paths=paths, compile=settings)
+
+
+def compiles(parsed):
+    """Whether a parsed config compiles anything with XLA."""
+    return parsed["xla"] or bool({"compiled_blocks", "compiled_loss"} & set(parsed["paths"]))
+
+
+def child(config, size, steps, warmup, profile, clip="global", trace_out=None, trace_name=None, started=START):
     import numpy as np
     import tensorflow as tf
 
-    model_name, precision, *rest = config.split("-")
+    parsed = parse_config(config)
+    model_name, precision = parsed["model"], parsed["precision"]
     import keras
 
     import kseq
+    from kseq.layers import device_paths
     from kseq.training.devices.distribution import clip_after_all_reduce
+
+    device_paths.FORCE = parsed["paths"]  # before the model and the loss choose theirs
 
     keras.utils.set_random_seed(0)
     rng = np.random.default_rng(0)
@@ -147,9 +185,12 @@ def child(config, size, steps, warmup, profile, clip="global", trace_out=None, t
     optimizer = adam(kseq.schedules.TransformerSchedule(size["d"], 4000), beta_2=0.98, epsilon=1e-9, **clipping)
     model.compile(clip_after_all_reduce(optimizer),
                   kseq.losses.MaskedSparseCategoricalCrossentropy(label_smoothing=0.1),
-                  jit_compile="xla" in rest)
+                  jit_compile=parsed["xla"])
     start = time.perf_counter()
-    model.fit(data, steps_per_epoch=warmup, epochs=1, verbose=0)
+    first = []
+    first_step = keras.callbacks.LambdaCallback(
+        on_train_batch_end=lambda b, logs: first or first.append(time.perf_counter()))
+    model.fit(data, steps_per_epoch=warmup, epochs=1, verbose=0, callbacks=[first_step])
     warmup_seconds = time.perf_counter() - start
     # Each step's end is when its loss can be read. keras reads it in a side
     # thread (an `async_safe` callback), so the steps are queued without a
@@ -165,8 +206,9 @@ def child(config, size, steps, warmup, profile, clip="global", trace_out=None, t
     result = dict(config=config, optimizer=type(optimizer).__name__, jit_compile=bool(model.jit_compile), ms_per_step=round(1000 * seconds, 2),
                   target_tokens_per_s=round(size["batch"] * size["target"] / seconds),
                   model_tflops=round(transformer_flops(size) / seconds / 1e12, 2),
-                  warmup_s=round(warmup_seconds, 1), final_loss=round(ends[-1][0], 4),
-                  parameters=model.count_params())
+                  warmup_s=round(warmup_seconds, 1), first_step_s=round(first[0] - started, 1),
+                  final_loss=round(ends[-1][0], 4), parameters=model.count_params(), paths=parsed["paths"],
+                  compile_settings=parsed["compile"], xla_flags=os.environ.get("XLA_FLAGS", ""))
     if profile:
         tf.profiler.experimental.start(profile)
         start = time.perf_counter()
@@ -245,6 +287,94 @@ def print_profile(row):
     sys.stdout.flush()
 
 
+def config_groups(configs, group):
+    """The configs in runs of one process: with `group`, consecutive configs
+    of one model and precision that compile nothing share one; else one each."""
+    groups = []
+    for config in configs:
+        parsed = parse_config(config)
+        key = (parsed["model"], parsed["precision"])
+        if (group and groups and not compiles(parsed) and not parsed["compile"]
+                and groups[-1][0] == key and groups[-1][1]):
+            groups[-1][2].append(config)
+        else:
+            groups.append((key, not compiles(parsed) and not parsed["compile"], [config]))
+    return [configs for _, _, configs in groups]
+
+
+def child_environment(config, xla_cache):
+    """The environment of a config's process: for a config that compiles,
+    its compile settings, kseq's XLA compile flags (`configure_compilation`)
+    and the persistent cache in `xla_cache` (default: a new folder)."""
+    from kseq.training.devices.xla_compile_flags import ENVIRONMENT_VARIABLE, configure_compilation
+
+    parsed = parse_config(config)
+    environment = dict(os.environ)
+    if not compiles(parsed):
+        return environment
+    cache = xla_cache or tempfile.mkdtemp(prefix="train_step_xla_")
+    environment[ENVIRONMENT_VARIABLE] = ",".join(parsed["compile"])
+    environment["TF_XLA_FLAGS"] = (environment.get("TF_XLA_FLAGS", "") +
+                                   f" --tf_xla_persistent_cache_directory={cache}").strip()
+    configure_compilation(cache, environment=environment)
+    return environment
+
+
+def run_children(group, args, profile):
+    """Runs one process for `group`'s configs: ([(config, row)], [failure])."""
+    command = [sys.executable, __file__, "--child", ",".join(group), "--size", args.size, "--steps", str(args.steps),
+               "--warmup", str(args.warmup), "--clip", args.clip] + (["--no-tf32"] if args.no_tf32 else [])
+    environment = child_environment(group[0], args.xla_cache)
+    if profile:
+        command += ["--profile", args.profile] + (["--trace-out", args.trace_out] if args.trace_out else [])
+        environment["TF_CPP_MIN_LOG_LEVEL"] = "0"  # the profiler's own messages
+    timeout = args.config_timeout * len(group) if args.config_timeout else None
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=environment)
+        stdout, error, returncode = done.stdout, done.stderr, done.returncode
+    except subprocess.TimeoutExpired as stopped:
+        # A stopped configuration must not cost the ones after it their turn.
+        stdout, error = (text.decode(errors="replace") if isinstance(text, bytes) else text or ""
+                         for text in (stopped.stdout, stopped.stderr))
+        returncode = f"stopped after {timeout} s (start, warm-up and compilation included)"
+    rows = [json.loads(line[7:]) for line in stdout.splitlines() if line.startswith("RESULT ")]
+    results = list(zip(group, rows))
+    failures = []
+    for config in group[len(rows):]:
+        failure = dict(config=config, returncode=returncode, error=error[-3000:])
+        if isinstance(returncode, str):
+            failure = dict(config=config, stopped_after_s=timeout, error=error[-1500:])
+        print(f"{config}: failed ({returncode})\n{error[-1500:]}", flush=True)
+        failures.append(failure)
+    if profile and results:
+        row = results[0][1]
+        # Why a trace holds no GPU events (CUPTI not found, say) is only in the child's log.
+        row["profiler_messages"] = [line[-300:] for line in error.splitlines()
+                                    if any(word in line.lower() for word in ("cupti", "profiler", "tracer"))][-20:]
+        if "trace_report" in row:  # the messages travel with the trace
+            with open(row["trace_report"]) as f:
+                saved = json.load(f)
+            with open(row["trace_report"], "w") as f:
+                json.dump(dict(saved, profiler_messages=row["profiler_messages"]), f, indent=1)
+    return results, failures
+
+
+def run_child_configs(args, size):
+    """The child's side: each config of `--child` in turn, a RESULT line each."""
+    import gc
+
+    import keras
+
+    configs = args.child.split(",")
+    for index, config in enumerate(configs):
+        started = START if index == 0 else time.perf_counter()
+        profile = args.profile if index == 0 else None
+        print("RESULT " + json.dumps(child(config, size, args.steps, args.warmup, profile, args.clip,
+                                           args.trace_out, f"train-step-{config}-{args.size}", started)), flush=True)
+        keras.backend.clear_session()
+        gc.collect()
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -263,19 +393,26 @@ def main():
                                             "where larger) with its report as JSON, named by configuration")
     parser.add_argument("--config-timeout", type=float,
                         help="stop a configuration after this many seconds and go on with the next")
+    parser.add_argument("--group", action="store_true",
+                        help="run consecutive configs that compile nothing and differ only in their paths "
+                             "in one process")
+    parser.add_argument("--xla-cache", help="the persistent XLA cache of configs that compile "
+                                            "(default: a new folder a config)")
     parser.add_argument("--output", help="JSON results, rewritten after each configuration")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.trace_out and not args.profile:
         parser.error("--trace-out: needs --profile DIR (the trace it copies)")
+    configs = args.configs.split(",")
+    for config in configs:
+        parse_config(config)  # a typo stops the run before any configuration runs
     import tensorflow as tf
 
     if args.no_tf32:
         tf.config.experimental.enable_tensor_float_32_execution(False)
     size = SIZES[args.size]
     if args.child:
-        print("RESULT " + json.dumps(child(args.child, size, args.steps, args.warmup, args.profile, args.clip,
-                                           args.trace_out, f"train-step-{args.child}-{args.size}")))
+        run_child_configs(args, size)
         return
     gpus = tf.config.list_physical_devices("GPU")
     device = tf.config.experimental.get_device_details(gpus[0]).get("device_name", "GPU") if gpus else platform.processor() or "CPU"
@@ -293,46 +430,18 @@ def main():
                       f, indent=2)
         os.replace(args.output + ".tmp", args.output)
 
-    for index, config in enumerate(args.configs.split(",")):
-        command = [sys.executable, __file__, "--child", config, "--size", args.size, "--steps", str(args.steps),
-                   "--warmup", str(args.warmup), "--clip", args.clip] + (["--no-tf32"] if args.no_tf32 else [])
-        environment = None
-        if args.profile and index == 0:
-            command += ["--profile", args.profile] + (["--trace-out", args.trace_out] if args.trace_out else [])
-            environment = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="0")  # the profiler's own messages
-        try:
-            done = subprocess.run(command, capture_output=True, text=True, timeout=args.config_timeout, env=environment)
-        except subprocess.TimeoutExpired as stopped:
-            # A stopped configuration must not cost the ones after it their turn.
-            error = stopped.stderr.decode(errors="replace") if isinstance(stopped.stderr, bytes) else stopped.stderr
-            print(f"{config}: stopped after {args.config_timeout} s (start, warm-up and compilation included)\n"
-                  f"{(error or '')[-1500:]}", flush=True)
-            failed.append(dict(config=config, stopped_after_s=args.config_timeout))
-            write_output()
-            continue
-        lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
-        if done.returncode or not lines:
-            print(f"{config}: failed\n{done.stderr[-3000:]}", flush=True)
-            failed.append(dict(config=config, returncode=done.returncode, error=done.stderr[-3000:]))
-            write_output()
-            continue
-        row = json.loads(lines[-1][7:])
-        if args.profile and index == 0:
-            # Why a trace holds no GPU events (CUPTI not found, say) is only in the child's log.
-            row["profiler_messages"] = [line[-300:] for line in done.stderr.splitlines()
-                                        if any(word in line.lower() for word in ("cupti", "profiler", "tracer"))][-20:]
-            if "trace_report" in row:  # the messages travel with the trace
-                with open(row["trace_report"]) as f:
-                    saved = json.load(f)
-                with open(row["trace_report"], "w") as f:
-                    json.dump(dict(saved, profiler_messages=row["profiler_messages"]), f, indent=1)
-        compute = config.split("-")[1]
-        row["mfu"] = round(row["model_tflops"] / peaks[compute], 3)
-        rows.append(row)
-        print(f"{config:22s} {row['ms_per_step']:9.2f} ms  {row['target_tokens_per_s']:>10,} tgt tok/s  "
-              f"{row['model_tflops']:7.2f} TFLOP/s  MFU {row['mfu']:.1%} of {compute} peak  "
-              f"XLA ran: {row['jit_compile']}  warm-up {row['warmup_s']} s", flush=True)
-        print_profile(row)
+    for index, group in enumerate(config_groups(configs, args.group and not args.profile)):
+        results, failures = run_children(group, args, profile=bool(args.profile) and index == 0)
+        failed += failures
+        for config, row in results:
+            compute = parse_config(config)["precision"]
+            row["mfu"] = round(row["model_tflops"] / peaks[compute], 3)
+            rows.append(row)
+            print(f"{config:22s} {row['ms_per_step']:9.2f} ms  {row['target_tokens_per_s']:>10,} tgt tok/s  "
+                  f"{row['model_tflops']:7.2f} TFLOP/s  MFU {row['mfu']:.1%} of {compute} peak  "
+                  f"XLA ran: {row['jit_compile']}  warm-up {row['warmup_s']} s  first step {row['first_step_s']} s",
+                  flush=True)
+            print_profile(row)
         write_output()
     write_output()
 

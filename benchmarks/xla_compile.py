@@ -22,9 +22,15 @@ TensorFlow op types the unoptimised instructions come from). Variants:
     plain-shared-block-in-jit the same block functions called inside a whole-step jit_compile function
                               (TensorFlow then compiles the step with the weights and inputs as
                               constants: once a call)
+    kseq-compiled-blocks      kseq's step with its `compiled_blocks` path (kseq.layers.device_paths):
+                              each stack's blocks through one XLA-compiled function taking a block's
+                              weights; the step around them uncompiled (compilations are counted)
 
 `--steps 0` traces and reads the IR only, running no step (base size on a CPU:
-one XLA step there allocates 17 GB).
+one XLA step there allocates 17 GB). `--layers N` gives the size N layers a
+stack (does a count follow depth?), `--batch N` N rows a batch (XLA's
+compile time follows the graph, not the batch: base widths fit a CPU step
+at a few rows).
 
 Matrix mode (`--matrix`; meant for a GPU): each setting (`--settings`, see
 SETTINGS; NAME:SECONDS gives one its own timeout) in its own process under
@@ -66,7 +72,9 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)  # plain_transformer_step.py
 
-VARIANTS = ("kseq", "hub", "plain", "plain-shared-block", "plain-shared-block-in-jit")
+VARIANTS = ("kseq", "hub", "plain", "plain-shared-block", "plain-shared-block-in-jit", "kseq-compiled-blocks")
+# Variants whose step is not compiled whole: their XLA modules are counted from a dump.
+DUMPED = ("plain-shared-block", "kseq-compiled-blocks")
 MODELS = ("kseq", "hub", "plain")
 PRECISIONS = {"float32": "float32", "bfloat16": "mixed_bfloat16", "float16": "mixed_float16"}
 # TensorFlow's and XLA's timers and markers: which modules log them at level 1.
@@ -304,6 +312,11 @@ def make_step(variant, size, precision="float32", jit=True):
     """(tf.function, arguments) of `variant`'s train step (VARIANTS)."""
     if variant in ("kseq", "hub"):
         return keras_step(variant, size, precision, jit)
+    if variant == "kseq-compiled-blocks":
+        from kseq.layers import device_paths
+
+        device_paths.FORCE = ["compiled_blocks"]
+        return keras_step("kseq", size, precision, jit=False)
     if precision != "float32":
         raise ValueError(f"--precision: the plain variants run float32 only, got {precision!r}")
     return plain_step(variant, size, jit)
@@ -362,7 +375,7 @@ def measure_variant(variant, size, steps, compiler_ir=True):
     step, args = make_step(variant, size)
     measured = trace_and_time(step, args, steps) if steps else trace_counts(step, args)
     result = dict(variant=variant, **measured)
-    if compiler_ir and variant != "plain-shared-block":
+    if compiler_ir and variant not in DUMPED:
         print(IR_MARKER, file=sys.stderr, flush=True)  # the log after it is the IR stages' own compile
         ir = step.experimental_get_compiler_ir(*args)
         for stage in ("hlo", "optimized_hlo"):
@@ -583,11 +596,13 @@ def run_variants(args, workdir):
         for repeat in range(args.repeats):
             load_before = os.getloadavg()[0]
             argv = [sys.executable, os.path.abspath(__file__), "--child-variant", variant, "--size", args.size]
+            argv += ["--layers", str(args.layers)] if args.layers else []
+            argv += ["--batch", str(args.batch)] if args.batch else []
             argv += (["--steps", str(args.steps)] if args.steps is not None else []) + (
                 [] if repeat == 0 and args.compiler_ir else ["--no-compiler-ir"])
             dump = os.path.join(workdir, f"{variant}-{repeat}-dump")
             # Dumps only where several modules are compiled: dumping a whole step writes a file a kernel.
-            xla_flags = [f"--xla_dump_to={dump}", "--xla_dump_hlo_as_text"] if variant == "plain-shared-block" else []
+            xla_flags = [f"--xla_dump_to={dump}", "--xla_dump_hlo_as_text"] if variant in DUMPED else []
             done = run_child(argv, child_env(xla_flags), args.variant_timeout,
                              os.path.join(workdir, f"{variant}-{repeat}"))
             with open(done["stderr"], errors="replace") as f:
@@ -606,7 +621,7 @@ def run_variants(args, workdir):
                 break
         rows.append(variant_row(variant, runs))
         print(variant_line(rows[-1]), flush=True)
-        write_json(args.output, dict(mode="hlo", size=args.size, shapes=SIZES[args.size], **kseq_origin(),
+        write_json(args.output, dict(mode="hlo", size=args.size, shapes=resized(args), **kseq_origin(),
                                      **machine(), rows=rows))
     return rows
 
@@ -667,6 +682,12 @@ def write_json(path, record):
     os.replace(path + ".tmp", path)
 
 
+def resized(args):
+    """`--size`'s shapes with `--layers` and `--batch` where given."""
+    overrides = {key: value for key, value in (("layers", args.layers), ("batch", args.batch)) if value}
+    return dict(SIZES[args.size], **overrides)
+
+
 def names(text, allowed, option):
     """A comma-separated list of names, each one of `allowed`."""
     chosen = [name for name in text.split(",") if name]
@@ -698,6 +719,8 @@ def main():
     parser.add_argument("--variants", default="kseq,hub,plain,plain-shared-block",
                         help=f"HLO mode: some of {', '.join(VARIANTS)}")
     parser.add_argument("--repeats", type=int, default=2, help="HLO mode: processes a variant (compile min-max)")
+    parser.add_argument("--layers", type=int, help="HLO mode: layers a stack, in place of the size's")
+    parser.add_argument("--batch", type=int, help="HLO mode: rows a batch, in place of the size's")
     parser.add_argument("--steps", type=int, help="steps timed after the first (HLO mode 3, matrix 10); "
                                                   "HLO mode 0: no step run, the compiler's IR only")
     parser.add_argument("--no-compiler-ir", dest="compiler_ir", action="store_false",
@@ -719,7 +742,7 @@ def main():
     args = parser.parse_args()
     if args.repeats < 1 or (args.steps is not None and args.steps < 0):
         raise SystemExit("--repeats: expected a positive count; --steps: 0 or more")
-    size = SIZES[args.size]
+    size = resized(args)
     if args.child_variant:
         steps = args.steps if args.steps is not None else 2 if args.child_variant.endswith("in-jit") else 3
         print("RESULT " + json.dumps(measure_variant(args.child_variant, size, steps, args.compiler_ir)), flush=True)

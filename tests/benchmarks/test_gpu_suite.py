@@ -33,3 +33,21 @@ def test_the_lease_runs_its_parts_and_brings_back_at_most_8_files(tmp_path):
     assert set(recommended) == {"recommended-paths1.json", "recommended-paths0.json"}
     assert all(rows["rows"] for rows in recommended.values()), "both settings timed"
     assert "bundle: SUMS or zstd/ not there yet" in done.stdout, "no bundle here: said, and the lease went on"
+
+
+@pytest.mark.slow  # about 4 minutes on 2 cores
+def test_the_decide_part_writes_its_rows_and_names_the_fastest(tmp_path):
+    out, work = tmp_path / "out", tmp_path / "work"
+    environment = dict(os.environ, OUT=str(out), GPU_SUITE_WORK=str(work), GPU_SUITE_SMOKE="1",
+                       KSEQ_BUNDLE=str(tmp_path / "no-bundle"), GPU_SUITE_BUDGET_S="900",
+                       TF_PYTHON=os.path.join(ROOT, ".venv", "bin", "python"))
+    done = subprocess.run([os.path.join(ROOT, "benchmarks", "gpu_suite.sh"), "decide"],
+                          env=environment, capture_output=True, text=True, timeout=1200)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert sorted(os.listdir(out)) == ["decide-rows.json", "decide.json", "decide.log"]
+    summary = json.loads((out / "decide.json").read_text())["result"]
+    configs = [row["config"] for row in summary["kseq"]]
+    assert configs == ["kseq-float32", "kseq-float32+layer_norm", "kseq-float32+compiled_blocks+autotune_level=0",
+                       "kseq-float32+compiled_blocks", "kseq-float32-xla"]
+    assert summary["fastest"]["config"] in configs and summary["kseq"][0]["to_default"] == 1.0
+    assert "fastest: " in (out / "decide.log").read_text()

@@ -93,7 +93,7 @@ def configure_compilation(cache, cores=None, environment=None):
         users = [f for f in present if f.split("=")[0] in {flag.split("=")[0] for flag in flags}]
         if users:
             lines.append((name, f"as XLA_FLAGS sets it ({' '.join(users)})"))
-        elif value in ("", "0"):
+        elif value == ("" if name == "autotune_level" else "0"):
             lines.append((name, "off (XLA's own)" + (f": {ENVIRONMENT_VARIABLE} {name}=1 turns it on"
                                                     if setting.default == "0" else "")))
         else:
