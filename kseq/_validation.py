@@ -197,11 +197,12 @@ def ids_in_range(ids, size, message):
         `ids` as int32, clipped into [0, size).
     """
     wide = tf.cast(ids, "int64")
-    in_range = tf.reduce_all((wide >= 0) & (wide < tf.cast(size, "int64")))
+    size = tf.cast(size, "int64")
+    in_range = tf.reduce_all((wide >= 0) & (wide < size))
     # Strings and int32 data only: anything else would guard the assertion
     # with a tf.cond, whose predicate a GPU must also send to the host.
     tf.debugging.Assert(in_range, message if isinstance(message, list) else [message])
-    return clipped_ids(ids, size)
+    return clipped_ids(wide, size)
 
 
 def clipped_ids(ids, size):
