@@ -37,6 +37,7 @@ from kseq import EOS_ID  # noqa: E402
 from kseq.data import CharacterTokenizer, normalize_text  # noqa: E402
 from kseq.data.subword_tokenizer import SubwordTokenizer  # noqa: E402
 from kseq.decoding import BeamSearch, GreedySearch  # noqa: E402
+from kseq.errors import UsageError  # noqa: E402
 from kseq.export import export_classifier, export_language_model, export_translator  # noqa: E402
 from kseq.models import RNNLanguageModel, RNNSeq2Seq, SequenceClassifier, TransformerSeq2Seq  # noqa: E402
 from support import subprocess_env  # noqa: E402
@@ -266,7 +267,9 @@ def test_export_api(export_paths, where, given, action, expected):
 
 # ---------------------------------------------------------------------------
 # Tasks: argparse errors exit with status 2 and the message on stderr,
-# before any data is read or any model is built.
+# before any data is read or any model is built; a task's main called from
+# Python raises the UsageError of a data file without a good line, which
+# kseq-train prints as one line with status 2 (tests/cli/test_task_usage_errors.py).
 
 class Paths:
     def __init__(self, root):
@@ -302,9 +305,9 @@ TASK_ROWS = [
     ("translate.py", "--valid-tsv a missing file", lambda p: translate.parse_args(["--valid-tsv", p.missing]), Exits(2, r"--valid-tsv .*missing.tsv: no such file")),
     ("translate.py", "--test-tsv a directory", lambda p: translate.parse_args(["--test-tsv", p.folder]), Exits(2, r"--test-tsv .*a_folder: is a directory, not a file")),
     ("translate.py", "--train-tsv without read permission", lambda p: translate.parse_args(["--train-tsv", p.locked]), Exits(2, r"--train-tsv .*locked.tsv: not readable \(permission denied\)")),
-    ("translate.py", "--train-tsv of binary bytes (not UTF-8)", lambda p: translate.main(translate_args(p, "--train-tsv", p.binary)), Raises(ValueError, r"'.*binary.tsv' has no valid source<TAB>target line: line 1 \(not UTF-8\)")),
-    ("translate.py", "--train-tsv an empty file", lambda p: translate.main(translate_args(p, "--train-tsv", p.empty)), Raises(ValueError, r"'.*empty.tsv' has no valid source<TAB>target line \(the file is empty\)")),
-    ("translate.py", "--train-tsv lines without a tab", lambda p: translate.main(translate_args(p, "--train-tsv", p.no_tabs)), Raises(ValueError, r"has no valid source<TAB>target line: line 1 \(no tab\), line 2 \(no tab\)")),
+    ("translate.py", "--train-tsv of binary bytes (not UTF-8)", lambda p: translate.main(translate_args(p, "--train-tsv", p.binary)), Raises(UsageError, r"^--train-tsv .*binary.tsv: line 1 is not UTF-8: expected source<TAB>target; no line of the file is good$")),
+    ("translate.py", "--train-tsv an empty file", lambda p: translate.main(translate_args(p, "--train-tsv", p.empty)), Raises(UsageError, r"^--train-tsv .*empty.tsv: the file is empty: expected source<TAB>target lines$")),
+    ("translate.py", "--train-tsv lines without a tab", lambda p: translate.main(translate_args(p, "--train-tsv", p.no_tabs)), Raises(UsageError, r"^--train-tsv .*no_tabs.tsv: line 1 has no tab: expected source<TAB>target; no line of the file is good$")),
     ("translate.py", "--beam-patience over 1", lambda p: translate.parse_args(["--beam-patience", "1.5"]), Exits(2, r"--beam-patience 1.5: expected a number in \[0, 1\] \(0: the exact rule\)")),
     ("translate.py", "--logdir a file", lambda p: translate.parse_args(["--logdir", p.file]), Exits(2, r"--logdir .*a_file exists and is not a directory")),
     ("translate.py", "--logdir under a file", lambda p: translate.parse_args(["--logdir", os.path.join(p.file, "runs")]), Exits(2, r"--logdir .*a_file/runs: .*a_file is a file, not a directory")),
@@ -323,7 +326,7 @@ TASK_ROWS = [
     ("classify.py", "--export-dir a non-empty export version", lambda p: classify.parse_args(["--export-dir", p.version]), Exits(2, r"is itself a SavedModel version")),
     ("language_model.py", "--train-txt a directory", lambda p: language_model.parse_args(["--train-txt", p.folder]), Exits(2, r"--train-txt .*a_folder: is a directory, not a file")),
     ("language_model.py", "--logdir a file", lambda p: language_model.parse_args(["--logdir", p.file]), Exits(2, r"--logdir .*a_file exists and is not a directory")),
-    ("language_model.py", "--train-txt of binary bytes", lambda p: language_model.main(["--logdir", p.logs, "--train-txt", p.binary]), Exits(None, r"--train-txt: .*binary.tsv' has no valid non-blank UTF-8 line: line 1 \(not UTF-8\)")),
+    ("language_model.py", "--train-txt of binary bytes", lambda p: language_model.main(["--logdir", p.logs, "--train-txt", p.binary]), Raises(UsageError, r"^--train-txt .*binary.tsv: line 1 is not UTF-8: expected UTF-8 text, one document a line; no line of the file is good$")),
 ]
 
 

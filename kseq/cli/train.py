@@ -15,6 +15,12 @@ Tasks (kseq.tasks, one module each, the same options as
 JSON) holds any of them, and each run writes the config it ran with to
 `<logdir>/config.yaml`. Dashes and underscores in TASK are the same:
 `kseq-train language-model`.
+
+A mistake in what a task is given (a data file without a good line, a
+`--config` key it does not take, an `--init-from` folder that holds no
+finished run, ...) ends it with one line, `kseq-train TASK: error:
+<message>`, and exit status 2, as a bad flag does; a run folder it had
+begun is taken away again (docs/errors.md lists them).
 """
 
 import importlib
@@ -49,14 +55,29 @@ def main(argv=None):
 def run(task, argv):
     """Runs `task` on the command line `argv`, as a fresh process would.
 
+    The one place a user's mistake (`kseq.errors.UsageError`) becomes the
+    task's usage error: what the run had begun to write is taken away
+    (`kseq.training.checkpoints.failed_start`), then one line is printed.
+
     Args:
         task: a name in TASKS, with underscores.
         argv: the task's options, a list of strings.
+
+    Raises:
+        SystemExit: 2 for a user's mistake, with `kseq-train TASK: error:
+            <message>` on stderr, as argparse's errors for the same
+            command; the task's own exits otherwise.
     """
+    from kseq.errors import UsageError, refuse
+    from kseq.training.checkpoints.failed_start import undone_on_usage_error
     from kseq.training.devices.runtime import tune_cpu_runtime
 
     tune_cpu_runtime()
     module = importlib.import_module(f"kseq.tasks.{task}")
     # argparse names the program after argv[0] in usage lines and errors.
-    sys.argv[0] = f"{NAME} {task}"
-    module.main(argv)
+    sys.argv[0] = prog = f"{NAME} {task}"
+    try:
+        with undone_on_usage_error():
+            module.main(argv)
+    except UsageError as error:
+        refuse(prog, error)

@@ -18,12 +18,15 @@ import hashlib
 import json
 import os
 import random
+import zlib
 
 from kseq._atomic import write_bytes_atomic, write_json_atomic
 from kseq._validation import check_positive_int
 from kseq.data.pypi_data import cache_root
 from kseq.data.text import normalize_text
-from kseq.data.tsv import EMPTY_LINE, EMPTY_SOURCE, EMPTY_TARGET, GZIP_MAGIC, MANY_TABS, NO_TAB, NOT_UTF8
+from kseq.data.tsv import DOCUMENT, EMPTY_LINE, EMPTY_SOURCE, EMPTY_TARGET, GZIP_MAGIC, LABELLED, MANY_TABS, NO_TAB
+from kseq.data.tsv import NOT_UTF8, PAIR, no_good_line
+from kseq.errors import UsageError
 
 BOM = "\ufeff"
 # Bad lines spelled out in a report; the rest are counted.
@@ -48,8 +51,8 @@ def corpus_files(spec, argument="files"):
         A list of file paths.
 
     Raises:
-        ValueError: a part names no file, a directory or an unreadable file, or
-            `spec` names none at all (the message names `argument`).
+        UsageError: a part names no file, a directory or an unreadable file, or
+            `spec` names none at all (the message names `argument`; a ValueError).
 
     Example:
         corpus_files("train.tsv.gz")          # ['train.tsv.gz']
@@ -63,20 +66,20 @@ def corpus_files(spec, argument="files"):
         if glob.has_magic(part):
             matches = sorted(path for path in glob.glob(part) if os.path.isfile(path))
             if not matches:
-                raise ValueError(f"{argument} {part}: the pattern matches no file")
+                raise UsageError(f"{argument} {part}: the pattern matches no file")
         elif os.path.isdir(part):
-            raise ValueError(f"{argument} {part}: is a directory, not a file (a glob such as {part}/*.tsv reads "
+            raise UsageError(f"{argument} {part}: is a directory, not a file (a glob such as {part}/*.tsv reads "
                              "the files in it)")
         elif not os.path.isfile(part):
-            raise ValueError(f"{argument} {part}: no such file")
+            raise UsageError(f"{argument} {part}: no such file")
         else:
             matches = [part]
         for path in matches:
             if not os.access(path, os.R_OK):
-                raise ValueError(f"{argument} {path}: not readable (permission denied)")
+                raise UsageError(f"{argument} {path}: not readable (permission denied)")
         files += [path for path in matches if path not in files]
     if not files:
-        raise ValueError(f"{argument}: names no file; got {spec!r}")
+        raise UsageError(f"{argument}: names no file; got {spec!r}")
     return files
 
 
@@ -104,11 +107,20 @@ def raw_lines(path):
 
     Returns:
         A generator of lines as bytes.
+
+    Raises:
+        UsageError: a gzip file is damaged or cut short (the message names
+            the last line read).
     """
     opener = gzip.open if compression_of(path) else open
-    with opener(path, "rb") as f:
-        for line in f:
-            yield line[:-1] if line.endswith(b"\n") else line
+    number = 0
+    try:
+        with opener(path, "rb") as f:
+            for number, line in enumerate(f, start=1):
+                yield line[:-1] if line.endswith(b"\n") else line
+    except (gzip.BadGzipFile, EOFError, zlib.error) as error:  # only gzip's reader raises these
+        raise UsageError(f"{path}: a damaged gzip file, unreadable after line {number} ({error}): expected a "
+                         "whole gzip file") from None
 
 
 def line_problem(raw, fields=2):
@@ -268,9 +280,11 @@ def scan_corpus(files, sample_size=100_000, seed=0, hold_out=None, cache_dir=Non
         The `CorpusScan`.
 
     Raises:
-        ValueError: the files hold no good training pair (names the first
-            problems), more than `MAX_LABELS` labels where they are counted,
-            a bad `sample_size`, or `fields` not 2, or 1 with `count_labels`.
+        UsageError: the files hold no good training line (the message names
+            the first bad line, `kseq.data.tsv.no_good_line`) or more than
+            `MAX_LABELS` labels where they are counted; a ValueError.
+        ValueError: a bad `sample_size`, or `fields` not 2, or 1 with
+            `count_labels`.
     """
     check_positive_int("sample_size", sample_size)
     files = [os.fspath(path) for path in files]
@@ -285,14 +299,9 @@ def scan_corpus(files, sample_size=100_000, seed=0, hold_out=None, cache_dir=Non
     scan = _scan(files, sample_size, seed, hold_out, count_labels, fields)
     scan.folder = folder
     if not scan.sample[0]:
-        named = ", ".join(repr(path) for path in files)
-        several = len(files) > 1
-        shown = ", ".join(f"{os.path.basename(path) + ' ' if several else ''}line {number} ({reason})"
-                          for path, number, reason in scan.problems[:5])
-        detail = (f": {shown}" if scan.bad else " (every line is held out for validation)" if scan.held_out
-                  else f" (the file{'s are' if several else ' is'} empty)")
-        kind = "non-blank UTF-8" if fields == 1 else "source<TAB>target"
-        raise ValueError(f"{named} has no valid {kind} line{detail}.")
+        columns = DOCUMENT if fields == 1 else LABELLED if count_labels else PAIR
+        first = scan.problems[0] if scan.problems else None
+        raise UsageError(no_good_line(files, first, columns, scan.held_out))
     _save_scan(folder, scan)
     return scan
 
@@ -334,8 +343,8 @@ def _scan(files, sample_size, seed, hold_out, count_labels, fields):
 
 def _count_label(labels, label, path, number):
     if label not in labels and len(labels) == MAX_LABELS:
-        raise ValueError(f"{path} line {number}: more than {MAX_LABELS:,} distinct labels in the second column; "
-                         "expected text<TAB>label lines with a label from a small set")
+        raise UsageError(f"{path}: line {number} has distinct label number {MAX_LABELS + 1:,}: expected "
+                         f"text<TAB>label lines with at most {MAX_LABELS:,} distinct labels")
     labels[label] = labels.get(label, 0) + 1
 
 

@@ -68,6 +68,24 @@ def word_piece_tokenizer(vocabulary_file, unknown_token="[UNK]", special_tokens=
     >>> word_piece_tokenizer(path).vocab_size  # 3 tokens after kseq's 4 reserved ids
     7
     """
+    tokens = word_piece_tokens(vocabulary_file, unknown_token)
+    hub = keras_hub_tokenizers().WordPieceTokenizer(vocabulary=tokens, oov_token=unknown_token, **options)
+    return from_keras_hub(hub, special_tokens=special_tokens, unknown_token=unknown_token)
+
+
+def word_piece_tokens(vocabulary_file, unknown_token="[UNK]"):
+    """Reads a WordPiece vocabulary file and checks that it holds the unknown token.
+
+    Args:
+        vocabulary_file: path of the vocabulary, UTF-8, one token a line.
+        unknown_token: its token for unknown words. Default "[UNK]".
+
+    Returns:
+        The tokens, a list of strings (line i is id i).
+
+    Raises:
+        ValueError: the file cannot be read, is not UTF-8, or lacks `unknown_token`.
+    """
     tokens = read_lines(vocabulary_file, "vocabulary_file")
     if unknown_token not in tokens:
         raise ValueError(
@@ -75,8 +93,7 @@ def word_piece_tokenizer(vocabulary_file, unknown_token="[UNK]", special_tokens=
             "needs for unknown words; add it to the file or pass `unknown_token` (the "
             "vocabulary's own token for them)."
         )
-    hub = keras_hub_tokenizers().WordPieceTokenizer(vocabulary=tokens, oov_token=unknown_token, **options)
-    return from_keras_hub(hub, special_tokens=special_tokens, unknown_token=unknown_token)
+    return tokens
 
 
 def byte_pair_tokenizer(vocabulary_file, merges_file, special_tokens=None, unknown_token=None, **options):
@@ -107,6 +124,25 @@ def byte_pair_tokenizer(vocabulary_file, merges_file, special_tokens=None, unkno
     >>> tokenizer.vocab_size  # 3 tokens after kseq's 4 reserved ids
     7
     """
+    vocabulary, merges = byte_pair_rules(vocabulary_file, merges_file)
+    hub = keras_hub_tokenizers().BytePairTokenizer(vocabulary=vocabulary, merges=merges, **options)
+    return from_keras_hub(hub, special_tokens=special_tokens, unknown_token=unknown_token)
+
+
+def byte_pair_rules(vocabulary_file, merges_file):
+    """Reads a BPE vocabulary and its merges, checking that each merge joins two of its tokens.
+
+    Args:
+        vocabulary_file: path of the JSON vocabulary, {token: id}.
+        merges_file: path of the merge rules (a "#version" line is skipped).
+
+    Returns:
+        (vocabulary dict, merges: a list of "a b" strings).
+
+    Raises:
+        ValueError: a file cannot be read, the vocabulary is no JSON object,
+            or a merge is not two of its tokens.
+    """
     vocabulary = read_json(vocabulary_file, "vocabulary_file")
     if not isinstance(vocabulary, dict) or not vocabulary:
         raise ValueError(f"`vocabulary_file` {vocabulary_file} must hold a JSON object {{token: id}}.")
@@ -119,8 +155,7 @@ def byte_pair_tokenizer(vocabulary_file, merges_file, special_tokens=None, unkno
             f"`merges_file` {merges_file} has {len(missing)} rule(s) that are not two tokens "
             f"of `vocabulary_file` {vocabulary_file}, e.g. {missing[0]!r}."
         )
-    hub = keras_hub_tokenizers().BytePairTokenizer(vocabulary=vocabulary, merges=merges, **options)
-    return from_keras_hub(hub, special_tokens=special_tokens, unknown_token=unknown_token)
+    return vocabulary, merges
 
 
 # File names of a BPE vocabulary in a folder: GPT-2's, then keras-hub's assets.
@@ -147,38 +182,72 @@ def load_tokenizer(path: str):
     Raises:
         ValueError: a missing path, or one that holds none of the above.
     """
+    return _tokenizer_maker(path)()
+
+
+def check_tokenizer(path: str):
+    """Checks that `path` holds a tokenizer `load_tokenizer` reads, without making it.
+
+    The files are read and checked as `load_tokenizer` reads them; no
+    keras-hub layer is made and no TensorFlow op runs, so the tasks check
+    `--tokenizer PATH` with their other options, before a run starts.
+
+    Args:
+        path: a file, a folder, or two files joined by a comma.
+
+    Raises:
+        ValueError: as `load_tokenizer`.
+    """
+    _tokenizer_maker(path)
+
+
+def _tokenizer_maker(path):
+    """Reads and checks what `path` holds (told apart by content, as `load_tokenizer` says).
+
+    Args:
+        path: a file, a folder, or two files joined by a comma.
+
+    Returns:
+        A function of no arguments making the tokenizer.
+
+    Raises:
+        ValueError: as `load_tokenizer`.
+    """
     if "," in path and not os.path.exists(path):
         vocabulary_file, merges_file = path.split(",", 1)
-        return byte_pair_tokenizer(vocabulary_file, merges_file)
+        byte_pair_rules(vocabulary_file, merges_file)
+        return lambda: byte_pair_tokenizer(vocabulary_file, merges_file)
     if os.path.isdir(path):
         for vocabulary_name, merges_name in BPE_FILES:
             vocabulary_file = os.path.join(path, vocabulary_name)
             if os.path.isfile(vocabulary_file):
-                return byte_pair_tokenizer(vocabulary_file, os.path.join(path, merges_name))
+                byte_pair_rules(vocabulary_file, os.path.join(path, merges_name))
+                return lambda: byte_pair_tokenizer(vocabulary_file, os.path.join(path, merges_name))
         raise ValueError(f"tokenizer folder {path} holds no vocab.json and merges.txt (a BPE vocabulary).")
     content = read_bytes(path, "path")
     saved = parse_json(content)
     if isinstance(saved, dict) and saved.get("type") == "keras_hub":
-        return KerasHubTokenizer.load(path)
+        return lambda: KerasHubTokenizer.load(path)
     if isinstance(saved, dict) and saved.get("type") == "character":
         from kseq.data.character_tokenizer import CharacterTokenizer
 
-        return CharacterTokenizer.load(path)
+        return lambda: CharacterTokenizer.load(path)
     if saved is not None:
         raise ValueError(
             f"{path} is JSON but no saved kseq tokenizer; a BPE vocabulary needs its merges: "
             f"pass \"{path},merges.txt\"."
         )
     if is_sentence_piece(content):
-        return sentence_piece_tokenizer(content)
+        return lambda: sentence_piece_tokenizer(content)
     try:
         content.decode("utf-8")
     except UnicodeDecodeError:
         raise ValueError(
-            f"`path` {path} is no tokenizer kseq reads: not a saved tokenizer, a SentencePiece "
-            "model nor a UTF-8 vocabulary."
+            f"`path` {path} is no tokenizer kseq reads: expected a saved kseq tokenizer, a SentencePiece "
+            "model or a UTF-8 vocabulary."
         ) from None
-    return word_piece_tokenizer(path)
+    word_piece_tokens(path)
+    return lambda: word_piece_tokenizer(path)
 
 
 def tokenizer_files(tokenizer):

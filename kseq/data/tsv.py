@@ -5,6 +5,7 @@ import gzip
 import os
 
 from kseq.data.text import normalize_text
+from kseq.errors import UsageError
 from kseq._validation import check_choice
 
 # Reasons a line is skipped, as they appear in `problems` and in messages.
@@ -15,6 +16,89 @@ EMPTY_SOURCE = "empty source"
 EMPTY_TARGET = "empty target"
 NOT_UTF8 = "not UTF-8"
 GZIP_MAGIC = b"\x1f\x8b"
+# What a line holds, as messages name its columns: a translation pair, a
+# labelled text (classification, text from a label), a document.
+PAIR = ("source", "target")
+LABELLED = ("text", "label")
+DOCUMENT = ("document",)
+
+
+def expected_line(columns=PAIR):
+    """Says what a good line holds, as the messages about bad lines end.
+
+    Args:
+        columns: the names of a line's columns: `PAIR` (default),
+            `LABELLED`, or `DOCUMENT` (one text a line).
+
+    Returns:
+        "source<TAB>target" for two columns, "UTF-8 text, one document a
+        line" for one.
+
+    Example:
+    >>> expected_line(LABELLED)
+    'text<TAB>label'
+    """
+    return "<TAB>".join(columns) if len(columns) == 2 else f"UTF-8 text, one {columns[0]} a line"
+
+
+def bad_line(path, number, reason, columns=PAIR):
+    """Names a bad line, what is wrong with it and what was expected, the same way in every task.
+
+    Args:
+        path: the file, as the user named it.
+        number: the line's number, from 1.
+        reason: why the line is bad: `NO_TAB`, `MANY_TABS`, `EMPTY_LINE`,
+            `EMPTY_SOURCE`, `EMPTY_TARGET` or `NOT_UTF8`.
+        columns: the names of a line's columns (see `expected_line`).
+
+    Returns:
+        The message.
+
+    Example:
+    >>> bad_line("bad.tsv", 2, NO_TAB)
+    'bad.tsv: line 2 has no tab: expected source<TAB>target'
+    >>> bad_line("reviews.tsv", 7, EMPTY_TARGET, LABELLED)
+    'reviews.tsv: line 7 has an empty label: expected text<TAB>label'
+    """
+    wrong = {NO_TAB: "has no tab", MANY_TABS: "has more than one tab", EMPTY_LINE: "is blank",
+             EMPTY_SOURCE: f"has an empty {columns[0]}", EMPTY_TARGET: f"has an empty {columns[-1]}",
+             NOT_UTF8: "is not UTF-8"}[reason]
+    return f"{path}: line {number} {wrong}: expected {expected_line(columns)}"
+
+
+def no_good_line(paths, first_problem=None, columns=PAIR, held_out=0):
+    """Says why files give no line to use, naming the first bad line.
+
+    Args:
+        paths: the files read, as the user named them.
+        first_problem: (path, line number, reason) of the first bad line;
+            None (default) where no line is bad.
+        columns: the names of a line's columns (see `expected_line`).
+        held_out: the good lines held out for validation (default 0):
+            they leave none to train on.
+
+    Returns:
+        The message.
+
+    Example:
+    >>> no_good_line(["bad.tsv"], ("bad.tsv", 2, NO_TAB))
+    'bad.tsv: line 2 has no tab: expected source<TAB>target; no line of the file is good'
+    >>> no_good_line(["a.tsv", "b.tsv"])
+    'a.tsv, b.tsv: the files are empty: expected source<TAB>target lines'
+    """
+    several = len(paths) > 1
+    named = ", ".join(paths)
+    if held_out:
+        good = f"the {held_out:,} good line{'s are' if held_out > 1 else ' is'}"
+        why = (f"{good} held out for validation, which leaves none to train on (give more lines, or validation "
+               "lines of their own)")
+    elif first_problem:
+        why = f"no line of the file{'s' if several else ''} is good"
+    else:
+        lines = " lines" if len(columns) == 2 else ""
+        return f"{named}: the {'files are' if several else 'file is'} empty: expected {expected_line(columns)}{lines}"
+    start = f"{bad_line(*first_problem, columns)};" if first_problem else f"{named}:"
+    return f"{start} {why}"
 
 
 def _check_line(raw):
@@ -43,7 +127,7 @@ def _describe(problems, limit):
     return shown + (f" and {rest} more" if rest > 0 else "")
 
 
-def read_tsv(path, on_error="skip"):
+def read_tsv(path, on_error="skip", columns=PAIR):
     """Reads `source<TAB>target` pairs, normalized with `normalize_text`.
 
     The file is UTF-8 (an optional BOM is ignored), with `\\n` or `\\r\\n`
@@ -56,6 +140,8 @@ def read_tsv(path, on_error="skip"):
         path: the file to read.
         on_error: "skip" drops bad lines and reports them in `problems`;
             "raise" raises ValueError if any line is bad.
+        columns: the names of the two columns in messages: `PAIR`
+            (default, source and target) or `LABELLED` (text and label).
 
     Returns:
         (sources, targets, problems): two equal-length lists of strings and a
@@ -65,8 +151,11 @@ def read_tsv(path, on_error="skip"):
 
     Raises:
         FileNotFoundError: `path` does not exist.
-        ValueError: `path` is a directory, has no valid line, or has a bad
-            line when on_error="raise".
+        UsageError: `path` has no valid line (a ValueError; the message
+            names the first bad line, `no_good_line`), or is a damaged
+            gzip file.
+        ValueError: `path` is a directory, or has a bad line when
+            on_error="raise".
 
     Example:
         sources, targets, problems = read_tsv("pairs.tsv")
@@ -78,11 +167,10 @@ def read_tsv(path, on_error="skip"):
     lines = _file_lines(path)
     sources, targets, problems = _split_pairs(lines)
     if not sources:
-        detail = f": {_describe(problems, 5)}" if problems else " (the file is empty)"
-        raise ValueError(f"{path!r} has no valid source<TAB>target line{detail}.")
+        raise UsageError(no_good_line([path], (path, *problems[0]) if problems else None, columns))
     if problems and on_error == "raise":
         raise ValueError(
-            f"{path!r}: {len(problems)} of {len(lines)} lines are not one source<TAB>target "
+            f"{path!r}: {len(problems)} of {len(lines)} lines are not one {expected_line(columns)} "
             f"pair: {_describe(problems, 5)}. Fix them, or pass on_error='skip' to drop them."
         )
     return sources, targets, problems
@@ -100,6 +188,7 @@ def _file_lines(path):
 
     Raises:
         FileNotFoundError, ValueError: as `read_tsv`.
+        UsageError: a damaged gzip file.
     """
     if os.path.isdir(path):
         raise ValueError(
@@ -114,7 +203,7 @@ def _file_lines(path):
         try:
             data = gzip.decompress(data)
         except (OSError, EOFError) as error:
-            raise ValueError(f"{path!r} is a damaged gzip file ({error}).") from None
+            raise UsageError(f"{path}: a damaged gzip file ({error}): expected a whole gzip file") from None
     # Bytes, not text mode: a bad byte then costs one line, not the whole file.
     lines = data.removeprefix(codecs.BOM_UTF8).split(b"\n")
     if lines[-1] == b"":

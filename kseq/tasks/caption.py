@@ -35,6 +35,7 @@ data, tests and export.
 
 import os
 
+import keras
 import numpy as np
 import sacrebleu
 import tensorflow as tf
@@ -88,6 +89,10 @@ class Options(RNNOptions, CadenceOptions, ClippingOptions):
             (not all(w.strip().isdigit() and int(w) > 0 for w in widths), "--filters must be positive widths, "
              "comma-separated, e.g. 32,64,128"),
             (bool(self.init_from), "--init-from is not supported by kseq-train caption"),
+            # The model is built after the data: a name keras lacks would stop the run there.
+            (self.backbone is not None and not hasattr(keras.applications, self.backbone),
+             f"--backbone {self.backbone}: keras.applications has no model of that name: expected one such as "
+             "MobileNetV2 or ResNet50"),
         ) if broken]
 
 

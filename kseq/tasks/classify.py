@@ -32,6 +32,7 @@ from kseq.data.corpus import HoldOut
 from kseq.data.labelled_texts import describe_epoch, labelled_dataset, padded_batches
 from kseq.data.splits import read_splits
 from kseq.data.tokenizers import tokenizer_files
+from kseq.errors import UsageError
 from kseq.export import export_classifier
 from kseq.special_ids import PAD_ID
 from kseq.training import task
@@ -124,8 +125,9 @@ def load_data(options):
         and "test": (texts, class ids)}, label names).
 
     Raises:
-        SystemExit: the training files hold fewer than 2 labels, or a
-            held-out split has a label they lack.
+        UsageError: a file holds no good line (`read_splits`), the training
+            files hold fewer than 2 labels, or a held-out split has a label
+            they lack.
     """
     from kseq.data.rotten_tomatoes import LABELS, load_rotten_tomatoes, split_file
 
@@ -142,9 +144,10 @@ def load_data(options):
     else:
         names = sorted(corpus.labels)
         if len(names) < 2:
-            raise SystemExit(f"--train-tsv {options.train_tsv}: needs at least 2 labels; found {names}")
-        data = {split: class_ids_of(texts, labels, names, split) for split, (texts, labels) in
-                (("valid", splits.valid), ("test", splits.test))}
+            raise UsageError(f"--train-tsv {options.train_tsv}: every training line has the label {names[0]!r}: "
+                             "expected text<TAB>label lines with at least 2 distinct labels")
+        data = {split: class_ids_of(texts, labels, names, labelled_by(options, split)) for split, (texts, labels)
+                in (("valid", splits.valid), ("test", splits.test))}
     held = f" (every {HOLD_OUT_EVERY}th training line)" if splits.held_out else ""
     print(f"train: {corpus.pairs:,} texts in {len(corpus.files)} file(s), " +
           ", ".join(f"{name} {corpus.labels.get(name, 0):,}" for name in names))
@@ -155,24 +158,44 @@ def load_data(options):
     return {"train": corpus, **data}, names
 
 
-def class_ids_of(texts, labels, names, split):
+def labelled_by(options, split):
+    """Names the files a held-out split's lines come from, for messages.
+
+    Args:
+        options: the task's options (--train-tsv, --valid-tsv, --test-tsv).
+        split: "valid" or "test".
+
+    Returns:
+        The option and its files, e.g. "--valid-tsv dev.tsv", or the
+        training files' lines held out for validation.
+    """
+    for name in (split, "valid"):  # the test split is the validation split's without --test-tsv
+        files = getattr(options, f"{name}_tsv")
+        if files:
+            return f"--{name}-tsv {files}"
+    return f"--train-tsv {options.train_tsv} (its lines held out for validation)"
+
+
+def class_ids_of(texts, labels, names, source):
     """Maps a held-out split's labels to class ids; its labels must be the training data's.
 
     Args:
         texts: the split's texts.
         labels: their labels, strings.
         names: the training data's label names, in class id order.
-        split: the split's name, for the message.
+        source: where the split's lines come from, for the message
+            (`labelled_by`).
 
     Returns:
         (texts, class ids).
 
     Raises:
-        SystemExit: a label does not occur in the training data.
+        UsageError: a label does not occur in the training lines.
     """
     unknown = sorted(set(labels) - set(names))
     if unknown:
-        raise SystemExit(f"{split} labels {unknown[:5]} do not occur in the training data")
+        raise UsageError(f"{source}: labels {unknown[:5]} do not occur in the training lines: expected "
+                         f"text<TAB>label lines with a label among {names[:5]}")
     return texts, [names.index(label) for label in labels]
 
 

@@ -73,6 +73,14 @@ class Options(TsvFilesOptions, RNNOptions, TrainingOptions, SamplingOptions, Cad
     classifier_export: str = option("savedmodels/classify", "the classifier's exports (trained here if none)")
     classifier_args: str = option("--epochs 1", "kseq-train classify's options when it trains one here")
 
+    def problems(self):
+        try:
+            shlex.split(self.classifier_args)
+        except ValueError as error:  # an unclosed quote: no options to pass on
+            return super().problems() + [f"--classifier-args {self.classifier_args}: {error}: expected kseq-train "
+                                         "classify's options, as a shell splits them"]
+        return super().problems()
+
 
 parse_args = options_parser(Options, __doc__)
 

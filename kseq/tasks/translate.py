@@ -166,6 +166,9 @@ def load_data(options):
     Returns:
         {"train": the training corpus, scanned once (`kseq.data.corpus.CorpusScan`:
         its files, their bad lines, a sample), "valid" and "test": (sources, targets)}.
+
+    Raises:
+        UsageError: a file holds no good pair, or none to hold out (`read_splits`).
     """
     from kseq.data.bible import bible_split_file, load_bible_pairs
 
@@ -175,7 +178,7 @@ def load_data(options):
     start = time.time()
     splits = read_splits(options.train_tsv, options.valid_tsv, options.test_tsv, default=default,
                          hold_out=HoldOut(every=HOLD_OUT_EVERY, limit=HOLD_OUT_LIMIT),
-                         vocab_sample=options.vocab_sample, seed=options.seed, exit_on_scan_error=False)
+                         vocab_sample=options.vocab_sample, seed=options.seed)
     corpus = splits.train
     print(f"train: {corpus.pairs:,} pairs in {len(corpus.files)} file(s), {corpus.lines:,} lines; a sample of "
           f"{len(corpus.sample[0]):,} for the vocabulary ({time.time() - start:.0f} s)")

@@ -5,6 +5,7 @@ strategy needs it."""
 
 from kseq.data.bucketing import bucketed_pair_dataset, xla_boundaries
 from kseq.data.streaming import estimate_epoch, streamed_pair_dataset
+from kseq.errors import UsageError
 from kseq.training.devices import distribute_batches, worker_batches, workers
 
 
@@ -28,14 +29,14 @@ def pair_pipelines(options, corpus, valid_pairs, tokenizer, *, xla, strategy, po
         (train dataset, valid dataset, the training pipeline's epoch report).
 
     Raises:
-        SystemExit: --token-budget leaves a worker less than --max-length.
+        UsageError: --token-budget leaves a worker less than --max-length.
     """
     shapes = dict(max_length=options.max_length)
     if xla:
         shapes.update(boundaries=xla_boundaries(options.max_length), pad_remainder=True)
     count = workers(strategy)
     if options.token_budget // count < options.max_length:
-        raise SystemExit(f"--token-budget {options.token_budget} shared by {count} workers leaves each less than "
+        raise UsageError(f"--token-budget {options.token_budget} shared by {count} workers leaves each less than "
                          f"--max-length {options.max_length}: raise it to {count * options.max_length} or more")
 
     def train_shard(shard):

@@ -23,6 +23,7 @@ import tensorflow as tf
 
 from kseq._atomic import write_json_atomic
 from kseq._compat import accumulate_after_all_reduce
+from kseq.training.checkpoints import failed_start
 from kseq.training.checkpoints.phases import Phases
 from kseq.training.config.config_files import write_config
 from kseq.training.config.options import config_values
@@ -56,6 +57,10 @@ class Run:
         precision: the resolved `Precision`; `xla_cache`: the persistent
             XLA cache folder (None where nothing compiles).
         phases: the finished steps a restart skips.
+        start_record: what the logdir held before the run wrote there,
+            undone when a user's mistake stops kseq-train before the run
+            trains (`kseq.training.checkpoints.failed_start`; None when
+            nothing would undo it).
 
     Args:
         options: the task's parsed options.
@@ -89,6 +94,7 @@ class Run:
         # Other workers keep their own files, as on separate disks.
         self.workdir = options.logdir if self.chief else os.path.join(
             options.logdir, "workers", f"{task_type}-{task_id}")
+        self.start_record = failed_start.starting(options.logdir)
         os.makedirs(self.workdir, exist_ok=True)
         if self.chief:
             write_config(config_values(options), options.logdir)
@@ -203,6 +209,7 @@ class Run:
         Returns:
             `Trained` (model, decisions, fit's metrics).
         """
+        failed_start.training(self.start_record)  # from here on what the run writes is its training's
         logdir = logdir or self.options.logdir
         decisions = [*decisions, *self.decisions(model)]
         callbacks = []
@@ -242,6 +249,8 @@ class Run:
             `Trained`.
         """
         options = dataclasses.replace(self.options, logdir=logdir or self.options.logdir) if keep else None
+        if self.phases.get(name) is not None:
+            failed_start.training(self.start_record)  # trained before: the folder holds a run
         return train_once(self.phases, name, fit, train, options, build, self.chief, lambda: self.seconds)
 
     def write_metrics(self, metrics, scores=()):

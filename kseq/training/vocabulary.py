@@ -9,6 +9,7 @@ import time
 
 from kseq._atomic import write_bytes_atomic
 from kseq.data.tokenizers import load_tokenizer, tokenizer_files
+from kseq.errors import UsageError
 from kseq.training.config.warm_start import init_tokenizer
 
 SAVED_NAMES = ("spm.model", "tokenizer.json")
@@ -71,7 +72,7 @@ def given_tokenizer(path=None, init_from=None):
         The tokenizer.
 
     Raises:
-        SystemExit: the path holds no tokenizer; the message names it.
+        UsageError: the path holds no tokenizer; the message names it.
     """
     if init_from:
         tokenizer = init_tokenizer(init_from)
@@ -80,7 +81,7 @@ def given_tokenizer(path=None, init_from=None):
     try:
         tokenizer = load_tokenizer(path)
     except ValueError as error:
-        raise SystemExit(f"--tokenizer {path}: {error}") from None
+        raise UsageError(f"--tokenizer {path}: {error}") from None
     print(f"tokenizer: {path}, {type(tokenizer).__name__} of {tokenizer.vocab_size} ids (--vocab-size unused)")
     return tokenizer
 
@@ -96,14 +97,14 @@ def trained_tokenizer(texts, vocab_size):
         A `SubwordTokenizer`.
 
     Raises:
-        SystemExit: the texts cannot give that size; the message names `--vocab-size`.
+        UsageError: the texts cannot give that size; the message names `--vocab-size`.
     """
     from kseq.data.subword_tokenizer import SubwordTokenizer
 
     try:
         tokenizer = SubwordTokenizer.train(texts, vocab_size)
     except ValueError as error:
-        raise SystemExit(f"--vocab-size {vocab_size}: {error}") from None
+        raise UsageError(f"--vocab-size {vocab_size}: {error}") from None
     print(f"SentencePiece vocabulary: {tokenizer.vocab_size} pieces")
     return tokenizer
 

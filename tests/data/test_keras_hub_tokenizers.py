@@ -15,6 +15,7 @@ from kseq.data.character_tokenizer import CharacterTokenizer
 from kseq.data.keras_hub_tokenizer import KerasHubTokenizer
 from kseq.data.subword_tokenizer import SubwordTokenizer
 from kseq.data.tokenizers import byte_pair_tokenizer, from_keras_hub, load_tokenizer, word_piece_tokenizer
+from kseq.errors import UsageError
 from kseq.export import export_classifier
 from kseq.models import SequenceClassifier
 
@@ -259,5 +260,5 @@ def test_tasks_take_a_tokenizer_path(word_piece_file, tmp_path, capsys):
     assert tokenizer_files(tokenizer) == {"tokenizer.json": (tmp_path / "tokenizer.json").read_bytes()}
     (tmp_path / "no_unk.txt").write_text("hello\n", encoding="utf-8")
     options = dataclasses.replace(options, tokenizer=str(tmp_path / "no_unk.txt"))
-    with pytest.raises(SystemExit, match="--tokenizer .*no_unk.txt: `vocabulary_file` .* has no '\\[UNK\\]'"):
+    with pytest.raises(UsageError, match="--tokenizer .*no_unk.txt: `vocabulary_file` .* has no '\\[UNK\\]'"):
         run_tokenizer([], options.logdir, path=options.tokenizer, vocab_size=1)

@@ -67,7 +67,8 @@ def test_a_labelled_scan_counts_each_label_of_the_training_lines(tmp_path):
 
 def test_a_second_column_of_more_than_a_few_labels_is_refused_by_line(tmp_path):
     path = write(tmp_path / "t.tsv", [(f"text {i}", f"label {i}") for i in range(MAX_LABELS + 1)])
-    with pytest.raises(ValueError, match=rf"t.tsv line {MAX_LABELS + 1}: more than 1,000 distinct labels"):
+    with pytest.raises(ValueError, match=rf"t.tsv: line {MAX_LABELS + 1} has distinct label number 1,001: "
+                                         r"expected text<TAB>label lines with at most 1,000 distinct labels"):
         scan_corpus([path], cache_dir=tmp_path, count_labels=True)
 
 

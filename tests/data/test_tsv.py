@@ -65,9 +65,13 @@ def test_directory_is_rejected(tmp_path):
         read_tsv(tmp_path)
 
 
-@pytest.mark.parametrize("data", [b"", b"\n\n", b"a b\n\tx\n"])
-def test_file_without_valid_lines(tmp_path, data):
-    with pytest.raises(ValueError, match="no valid source<TAB>target line"):
+@pytest.mark.parametrize("data, message", [
+    (b"", r"pairs.tsv: the file is empty: expected source<TAB>target lines$"),
+    (b"\n\n", r"pairs.tsv: line 1 is blank: expected source<TAB>target; no line of the file is good$"),
+    (b"a b\n\tx\n", r"pairs.tsv: line 1 has no tab: expected source<TAB>target; no line of the file is good$"),
+])
+def test_file_without_valid_lines(tmp_path, data, message):
+    with pytest.raises(ValueError, match=message):
         read_tsv(write(tmp_path, data))
 
 

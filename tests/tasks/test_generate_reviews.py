@@ -14,6 +14,7 @@ from kseq.tasks import generate_reviews  # noqa: E402
 from kseq.training import scoring  # noqa: E402
 
 from kseq.data.subword_tokenizer import SubwordTokenizer  # noqa: E402
+from kseq.errors import UsageError  # noqa: E402
 from support import serve_batches_with_text_ops, serve_with_text_ops  # noqa: E402
 
 GOOD, BAD = ["great", "moving", "funny", "superb"], ["dull", "boring", "awful", "flat"]
@@ -151,7 +152,7 @@ def test_without_an_export_the_classifier_task_trains_one(tmp_path, monkeypatch)
 def test_a_classifier_of_other_labels_stops_the_run_before_training(tmp_path):
     export_word_classifier(str(tmp_path / "cls"), names=("rotten", "fresh"))
     train = write_reviews(tmp_path / "train.tsv", 40, 0)
-    with pytest.raises(SystemExit, match=r"labels texts \['fresh', 'rotten'\], which this data's "
+    with pytest.raises(UsageError, match=r"labels texts \['fresh', 'rotten'\], which this data's "
                                          r"labels \['neg', 'pos'\] do not include"):
         generate_reviews.main(["--train-tsv", train, "--classifier-export", str(tmp_path / "cls"),
                                "--logdir", str(tmp_path / "runs"), "--vocab-size", "300"])

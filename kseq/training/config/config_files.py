@@ -10,6 +10,7 @@ import os
 import yaml
 
 from kseq._atomic import write_bytes_atomic
+from kseq.errors import UsageError
 
 CONFIG_FILE = "config.yaml"
 
@@ -24,21 +25,22 @@ def read_config(path):
         {name with "_": value}; {} for an empty file.
 
     Raises:
-        ValueError: the file cannot be read, is not YAML, or holds no mapping.
+        UsageError: the file cannot be read, is not YAML, or holds no mapping
+            (a ValueError).
     """
     try:
         with open(path, encoding="utf-8") as f:
             loaded = yaml.safe_load(f)
     except OSError as error:
-        raise ValueError(f"--config {path}: {error.strerror or error}") from None
+        raise UsageError(f"--config {path}: {error.strerror or error}") from None
     except yaml.YAMLError as error:
         where = getattr(error, "problem_mark", None)
         at = f" (line {where.line + 1}, column {where.column + 1})" if where else ""
-        raise ValueError(f"--config {path}: not YAML or JSON{at}: {getattr(error, 'problem', error)}") from None
+        raise UsageError(f"--config {path}: not YAML or JSON{at}: {getattr(error, 'problem', error)}") from None
     if loaded is None:
         return {}
     if not isinstance(loaded, dict):
-        raise ValueError(f"--config {path}: must hold a mapping of option names to values; got a "
+        raise UsageError(f"--config {path}: must hold a mapping of option names to values; got a "
                          f"{type(loaded).__name__}")
     return {str(key).replace("-", "_"): value for key, value in loaded.items()}
 
@@ -55,15 +57,15 @@ def checked_values(config, kinds, path):
         {name: value}, floats made float and other strings str.
 
     Raises:
-        ValueError: a name that is no option (with the nearest one) or a
-            value of the wrong type or not among the choices.
+        UsageError: a name that is no option (with the nearest one) or a
+            value of the wrong type or not among the choices (a ValueError).
     """
     values = {}
     for name, value in config.items():
         if name not in kinds:
             near = difflib.get_close_matches(name, list(kinds), n=1)
             hint = f"; did you mean {near[0].replace('_', '-')!r}?" if near else ""
-            raise ValueError(f"--config {path}: {name.replace('_', '-')!r} is no option of this recipe{hint}")
+            raise UsageError(f"--config {path}: {name.replace('_', '-')!r} is no option of this task{hint}")
         values[name] = _value(name, value, *kinds[name], path)
     return values
 
@@ -72,33 +74,33 @@ def _value(name, value, kind, can_be_auto, choices, can_be_none, path):
     spelled = f"--config {path}: {name.replace('_', '-')}"
     if value is None:
         if not can_be_none:
-            raise ValueError(f"{spelled} needs a value")
+            raise UsageError(f"{spelled} needs a value")
         return None
     if can_be_auto and value == "auto":
         return value
     if kind is bool:
         if not isinstance(value, bool):
-            raise ValueError(f"{spelled} must be true or false; got {value!r}")
+            raise UsageError(f"{spelled} must be true or false; got {value!r}")
     elif kind is int:
         if isinstance(value, bool) or not isinstance(value, int):
-            raise ValueError(f"{spelled} must be a whole number{' or auto' if can_be_auto else ''}; got {value!r}")
+            raise UsageError(f"{spelled} must be a whole number{' or auto' if can_be_auto else ''}; got {value!r}")
     elif kind is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ValueError(f"{spelled} must be a number; got {value!r}")
+            raise UsageError(f"{spelled} must be a number; got {value!r}")
         value = float(value)
     elif kind is str:
         if isinstance(value, (bool, list, dict)):
-            raise ValueError(f"{spelled} must be a string; got {value!r}")
+            raise UsageError(f"{spelled} must be a string; got {value!r}")
         value = str(value)  # e.g. `eval_every: 500`
     elif kind is list:  # names, each among the choices
         if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
-            raise ValueError(f"{spelled} must be a list of option names; got {value!r}")
+            raise UsageError(f"{spelled} must be a list of option names; got {value!r}")
         wrong = [item for item in value if choices and item not in choices]
         if wrong:
-            raise ValueError(f"{spelled} names no option {wrong[0]!r}")
+            raise UsageError(f"{spelled} names no option {wrong[0]!r}")
         return value
     if choices and value not in choices:
-        raise ValueError(f"{spelled} must be one of {', '.join(map(str, choices))}; got {value!r}")
+        raise UsageError(f"{spelled} must be one of {', '.join(map(str, choices))}; got {value!r}")
     return value
 
 

@@ -29,6 +29,7 @@ import os
 import types
 import typing
 
+from kseq.errors import UsageError, refuse
 from kseq.training.config.config_files import checked_values, read_config
 from kseq.training.config.flags import flag
 from kseq.training.config.warm_start import adopt_architecture, source_problems
@@ -161,13 +162,26 @@ class TextTaskOptions(TaskOptions):
 
     def problems(self):
         """Each path of `--tokenizer` (a file, a folder, or two files joined
-        by a comma) must exist; what it holds is read after TensorFlow starts."""
+        by a comma) must exist and hold a tokenizer kseq reads (checked by
+        its content, `kseq.data.tokenizers.check_tokenizer`; it is made
+        after TensorFlow starts)."""
         path = self.tokenizer
         if not path:
             return super().problems()
         parts = [path] if os.path.exists(path) or "," not in path else path.split(",", 1)
-        return super().problems() + [f"--tokenizer {path}: {part}: no such file or folder"
-                                     for part in parts if not os.path.exists(part)]
+        missing = [f"--tokenizer {path}: {part}: no such file or folder" for part in parts if not os.path.exists(part)]
+        return super().problems() + (missing or _tokenizer_problems(path))
+
+
+def _tokenizer_problems(path):
+    """[the message] when `--tokenizer PATH` holds no tokenizer kseq reads, else []."""
+    from kseq.data.tokenizers import check_tokenizer
+
+    try:
+        check_tokenizer(path)
+    except ValueError as error:
+        return [f"--tokenizer {path}: {error}"]
+    return []
 
 
 def task_options(name=None, **defaults):
@@ -246,10 +260,11 @@ def parse(options_class, argv=None, doc=None, presets=None):
         An `options_class` instance.
 
     Raises:
-        SystemExit: (exit 2 with usage, from `parser.error`) naming the
-            option of a bad value, a missing input file, an output folder
-            that cannot be one, a preset or a config key that names no
-            option, or a combination `problems()` refuses.
+        SystemExit: exit 2, after argparse's usage and error, or after the
+            one line of `kseq.errors.refuse` naming the option of a bad
+            value, a missing input file, an output folder that cannot be one
+            or be written, a preset or config key that names no option, or
+            a combination `problems()` refuses.
     """
     doc = doc or options_class.__doc__ or ""
     parser = argparse.ArgumentParser(
@@ -277,14 +292,14 @@ def parse(options_class, argv=None, doc=None, presets=None):
         preset = args.preset or config.pop("preset", None) or next(iter(presets))
         unknown = sorted(set(presets[preset]) - {field.name for field in fields})
         if unknown:
-            parser.error(f"preset {preset!r} names no option: {', '.join(unknown)}")
+            refuse(parser.prog, f"preset {preset!r} names no option: {', '.join(unknown)}")
         values.update(presets[preset], preset=preset)
     # A file a run wrote says which of its values were given; every value of a user's file is.
     config_given = set(config) if written_given is None else set(written_given)
     options = options_class(**{**values, **config, **given}, options_given=tuple(sorted(config_given | set(given))))
     problems = _field_problems(options, fields) + list(options.problems())
     if problems:
-        parser.error(problems[0])
+        refuse(parser.prog, problems[0])
     return adopt_architecture(options)
 
 
@@ -305,7 +320,7 @@ def config_values(options):
 
 
 def _config_values(parser, path, options_class, fields, presets):
-    """`--config`'s values, checked as the flags would be (`parser.error` on a bad one)."""
+    """`--config`'s values, checked as the flags would be (`refuse` on a bad one)."""
     hints = typing.get_type_hints(options_class)
     kinds = {}
     for field in fields:
@@ -316,8 +331,8 @@ def _config_values(parser, path, options_class, fields, presets):
     kinds[GIVEN_KEY] = (list, False, list(kinds), False)
     try:
         return checked_values(read_config(path), kinds, path)
-    except ValueError as error:
-        parser.error(str(error))
+    except UsageError as error:
+        refuse(parser.prog, error)
 
 
 def _cli_fields(options_class):
@@ -392,7 +407,7 @@ def _field_problems(options, fields):
 
             try:
                 corpus_files(value, name)
-            except ValueError as error:
+            except UsageError as error:
                 problems.append(str(error))
     for name in ("logdir", "export_dir"):
         problems += _folder_problems(flag(name), getattr(options, name), export=name == "export_dir")
@@ -410,19 +425,48 @@ def _file_problems(option_name, path):
 
 
 def _folder_problems(option_name, path, export):
-    """An output folder that exists as something else or lies under a file;
-    for an export, one that is itself a SavedModel version (exports go to
-    `<folder>/<next version>/`)."""
+    """An output folder that exists as something else, lies under a file or
+    cannot be written (made) there; for an export, one that is itself a
+    SavedModel version (exports go to `<folder>/<next version>/`).
+
+    Checked before the run writes anything: the export is written at the
+    end of training, which must not be the moment to learn it cannot be."""
     if not path:
         return []
     if os.path.exists(path) and not os.path.isdir(path):
         return [f"{option_name} {path} exists and is not a directory"]
-    parent = os.path.dirname(os.path.abspath(path))
+    parent = os.path.abspath(path)
     while parent and not os.path.exists(parent):
         parent = os.path.dirname(parent)
     if parent and not os.path.isdir(parent):
         return [f"{option_name} {path}: {parent} is a file, not a directory"]
-    if export and os.path.isfile(os.path.join(path, "saved_model.pb")):
+    problems = _unwritable(option_name, path, parent)
+    if not problems and export and os.path.isfile(os.path.join(path, "saved_model.pb")):
         return [f"{option_name} {path} is itself a SavedModel version (it holds saved_model.pb); pass the "
                 f"folder that holds the numbered versions, e.g. {os.path.dirname(os.path.normpath(path)) or '.'}"]
+    return problems
+
+
+def _unwritable(option_name, path, existing):
+    """[the message] when the folder `path` cannot be written or made, else [].
+
+    Args:
+        option_name: the option, for the message.
+        path: the folder, as given.
+        existing: `path` itself, or its nearest folder that exists.
+
+    Returns:
+        A list of at most one message.
+    """
+    if not os.access(existing, os.W_OK | os.X_OK):  # also refused to root on a read-only file system
+        return [f"{option_name} {path}: cannot write in {existing}: expected a folder this user can write in"]
+    try:
+        longest = os.pathconf(existing, "PC_NAME_MAX")
+    except (OSError, ValueError):  # no such limit to ask for here
+        return []
+    to_make = os.path.relpath(os.path.abspath(path), existing).split(os.sep)
+    too_long = [name for name in to_make if name != "." and len(os.fsencode(name)) > longest]
+    if too_long:
+        return [f"{option_name} {path}: a folder name of {len(os.fsencode(too_long[0]))} bytes cannot be made in "
+                f"{existing}: expected names of at most {longest} bytes"]
     return []

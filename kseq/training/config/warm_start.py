@@ -16,6 +16,7 @@ import json
 import os
 
 from kseq._atomic import write_json_atomic
+from kseq.errors import UsageError
 from kseq.training.config.flags import flag
 
 TRAINED_WEIGHTS = "trained.weights.h5"
@@ -117,14 +118,15 @@ def init_tokenizer(folder):
         The tokenizer (from spm.model or tokenizer.json).
 
     Raises:
-        SystemExit: the folder holds neither.
+        UsageError: the folder holds neither.
     """
     from kseq.data.tokenizers import load_tokenizer
 
     for name in ("spm.model", "tokenizer.json"):
         if os.path.exists(os.path.join(folder, name)):
             return load_tokenizer(os.path.join(folder, name))
-    raise SystemExit(f"{flag('init_from')} {folder}: no tokenizer there (spm.model or tokenizer.json)")
+    raise UsageError(f"{flag('init_from')} {folder}: no tokenizer there: expected spm.model or tokenizer.json, "
+                     "which a task writes in its logdir")
 
 
 def init_weights(model, folder):
@@ -137,7 +139,7 @@ def init_weights(model, folder):
         folder: the run's logdir.
 
     Raises:
-        SystemExit: the weights do not fit the model.
+        UsageError: the weights do not fit the model.
     """
     if not model.built:
         model.build()  # kseq's models build without an input shape
@@ -147,7 +149,7 @@ def init_weights(model, folder):
         model.load_weights(os.path.join(folder, TRAINED_WEIGHTS))
     except ValueError as error:
         detail = next((line for line in str(error).splitlines() if "shape" in line), str(error).splitlines()[0])
-        raise SystemExit(f"{flag('init_from')} {folder}: its weights do not fit this model ({detail})") from None
+        raise UsageError(f"{flag('init_from')} {folder}: its weights do not fit this model ({detail})") from None
     finally:
         model.optimizer = optimizer
     print(f"weights from {os.path.join(folder, TRAINED_WEIGHTS)}")
@@ -164,16 +166,16 @@ def finished_run(folder, options_class):
         (options, tokenizer).
 
     Raises:
-        ValueError: the folder holds no finished run of this task.
+        UsageError: the folder holds no finished run of this task (a ValueError).
     """
     missing = [name for name in (OPTIONS_FILE, TRAINED_WEIGHTS) if not os.path.isfile(os.path.join(folder, name))]
     if missing:
-        raise ValueError(f"{folder} holds no finished {options_class().task_name} run (no {' or '.join(missing)}; "
+        raise UsageError(f"{folder} holds no finished {options_class().task_name} run (no {' or '.join(missing)}; "
                          "a run writes them when its training ends).")
     saved = _read_options(folder)
     name = options_class().task_name
     if saved.get("recipe") != name:
-        raise ValueError(f"{folder} holds a run of recipe {saved.get('recipe')!r}, not {name!r}.")
+        raise UsageError(f"{folder} holds a run of recipe {saved.get('recipe')!r}, not {name!r}.")
     options = options_class(**{field.name: saved[field.name] for field in dataclasses.fields(options_class)
                                if field.name in saved})
     return options, init_tokenizer(folder)

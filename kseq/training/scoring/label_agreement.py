@@ -9,6 +9,7 @@ import numpy as np
 import tensorflow as tf
 
 from kseq.data.corpus import training_pairs
+from kseq.errors import UsageError
 
 WORD = re.compile(r"[a-z']+")
 
@@ -43,14 +44,14 @@ def check_labels(path, predicted, names):
         names: the data's label names.
 
     Raises:
-        SystemExit: it gave a label the data lacks.
+        UsageError: it gave a label the data lacks.
     """
     foreign = sorted(set(predicted) - set(names))
     if foreign:
-        raise SystemExit(
-            f"The classifier at {path} labels texts {foreign}, which this data's labels "
-            f"{names} do not include; pass --classifier-export with a classifier trained on "
-            "the same labels (or an empty folder, to train one).")
+        raise UsageError(
+            f"--classifier-export {path}: the classifier labels texts {foreign}, which this data's labels "
+            f"{names} do not include: expected a classifier trained on the same labels (or an empty folder, "
+            "to train one)")
 
 
 def known_word_rate(texts, vocabulary):
@@ -143,7 +144,7 @@ def classifier_ceiling(path, texts, class_ids, names):
         ({label: agreement}, overall agreement).
 
     Raises:
-        SystemExit: the classifier gives a label `names` lacks (`check_labels`).
+        UsageError: the classifier gives a label `names` lacks (`check_labels`).
     """
     predicted = label_texts(path, texts)
     check_labels(path, predicted, names)

@@ -36,7 +36,7 @@ def test_json_works_too_and_the_file_may_choose_the_preset(tmp_path):
 
 
 @pytest.mark.parametrize("text, message", [
-    ("layres: 3\n", "--config .*: 'layres' is no option of this recipe; did you mean 'layers'?"),
+    ("layres: 3\n", "--config .*: 'layres' is no option of this task; did you mean 'layers'?"),
     ("layers: three\n", "--config .*: layers must be a whole number; got 'three'"),
     ("layers: 2.5\n", "--config .*: layers must be a whole number; got 2.5"),
     ("tied: 1\n", "--config .*: tied must be true or false; got 1"),
@@ -45,7 +45,7 @@ def test_json_works_too_and_the_file_may_choose_the_preset(tmp_path):
     ("- layers\n", "--config .*: must hold a mapping of option names to values; got a list"),
     ("layers: [1\n", r"--config .*: not YAML or JSON \(line 2, column 1\)"),
     ("preset: huge\n", "--config .*: preset must be one of small, big; got 'huge'"),
-    ("prompts: [a]\n", "--config .*: 'prompts' is no option of this recipe"),
+    ("prompts: [a]\n", "--config .*: 'prompts' is no option of this task"),
     ("layers: null\n", "--config .*: layers needs a value"),
 ])
 def test_a_wrong_key_or_value_fails_at_parse_time_naming_it(capsys, tmp_path, text, message):

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from kseq.data.subword_tokenizer import SubwordTokenizer
+from kseq.errors import UsageError
 from kseq.training.config import options as opts
 from kseq.data.tokenizers import tokenizer_files
 from kseq.training.task import compile_model
@@ -77,7 +78,7 @@ def test_the_tokenizer_is_the_runs(finished, tmp_path):
 
 
 def test_weights_of_another_shape_stop_the_run_naming_init_from(finished):
-    with pytest.raises(SystemExit, match=r"--init-from .*first: its weights do not fit this model \(.*shape"):
+    with pytest.raises(UsageError, match=r"--init-from .*first: its weights do not fit this model \(.*shape"):
         init_weights(toy_model(5), finished["folder"])
 
 
