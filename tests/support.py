@@ -452,3 +452,13 @@ def load_benchmark(name):
     spec.loader.exec_module(module)
     return module
 
+
+def load_test_module(relative):
+    """Imports a test file by its path under tests/ ("training/devices/test_x"):
+    a folder name such as `training` may be taken by another module on sys.path."""
+    root = os.path.dirname(os.path.abspath(__file__))
+    name = "tests_" + relative.replace("/", "_")
+    spec = importlib.util.spec_from_file_location(name, os.path.join(root, relative + ".py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

@@ -1,4 +1,4 @@
-"""Dropout masks drawn from one random key a training step (the GPU path)."""
+"""Dropout masks drawn from one random key a training step (the `step_dropout` path)."""
 
 import tensorflow as tf
 

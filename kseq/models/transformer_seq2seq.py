@@ -177,7 +177,7 @@ class TransformerSeq2Seq(Seq2Seq):
         self.built = True
 
     def _dropout_of_step(self, training):
-        """A `StepDropout` for a training step on the GPU path, else None
+        """A `StepDropout` for a training step on the `step_dropout` path, else None
         (the blocks' keras Dropout layers then drop, or nothing does)."""
         if not (training and self._uses_step_dropout):
             return None

@@ -14,8 +14,9 @@ from kseq.layers.compiled_blocks import CompiledBlocks
 from kseq.layers.transformer_encoder_block import TransformerEncoderBlock
 from kseq.models import TransformerSeq2Seq
 from kseq.training.objectives.losses import MaskedSparseCategoricalCrossentropy
-from support import VOCAB, random_batch
-from training.devices import test_distributed_equivalence as equivalence
+from support import VOCAB, load_test_module, random_batch
+
+equivalence = load_test_module("training/devices/test_distributed_equivalence")
 
 
 def built(paths, monkeypatch, num_layers=2, dropout=0.0, norm_first=False):

@@ -11,8 +11,10 @@ import tensorflow as tf
 
 from kseq.layers import device_paths
 from kseq.training.objectives.losses import MaskedSparseCategoricalCrossentropy
-from models.test_gpu_paths import CONFIGS, built
-from support import random_batch, relative_tolerance
+from support import load_test_module, random_batch, relative_tolerance
+
+gpu_paths = load_test_module("models/test_gpu_paths")
+CONFIGS, built = gpu_paths.CONFIGS, gpu_paths.built
 
 PATHS = sorted(device_paths.PATHS)
 # cast_once changes nothing in float32 (a cast to float32 is no op there).
