@@ -59,13 +59,15 @@
 # Plan for a session's 15 minutes of device time (start, idle waits and transfers count), after
 # `../shared/gpu/build-bundle.sh .gpu` here (17 parts; it carries CUPTI and ptxas 12.6.85):
 #   1. call 1, carrying .gpu/part00 .gpu/zstd .gpu/SUMS:
-#        benchmarks/gpu_suite.sh bundle torch-start          (PyTorch's rows start at once)
+#        benchmarks/gpu_suite.sh bundle
 #   2. calls 2-17, one a part, carrying .gpu/partNN:  benchmarks/gpu_suite.sh bundle
 #      (about 130 s for all 17 parts; each call's bundle part only copies until SUMS checks)
-#   3. call 18, timeout_s 600:  benchmarks/gpu_suite.sh lease      (GPU_SUITE_BUDGET_S, 540)
-#        torch-collect ~0-120 s, trace ~90 s, recommended ~150 s, xla-matrix what is left
+#   3. call 18, timeout_s 600:  GPU_SUITE_BUDGET_S=560 benchmarks/gpu_suite.sh decide
+#        (PyTorch ~90 s, the default and each path ~200 s, compiled rows what is left); its table
+#        decides kseq's GPU defaults. (The older `lease`, torch-collect trace recommended
+#        xla-matrix, needs torch-start in call 1 instead; trace a base step with `trace`.)
 #   4. with 7 or more minutes of the session left: benchmarks/gpu_suite.sh recipe (5 minutes of
-#      training, then test and export), else the next lease. gpu-tests, decode, train-step
+#      training, then test and export), else `trace`. gpu-tests, decode, train-step
 #      (KerasHub's rows) and suite need a lease of their own.
 # `lease` brings back 7 files: trace.log, trace.json and the gzipped raw trace, recommended.*,
 # xla-matrix.*; `bundle` and `torch-collect` print to the call's output only there.
