@@ -17,10 +17,11 @@ class StepDropout:
     its uniform noise from that key with its own counter, [0, n] for the
     n-th call of the step: Philox counters that differ in their high word
     never meet (a call would need 2^64 draws of four numbers), so the calls'
-    masks are independent. `stream(s)` gives a dropout of the same key whose
-    calls count [s, n]: independent of this one's, and the same whether the
-    calls run in this graph or inside a compiled function that takes the key
-    and s (`kseq.layers.compiled_blocks`). Then one compare, one select of the scale
+    masks are independent. `stream_of(s)` gives a dropout of the same key
+    whose calls count [s, n], independent of this one's: a compiled function
+    that takes the key and s draws in it (`kseq.layers.compiled_blocks`;
+    XLA's Philox turns a key and counter into other bits than TensorFlow's
+    kernel). Then one compare, one select of the scale
     1 / (1 - rate) or 0, and one multiply. Keep probability and scaling are
     keras' Dropout's (`u >= rate` on uniform noise in the inputs' dtype,
     kept values times 1 / (1 - rate) in that dtype); the masks themselves
