@@ -11,6 +11,7 @@ import pytest  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from kseq._compat import fresh_collective_keys_per_strategy  # noqa: E402
+from tf_only_server import TFOnlyServer  # noqa: E402
 
 # Two logical CPUs, so MirroredStrategy tests run with two replicas, and on
 # a GPU two logical GPUs (tests/test_gpu.py). This must happen before
@@ -85,3 +86,11 @@ def float32_is_float32(request):
 
 # Many MirroredStrategy objects in one process: each its own collective keys.
 fresh_collective_keys_per_strategy()
+
+
+@pytest.fixture(scope="session")
+def tf_only():
+    """This worker's TensorFlow-only serving process (`tf_only_server.TFOnlyServer`)."""
+    server = TFOnlyServer()
+    yield server
+    server.close()

@@ -1,11 +1,11 @@
 """Shared configurations and helpers for the tests."""
 
+import fcntl
 import importlib.util
 import json
 import os
 import random
-import subprocess
-import sys
+import shutil
 import unicodedata
 
 import numpy as np
@@ -142,18 +142,6 @@ text_dir = importlib.util.find_spec("tensorflow_text").submodule_search_location
 for library in glob.glob(os.path.join(text_dir, "python", "ops", "_*.so")):
     tf.load_op_library(library)
 """
-SERVE_WITH_TEXT_OPS = TF_ONLY_PREAMBLE + """
-serve = tf.saved_model.load(sys.argv[1]).signatures["serving_default"]
-name = list(serve.structured_input_signature[1])[0]
-def answer(texts):
-    out = serve(**{name: tf.constant(texts) if texts else tf.constant([], tf.string)})
-    return {"input": name, **{key: value.numpy().tolist() for key, value in out.items()}}
-batches = json.loads(sys.argv[2])
-print(json.dumps([answer(batch) for batch in batches] if sys.argv[3:] == ["batches"] else answer(batches),
-                 default=lambda b: b.decode()))
-"""
-
-
 def uncached_greedy(model, fixed_inputs, max_length):
     """Greedy decoding by the naive loop: the whole teacher-forced model on
     the growing prefix, `fixed_inputs` (e.g. {"source_ids": ...}) beside
@@ -179,28 +167,6 @@ def subprocess_env(**extra):
     test process), so a child's results compare with the test's at float32
     tolerances."""
     return dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", NVIDIA_TF32_OVERRIDE="0", **extra)
-
-
-def serve_with_text_ops(path, texts):
-    """{"input": the signature's input name, output name: values} from
-    serving `texts` with the export at `path` in a TensorFlow-only process."""
-    result = subprocess.run(
-        [sys.executable, "-c", SERVE_WITH_TEXT_OPS, path, json.dumps(texts)],
-        capture_output=True, text=True, env=subprocess_env(), timeout=300,
-    )
-    assert result.returncode == 0, result.stderr[-2000:]
-    return json.loads(result.stdout.strip().splitlines()[-1])
-
-
-def serve_batches_with_text_ops(path, batches):
-    """`serve_with_text_ops` for several requests (lists of strings) in one
-    TensorFlow-only process: [{"input": ..., output name: values}, ...]."""
-    result = subprocess.run(
-        [sys.executable, "-c", SERVE_WITH_TEXT_OPS, path, json.dumps(batches), "batches"],
-        capture_output=True, text=True, env=subprocess_env(), timeout=300,
-    )
-    assert result.returncode == 0, result.stderr[-2000:]
-    return json.loads(result.stdout.strip().splitlines()[-1])
 
 
 # Whitespace a client may send (normalize_text collapses every str.isspace character).
@@ -237,13 +203,14 @@ def random_texts(words, count, seed=0, blank_every=5):
     return texts
 
 
-def check_served_text_is_normalized(path, words, output, blank_output="", count=40):
+def check_served_text_is_normalized(server, path, words, output, blank_output="", count=40):
     """Serves random texts of `words` as clients send them (NFC and NFD,
-    tabs, newlines, runs of spaces) and normalized: the same text gets the
+    tabs, newlines, runs of spaces) and normalized, with `server` (the
+    `tf_only` fixture's TensorFlow-only process): the same text gets the
     same `output` however it was sent; a blank text gets `blank_output`."""
     texts = random_texts(words, count)
     variants = messy_variants(texts)
-    answers = serve_batches_with_text_ops(path, [texts] + variants)
+    answers = server.serve_text_batches(path, [texts] + variants)
     expected = answers[-1][output]
     for answer in answers[:-1]:
         assert answer[output] == expected
@@ -462,3 +429,28 @@ def load_test_module(relative):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def made_once(tmp_path_factory, name, make):
+    """(folder, result): `make(folder)` run once a test session in a fresh
+    folder, its result as JSON reads it back (the same for every worker):
+    for task runs and exports that tests only read.
+
+    Under xdist the workers share the session's temporary folder: the first
+    to ask makes it under an exclusive lock, the others wait on that lock
+    and read what it left (a module-scoped fixture is made once a worker,
+    twice when work stealing splits its module); one that failed leaves no
+    result, and the next to ask makes it again. Without xdist workers the
+    folder is this session's own."""
+    if "PYTEST_XDIST_WORKER" not in os.environ:
+        folder = tmp_path_factory.mktemp(name)
+        return folder, json.loads(json.dumps(make(folder)))
+    shared = tmp_path_factory.getbasetemp().parent  # the session's; each worker's basetemp is below it
+    folder, result = shared / f"made-once-{name}", shared / f"made-once-{name}.json"
+    with open(shared / f"made-once-{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        if not result.exists():
+            shutil.rmtree(folder, ignore_errors=True)  # a failed attempt's
+            folder.mkdir()
+            result.write_text(json.dumps(make(folder)))
+        return folder, json.loads(result.read_text())

@@ -24,7 +24,7 @@ from kseq.data import CharacterTokenizer
 from kseq.decoding import BeamSearch, GreedySearch, Limits
 from kseq.export import export_classifier, export_conditioned_generator, export_language_model, export_translator
 from kseq.models import ConditionedGenerator, RNNLanguageModel, SequenceClassifier
-from support import small_model, subprocess_env
+from support import made_once, small_model, subprocess_env
 
 importlib.import_module("tensorflow_text")  # registers the text ops the exports use
 
@@ -41,9 +41,13 @@ COMMANDS = {"kseq-translate": translate, "kseq-generate": generate, "kseq-classi
 
 @pytest.fixture(scope="module")
 def exports(tmp_path_factory):
-    """{name: the folder of its numbered versions (one, "1")}: tiny random exports."""
+    """{name: the folder of its numbered versions (one, "1")}: tiny random
+    exports, written once a session (`support.made_once`): the tests only read them."""
+    return made_once(tmp_path_factory, "cli", write_exports)[1]
+
+
+def write_exports(root):
     keras.utils.set_random_seed(0)
-    root = tmp_path_factory.mktemp("cli")
     vocab = TOKENIZER.vocab_size
     export_translator(small_model("rnn", {"attention": "dot"}), TOKENIZER, TOKENIZER, str(root / "translate"),
                       search=BeamSearch(limits=Limits(8), beam_size=3), n_best=3)
@@ -58,6 +62,16 @@ def exports(tmp_path_factory):
                                  str(root / "generate"), search=GreedySearch(6), labels=LABELS)
     return {name: str(root / name) for name in
             ("translate", "greedy_translate", "lm", "classify", "other_classify", "generate")}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def each_version_loaded_once():
+    """The commands load a version folder's signatures once a module, not
+    once a command run (a beam-search export takes seconds to load); what
+    they do with them, and loads that fail (never cached), are unchanged."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(servable, "load_signatures", functools.cache(servable.load_signatures))
+        yield
 
 
 @functools.cache

@@ -43,11 +43,18 @@ def stream(scan, position=None, batch_size=16, **settings):
 
     dataset = labelled_dataset(scan, NAMES, position, examples, *padded_batches(batch_size),
                                **{"seed": 5, **settings})
-    batches = []
-    for ids, class_ids in dataset:
-        texts = [text.decode() for text in TOKENIZER.detokenize(ids).numpy()]
-        batches.append(list(zip(texts, (NAMES[i] for i in class_ids.numpy()))))
-    return batches, position
+    ids, class_ids = zip(*((ids.numpy(), class_ids.numpy()) for ids, class_ids in dataset))
+    texts = iter(detokenized(ids))
+    return [[(next(texts), NAMES[i]) for i in batch] for batch in class_ids], position
+
+
+def detokenized(batches):
+    """The texts of every batch's rows, in order, detokenized in one call
+    (one call a batch cost seconds a stream): the batches are padded with
+    PAD, which detokenize drops, to one width."""
+    width = max(batch.shape[1] for batch in batches)
+    padded = np.concatenate([np.pad(batch, ((0, 0), (0, width - batch.shape[1]))) for batch in batches])
+    return [text.decode() for text in TOKENIZER.detokenize(padded).numpy()]
 
 
 def test_a_labelled_scan_counts_each_label_of_the_training_lines(tmp_path):

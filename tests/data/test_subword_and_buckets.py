@@ -23,8 +23,10 @@ def corpus(count=2000, seed=0):
     return sources, [s.upper() for s in sources]
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def tokenizer():
+    """Trained once for the module: no test changes it, and SentencePiece
+    training (a second a time) gives the same vocabulary each time."""
     sources, targets = corpus()
     return SubwordTokenizer.train(sources + targets + FRENCH * 20, vocab_size=600)
 

@@ -1,4 +1,3 @@
-import json
 import os
 import string
 import subprocess
@@ -13,50 +12,30 @@ from kseq.decoding import BeamSearch, GreedySearch, Sampler
 from kseq.export import export_conditioned_generator, export_translator, latest_version, next_version
 from kseq.export.compute_dtype import in_compute_dtype
 from kseq.models import ConditionedGenerator, RNNSeq2Seq
-from support import serve_with_text_ops, small_model, subprocess_env
-
-# Runs in a fresh interpreter where keras, keras_hub and kseq cannot be
-# imported (as if not installed): TensorFlow and tensorflow_text's ops alone,
-# as TF Serving has (requests are read with tensorflow_text's normalizer).
-SERVE = """
-import glob, importlib.util, json, os, sys
-for name in ("keras", "keras_hub", "kseq", "tf_keras"):
-    sys.modules[name] = None  # import fails, find_spec says "not installed"
-import tensorflow as tf
-text_dir = importlib.util.find_spec("tensorflow_text").submodule_search_locations[0]
-for library in glob.glob(os.path.join(text_dir, "python", "ops", "_*.so")):
-    tf.load_op_library(library)
-serve = tf.saved_model.load(sys.argv[1]).signatures["serving_default"]
-out = serve(source=tf.constant(json.loads(sys.argv[2])))
-print(json.dumps({
-    "translation": [t.decode("utf-8") for t in out["translation"].numpy()],
-    "token_ids": out["token_ids"].numpy().tolist(),
-    "modules": sorted(m for m, v in sys.modules.items() if v is not None and m.split(".")[0] in ("kseq", "keras", "keras_hub")),
-    "inputs": list(serve.structured_input_signature[1]),
-}))
-"""
+from support import small_model, subprocess_env
 
 
-def serve_in_subprocess(path, sources):
-    env = subprocess_env()
-    result = subprocess.run(
-        [sys.executable, "-c", SERVE, path, json.dumps(sources)],
-        capture_output=True, text=True, env=env, check=True,
-    )
-    return json.loads(result.stdout.strip().splitlines()[-1])
+def serve_translation(tf_only, path, sources):
+    """The export at `path` translating `sources` in this worker's
+    TensorFlow-only process (conftest's `tf_only`: keras, keras_hub and kseq
+    cannot be imported there, as TF Serving has them not): its outputs, with
+    "inputs", the signature's input names, and "modules", the kseq and keras
+    modules that process holds."""
+    reply = tf_only.serve(path, {"source": sources})
+    return {**reply["answers"][0]["outputs"], "inputs": reply["inputs"], "modules": reply["modules"]}
 
 
 @pytest.mark.parametrize("kind,config", [
     ("transformer", {}), ("rnn", {"attention": "bahdanau"}),
     ("rnn", {"attention": "general", "input_feeding": True}),
 ])
-def test_export_serves_without_kseq_and_agrees_with_python(kind, config, tmp_path):
+def test_export_serves_without_kseq_and_agrees_with_python(kind, config, tmp_path, tf_only):
     tokenizer = CharacterTokenizer(string.ascii_lowercase)
     model = small_model(kind, config)
     path = export_translator(model, tokenizer, tokenizer, str(tmp_path / "reverse"), max_length=10)
     assert path.endswith(os.path.join("reverse", "1"))
     sources = ["keras", "sequence", "", "abc!"]  # empty and unknown characters too
-    served = serve_in_subprocess(path, sources)
+    served = serve_translation(tf_only, path, sources)
     assert served["modules"] == []
     assert served["inputs"] == ["source"]
     ids = tokenizer.tokenize(sources).to_tensor()
@@ -67,19 +46,19 @@ def test_export_serves_without_kseq_and_agrees_with_python(kind, config, tmp_pat
     assert served["translation"] == expected_text
 
 
-def test_export_with_beam_search_serves_the_best_hypothesis(tmp_path):
+def test_export_with_beam_search_serves_the_best_hypothesis(tmp_path, tf_only):
     tokenizer = CharacterTokenizer(string.ascii_lowercase)
     model = small_model("transformer", {})
     search = BeamSearch(10, beam_size=3, length_penalty=0.6)
     path = export_translator(model, tokenizer, tokenizer, str(tmp_path / "beam"), search=search)
     sources = ["keras", "attention", "abc"]
-    served = serve_in_subprocess(path, sources)
+    served = serve_translation(tf_only, path, sources)
     ids = tokenizer.tokenize(sources).to_tensor()
     expected = model.generate(ids, max_length=10, method="beam", beam_size=3, length_penalty=0.6)
     assert served["token_ids"] == np.asarray(expected).tolist()
 
 
-def test_export_serves_the_no_repeat_ngram_constraint(tmp_path):
+def test_export_serves_the_no_repeat_ngram_constraint(tmp_path, tf_only):
     tokenizer = CharacterTokenizer(string.ascii_lowercase)
     model = small_model("transformer", {}, dropout=0.0)
     ids = tokenizer.tokenize(["keras", "loop"]).to_tensor()
@@ -89,13 +68,13 @@ def test_export_serves_the_no_repeat_ngram_constraint(tmp_path):
     model.output_projection.bias.assign(bias)
     search = GreedySearch(10, no_repeat_ngram_size=2)
     path = export_translator(model, tokenizer, tokenizer, str(tmp_path / "m"), search=search)
-    served = serve_in_subprocess(path, ["keras", "loop"])
+    served = serve_translation(tf_only, path, ["keras", "loop"])
     expected = np.asarray(model.generate(ids, max_length=10, no_repeat_ngram_size=2))
     assert served["token_ids"] == expected.tolist()
     assert not np.array_equal(expected, model.generate(ids, max_length=10))
 
 
-def test_an_xla_compiled_export_serves_what_the_plain_one_does(tmp_path):
+def test_an_xla_compiled_export_serves_what_the_plain_one_does(tmp_path, tf_only):
     """`jit_compile=True`: the beam search inside the SavedModel is compiled
     by XLA when served (the GPU serving setting), on requests padded to few
     shapes; a recurrent model's search holds no cuDNN op, so it compiles."""
@@ -106,9 +85,9 @@ def test_an_xla_compiled_export_serves_what_the_plain_one_does(tmp_path):
     compiled = export_translator(model, tokenizer, tokenizer, str(tmp_path / "m"), search=search,
                                  jit_compile=True)
     sources = ["keras", "", "abcdefghijklmnopqrstuvwxyz"]  # 3 rows -> 4, 26 columns -> 32
-    served = serve_in_subprocess(compiled, sources)
+    served = serve_translation(tf_only, compiled, sources)
     assert served["modules"] == []
-    assert served["token_ids"] == serve_in_subprocess(plain, sources)["token_ids"]
+    assert served["token_ids"] == serve_translation(tf_only, plain, sources)["token_ids"]
 
 
 def test_export_versions_and_refuses_to_overwrite(tmp_path):
@@ -142,7 +121,7 @@ def test_character_tokenizer_round_trip(tmp_path):
         CharacterTokenizer("aa")
 
 
-def test_conditioned_generator_export_serves_what_generate_gives(tmp_path):
+def test_conditioned_generator_export_serves_what_generate_gives(tmp_path, tf_only):
     """A generator of feature vectors: `condition` float32 (B, N) in, text
     out, served by TensorFlow alone; a seeded sampler gives generate's ids."""
     tokenizer = CharacterTokenizer(string.ascii_lowercase)
@@ -151,8 +130,9 @@ def test_conditioned_generator_export_serves_what_generate_gives(tmp_path):
     search = Sampler(10, temperature=0.9, top_k=8, seed=5, no_repeat_ngram_size=2)
     path = export_conditioned_generator(model, tokenizer, str(tmp_path / "gen"), search=search)
     conditions = np.random.default_rng(0).normal(size=(4, 3)).astype("float32")
-    served = serve_with_text_ops(path, conditions.tolist())
-    assert served["input"] == "condition"
+    reply = tf_only.serve(path, {"condition": conditions.tolist()})
+    served = reply["answers"][0]["outputs"]
+    assert reply["inputs"] == ["condition"] and reply["modules"] == []
     expected = np.asarray(model.generate(conditions, max_length=10, method="sample", temperature=0.9,
                                          top_k=8, seed=5, no_repeat_ngram_size=2))
     assert served["token_ids"] == expected.tolist()
@@ -222,7 +202,7 @@ def test_latest_version_keeps_a_zero_padded_folder_name(tmp_path):
     assert latest_version(str(tmp_path)) == str(tmp_path / "0002"), "10 holds no SavedModel"
 
 
-def test_a_mixed_precision_translator_is_served_with_weights_in_its_compute_dtype(tmp_path):
+def test_a_mixed_precision_translator_is_served_with_weights_in_its_compute_dtype(tmp_path, tf_only):
     model = small_model("transformer", {}, dropout=0.0, dtype="mixed_bfloat16")
     assert in_compute_dtype(small_model("transformer", {}, dropout=0.0)).dtype_policy.name == "float32"
     served_model = in_compute_dtype(model)
@@ -234,7 +214,7 @@ def test_a_mixed_precision_translator_is_served_with_weights_in_its_compute_dtyp
                                atol=0.1)
     tokenizer = CharacterTokenizer(string.ascii_lowercase)
     path = export_translator(model, tokenizer, tokenizer, str(tmp_path / "m"), max_length=10)
-    loaded = tf.saved_model.load(path)
-    assert {v.dtype for v in loaded.variables if v.dtype.is_floating} == {tf.bfloat16}
+    reply = tf_only.serve(path, {"source": ["keras", "abc"]}, variable_dtypes=True)
+    assert reply["variable_dtypes"] == ["bfloat16"], "every floating variable of the SavedModel"
     expected = served_model.generate(tokenizer.tokenize(["keras", "abc"]).to_tensor(), max_length=10)
-    assert serve_in_subprocess(path, ["keras", "abc"])["token_ids"] == np.asarray(expected).tolist()
+    assert reply["answers"][0]["outputs"]["token_ids"] == np.asarray(expected).tolist()

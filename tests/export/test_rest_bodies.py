@@ -22,6 +22,7 @@ import re
 import string
 import subprocess
 import sys
+from collections.abc import Mapping
 
 import keras
 import numpy as np
@@ -269,33 +270,68 @@ def documented_pairs(kinds=("request", "response")):
 PAIRS = documented_pairs()
 
 
-@pytest.fixture(scope="module")
-def exports(tmp_path_factory):
-    """({export kind: loaded SavedModel}, {export kind: its path}): each
-    kind of export, tiny and random, with the fixed sizes the docs show:
-    4 best translations, 2 classes (LABELS), conditions of 3 numbers."""
+def tiny_export(kind, root):
+    """The path of a tiny, random export of `kind` under `root`, with the
+    fixed sizes the docs show: 4 best translations, 2 classes (LABELS),
+    conditions of 3 numbers. Seeded by kind: the same weights whichever
+    kinds a worker makes, in whatever order."""
     keras.utils.set_random_seed(0)
-    root = tmp_path_factory.mktemp("rest")
     tokenizer = CharacterTokenizer(string.ascii_lowercase)  # 30 ids: support.VOCAB
     vocab = tokenizer.vocab_size
-    paths = {
-        "translator": export_translator(
+    if kind == "translator":
+        return export_translator(
             small_model("rnn", {"attention": "dot"}), tokenizer, tokenizer, str(root / "translate"),
-            search=BeamSearch(limits=Limits(8), beam_size=4), n_best=4),
-        "language_model": export_language_model(
+            search=BeamSearch(limits=Limits(8), beam_size=4), n_best=4)
+    if kind == "language_model":
+        return export_language_model(
             RNNLanguageModel(vocab, embed_dim=8, units=8), tokenizer, str(root / "language_model"),
-            GreedySearch(6)),
-        "classifier": export_classifier(
+            GreedySearch(6))
+    if kind == "classifier":
+        return export_classifier(
             SequenceClassifier(vocab, len(LABELS), embed_dim=8, units=8), tokenizer, LABELS,
-            str(root / "classify")),
-        "conditioned_generator": export_conditioned_generator(
+            str(root / "classify"))
+    if kind == "conditioned_generator":
+        return export_conditioned_generator(
             ConditionedGenerator(vocab, num_classes=len(LABELS), embed_dim=8, units=8), tokenizer,
-            str(root / "generate_reviews"), search=GreedySearch(6), labels=LABELS),
-        "conditioned_generator_vector": export_conditioned_generator(
-            ConditionedGenerator(vocab, condition_dim=3, embed_dim=8, units=8), tokenizer,
-            str(root / "generate"), search=GreedySearch(6)),
-    }
-    return {kind: tf.saved_model.load(path) for kind, path in paths.items()}, paths
+            str(root / "generate_reviews"), search=GreedySearch(6), labels=LABELS)
+    return export_conditioned_generator(
+        ConditionedGenerator(vocab, condition_dim=3, embed_dim=8, units=8), tokenizer,
+        str(root / "generate"), search=GreedySearch(6))
+
+
+EXPORT_KINDS = ("translator", "language_model", "classifier", "conditioned_generator",
+                "conditioned_generator_vector")
+
+
+class MadeWhenRead(Mapping):
+    """{key: make(key)} for `keys`, each value made at its first read: a
+    worker that runs a few of this file's tests pays only for the exports
+    they read (an export and its load take seconds each)."""
+
+    def __init__(self, keys, make):
+        self._keys, self._make, self._made = tuple(keys), make, {}
+
+    def __getitem__(self, key):
+        if key not in self._keys:
+            raise KeyError(key)
+        if key not in self._made:
+            self._made[key] = self._make(key)
+        return self._made[key]
+
+    def __iter__(self):
+        return iter(self._keys)
+
+    def __len__(self):
+        return len(self._keys)
+
+
+@pytest.fixture(scope="module")
+def exports(tmp_path_factory):
+    """({export kind: loaded SavedModel}, {export kind: its path}) of every
+    kind of export (`tiny_export`), each made and loaded at its first read."""
+    root = tmp_path_factory.mktemp("rest")
+    paths = MadeWhenRead(EXPORT_KINDS, lambda kind: tiny_export(kind, root))
+    return MadeWhenRead(EXPORT_KINDS, lambda kind: tf.saved_model.load(paths[kind])), paths
 
 
 # The rules themselves, on TF Serving's own documented examples ------------

@@ -180,57 +180,30 @@ def test_concurrent_serving_matches_sequential_without_keras_or_leaks(
     assert growth_mib < 32, f"resident memory grew {growth_mib:.1f} MiB under load: {rss}"
 
 
-# Runs in the serving process. argv: export path, JSON config. Both
-# signatures of a label-conditioned generator; bad requests; then threads.
-SERVE_GENERATOR = SERVING_PRELUDE + r"""
-
-config = json.loads(sys.argv[2])
-loaded = tf.saved_model.load(sys.argv[1])
-by_label, by_id = loaded.signatures["serving_default"], loaded.signatures["by_class_id"]
-
-def plain(out):
-    return {key: [v.decode() if isinstance(v, bytes) else v for v in value.numpy().tolist()]
-            for key, value in out.items()}
-
-def error_of(call):
-    try:
-        call()
-    except tf.errors.InvalidArgumentError as error:
-        return error.message
-    return None
-
-report = {
-    "inputs": [list(s.structured_input_signature[1]) for s in (by_label, by_id)],
-    "by_label": plain(by_label(label=tf.constant(config["labels"]))),
-    "by_id": plain(by_id(class_id=tf.constant(config["ids"], tf.int32))),
-    "unknown_label": error_of(lambda: by_label(label=tf.constant(["fresh", "Fresh", "meh"]))),
-    "bad_id": error_of(lambda: by_id(class_id=tf.constant([0, 2], tf.int32))),
-    "empty": plain(by_label(label=tf.constant([], tf.string))),
-}
-# Still answering after the bad requests, and the same under threads.
-report["again"] = plain(by_label(label=tf.constant(config["labels"])))
-requests = [config["labels"][:n] for n in (1, 2, 5)]
-expected = [plain(by_label(label=tf.constant(r))) for r in requests]
-mismatches = []
-
-def client(thread):
-    for call in range(6):
-        index = (thread + call) % len(requests)
-        if plain(by_label(label=tf.constant(requests[index]))) != expected[index]:
-            mismatches.append((thread, call))
-
-threads = [threading.Thread(target=client, args=(t,)) for t in range(4)]
-for thread in threads:
-    thread.start()
-for thread in threads:
-    thread.join(120)
-report["mismatches"] = mismatches
-report["loaded"] = sorted(m for m, v in sys.modules.items() if v is not None and m.split(".")[0] in BLOCKED)
-print(json.dumps(report))
-"""
+def label_generator_report(tf_only, path, labels, ids):
+    """Both signatures of a label-conditioned generator's export, served in
+    this worker's TensorFlow-only process (conftest's `tf_only`), in the
+    order a client might send: `labels`, then unknown labels; `ids`, then a
+    class id out of range; an empty request; and, after the bad requests,
+    `labels` again, the first 1, 2 and all of them, the same from 4 threads
+    (6 calls each). Returns {"inputs", "by_label", "unknown_label",
+    "by_id", "bad_id", "empty", "again", "mismatches", "loaded"}."""
+    by_label = tf_only.serve(path, {"label": labels}, {"label": ["fresh", "Fresh", "meh"]})
+    by_id = tf_only.serve(path, {"class_id": ids}, {"class_id": [0, 2]}, signature="by_class_id")
+    empty = tf_only.serve(path, {"label": []})
+    threaded = tf_only.serve(path, *({"label": labels[:n]} for n in (1, 2, len(labels))), threads=4, calls=6)
+    replies = (by_label, by_id, empty, threaded)
+    return {
+        "inputs": [by_label["inputs"], by_id["inputs"]],
+        "by_label": by_label["answers"][0]["outputs"], "unknown_label": by_label["answers"][1].get("error"),
+        "by_id": by_id["answers"][0]["outputs"], "bad_id": by_id["answers"][1].get("error"),
+        "empty": empty["answers"][0]["outputs"], "again": threaded["answers"][-1]["outputs"],
+        "mismatches": threaded["mismatches"],
+        "loaded": sorted({module for reply in replies for module in reply["modules"]}),
+    }
 
 
-def test_label_conditioned_generator_serves_without_keras(tokenizer_and_texts, tmp_path):
+def test_label_conditioned_generator_serves_without_keras(tokenizer_and_texts, tmp_path, tf_only):
     """export_conditioned_generator of a class model: labels mapped in the
     graph (`label` -> text), class ids (`by_class_id`), the outputs of
     model.generate with the same seeded sampler, clear errors for an
@@ -246,13 +219,7 @@ def test_label_conditioned_generator_serves_without_keras(tokenizer_and_texts, t
     path = export_conditioned_generator(model, tokenizer, str(tmp_path / "gen"), search=search,
                                         labels=["rotten", "fresh"])
     labels = ["fresh", "rotten", "fresh", "fresh", "rotten"]
-    config = dict(labels=labels, ids=[1, 0, 1, 1, 0])
-    process = subprocess.run(
-        [sys.executable, "-c", SERVE_GENERATOR, path, json.dumps(config)],
-        capture_output=True, text=True, timeout=240, env=subprocess_env(),
-    )
-    assert process.returncode == 0, process.stderr[-3000:]
-    report = json.loads(process.stdout.strip().splitlines()[-1])
+    report = label_generator_report(tf_only, path, labels, ids=[1, 0, 1, 1, 0])
     assert report["loaded"] == []
     assert report["inputs"] == [["label"], ["class_id"]]
     expected = model.generate([1, 0, 1, 1, 0], max_length=8, method="sample", temperature=0.8,

@@ -1,3 +1,5 @@
+import functools
+
 import keras
 import numpy as np
 import pytest
@@ -50,20 +52,32 @@ def built_norm(policy, shape, gpu_path, monkeypatch):
     return norm
 
 
+@functools.lru_cache(maxsize=None)
+def cpu_paths_reference(shape, policy, jit_compile):
+    """(x, upstream weights, the layer's weight values, the default paths'
+    outputs and gradients): the same for every `paths` case of
+    test_the_gpu_path_gives_the_cpu_paths_values_and_gradients, so traced
+    (and compiled) once a worker."""
+    rng = np.random.default_rng(1)
+    x = tf.constant(rng.normal(size=shape) * 3 + 1, tf.float32)
+    weights = tf.constant(rng.normal(size=shape), tf.float32)
+    with pytest.MonkeyPatch.context() as patch:
+        cpu = built_norm(policy, shape, False, patch)  # the path is chosen at build and kept
+    values = [rng.normal(size=w.shape) for w in cpu.weights]
+    for weight, value in zip(cpu.weights, values):
+        weight.assign(value)
+    return x, weights, values, outputs_and_gradients(cpu, x, weights, jit_compile)
+
+
 @pytest.mark.parametrize("shape", [(3, 5, 8), (4, 8)])
 @pytest.mark.parametrize("policy", ["float32", "mixed_bfloat16"])
 @pytest.mark.parametrize("jit_compile", [False, True])
 @pytest.mark.parametrize("paths", [True, ["layer_norm"], ["bias_gradients"]], ids=["both", "layer_norm", "bias_gradients"])
 def test_the_gpu_path_gives_the_cpu_paths_values_and_gradients(shape, policy, jit_compile, paths, monkeypatch):
-    rng = np.random.default_rng(1)
-    x = tf.constant(rng.normal(size=shape) * 3 + 1, tf.float32)
-    weights = tf.constant(rng.normal(size=shape), tf.float32)
-    cpu, gpu = (built_norm(policy, shape, gpu_path, monkeypatch) for gpu_path in (False, paths))
-    for a, b in zip(cpu.weights, gpu.weights):
-        value = rng.normal(size=a.shape)
-        a.assign(value)
-        b.assign(value)
-    expected = outputs_and_gradients(cpu, x, weights, jit_compile)
+    x, weights, values, expected = cpu_paths_reference(shape, policy, jit_compile)
+    gpu = built_norm(policy, shape, paths, monkeypatch)
+    for weight, value in zip(gpu.weights, values):
+        weight.assign(value)
     actual = outputs_and_gradients(gpu, x, weights, jit_compile)
     assert len(actual) == len(expected) == 4
     # Both normalise in float32; under bfloat16 a last-bit difference may

@@ -240,9 +240,15 @@ def exported(tmp_path_factory):
     return model, tokenizer, search, path
 
 
-def test_export_captions_png_and_jpeg_as_the_model_does(exported):
-    model, tokenizer, search, path = exported
-    served = tf.saved_model.load(path).signatures["serving_default"]
+@pytest.fixture(scope="module")
+def served(exported):
+    """The export's serving signature, loaded once for the tests that only
+    call it (a load takes about a second)."""
+    return tf.saved_model.load(exported[3]).signatures["serving_default"]
+
+
+def test_export_captions_png_and_jpeg_as_the_model_does(exported, served):
+    model, tokenizer, search, _ = exported
     image = images(3, seed=9)
     jpeg = [tf.io.encode_jpeg(i).numpy() for i in image]
     large = tf.image.resize(image[:1].astype("float32"), [40, 40]).numpy().round().astype("uint8")
@@ -276,8 +282,7 @@ def grey_png():
     ([grey_png()], r"`image` 0 must have 3 colour channels \(RGB\); got 1"),
     ([tf.io.encode_png(np.zeros((4, 4, 4), "uint8")).numpy()], "3 colour channels.*got 4"),
 ])
-def test_bad_images_get_a_clear_error(exported, request_, message):
-    served = tf.saved_model.load(exported[3]).signatures["serving_default"]
+def test_bad_images_get_a_clear_error(served, request_, message):
     request_ = [png(images(1)[0]) if r == "png" else r for r in request_]
     with pytest.raises(tf.errors.InvalidArgumentError, match=message):
         served(image=tf.constant(request_))

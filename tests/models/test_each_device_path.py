@@ -2,16 +2,12 @@
 paths' outputs and gradients with the same weights, and the ops of a train
 step changed as the path says."""
 
-import collections
-import functools
-
 import numpy as np
 import pytest
-import tensorflow as tf
 
 from kseq.layers import device_paths
-from kseq.training.objectives.losses import MaskedSparseCategoricalCrossentropy
-from support import load_test_module, random_batch, relative_tolerance
+from support import load_test_module, relative_tolerance
+from transformer_device_steps import default_step, traced_step
 
 gpu_paths = load_test_module("models/test_gpu_paths")
 CONFIGS, built = gpu_paths.CONFIGS, gpu_paths.built
@@ -19,42 +15,6 @@ CONFIGS, built = gpu_paths.CONFIGS, gpu_paths.built
 PATHS = sorted(device_paths.PATHS)
 # cast_once changes nothing in float32 (a cast to float32 is no op there).
 POLICY = {"cast_once": "mixed_bfloat16"}
-
-
-def traced_step(model):
-    """A dropout-free train step's logits, loss and gradients on
-    `random_batch()`, with its graph's op type -> count (the functions it
-    calls included) and the names of the functions XLA must compile."""
-    batch = random_batch()
-    labels = np.roll(batch["target_ids"], -1, axis=1)
-    loss = MaskedSparseCategoricalCrossentropy(label_smoothing=0.1)  # chooses its paths now
-
-    @tf.function
-    def run(batch):
-        with tf.GradientTape() as tape:
-            logits = model(batch, training=True)
-            value = loss(labels, logits)
-        gradients = tape.gradient(value, model.trainable_weights)
-        return [logits, value] + [tf.convert_to_tensor(g) for g in gradients]  # embeddings': IndexedSlices
-
-    batch = {name: tf.constant(ids) for name, ids in batch.items()}
-    graph = run.get_concrete_function(batch).graph.as_graph_def()
-    nodes = list(graph.node) + [node for function in graph.library.function for node in function.node_def]
-    compiled = {f.signature.name for f in graph.library.function if f.attr["_XlaMustCompile"].b}
-    compiled |= {node.attr["f"].func.name for node in nodes if node.attr["_XlaMustCompile"].b}
-    results = [np.asarray(tf.cast(t, tf.float32)) for t in run(batch)]
-    return results, collections.Counter(node.op for node in nodes), compiled
-
-
-@functools.lru_cache(maxsize=None)
-def default_step(config_index, policy):
-    """The default paths' weights and `traced_step`, once a worker."""
-    patch = pytest.MonkeyPatch()
-    try:
-        model = built(CONFIGS[config_index], False, patch, dtype=policy)
-        return model.get_weights(), traced_step(model)
-    finally:
-        patch.undo()
 
 
 # What each path changes in a train step's ops; step_dropout's one key a step:

@@ -196,9 +196,11 @@ def most_bigram_occurrences(row):
     return max(grams.count(gram) for gram in grams)
 
 
+@functools.lru_cache(maxsize=None)
 def looping_model():
     """A recurrent model whose output bias makes 7 and 8 win every step and
-    EOS never."""
+    EOS never. Shared within a process (tests only decode with it), so the
+    unconstrained control searches are traced once for both tests."""
     model = small_model(*CONFIGS[3], dropout=0.0)
     model({"source_ids": sources(), "target_ids": sources()})  # builds it
     bias = model.output_bias if model.output_projection is None else model.output_projection.bias

@@ -11,43 +11,20 @@ import tensorflow as tf
 
 from kseq.layers import device_paths
 from kseq.training.objectives.losses import MaskedSparseCategoricalCrossentropy
-from support import graph_op_types, random_batch, relative_tolerance, small_model
-
-CONFIGS = [dict(norm_first=False), dict(norm_first=True, share_embeddings=True)]
-
-
-def built(config, gpu_path, monkeypatch, dropout=0.0, dtype=None):
-    monkeypatch.setattr(device_paths, "FORCE", gpu_path)
-    model = small_model("transformer", config, dropout=dropout, dtype=dtype)
-    model(random_batch())
-    return model
-
-
-def loss_and_gradients(model, batch, training):
-    labels = np.roll(batch["target_ids"], -1, axis=1)
-    loss = MaskedSparseCategoricalCrossentropy(label_smoothing=0.1)
-
-    @tf.function
-    def run(batch):
-        with tf.GradientTape() as tape:
-            logits = model(batch, training=training)
-            value = loss(labels, logits)
-        gradients = tape.gradient(value, model.trainable_weights)
-        return [logits, value] + [tf.convert_to_tensor(g) for g in gradients]  # embeddings': IndexedSlices
-
-    return [np.asarray(tf.cast(t, tf.float32)) for t in run(batch)]
+from support import graph_op_types, random_batch, relative_tolerance
+from transformer_device_steps import CONFIGS, built, default_step, traced_step
 
 
 @pytest.mark.parametrize("config", CONFIGS)
 @pytest.mark.parametrize("policy", ["float32", "mixed_bfloat16"])
 def test_outputs_and_gradients_are_the_cpu_paths(config, policy, monkeypatch):
-    batch = random_batch()
-    cpu = built(config, False, monkeypatch, dtype=policy)
+    """The default paths' step (dropout 0: deterministic) is
+    test_each_device_path's, traced once a worker for both files."""
+    weights, (expected, _, _) = default_step(CONFIGS.index(config), policy)
     gpu = built(config, True, monkeypatch, dtype=policy)
-    gpu.set_weights(cpu.get_weights())
-    expected = loss_and_gradients(cpu, batch, training=True)  # dropout 0: deterministic
-    actual = loss_and_gradients(gpu, batch, training=True)
-    assert len(actual) == len(expected) == 2 + len(cpu.trainable_weights)
+    gpu.set_weights(weights)
+    actual, _, _ = traced_step(gpu)
+    assert len(actual) == len(expected) == 2 + len(gpu.trainable_weights)
     compute = "float32" if policy == "float32" else "bfloat16"
     for a, e in zip(actual, expected):
         np.testing.assert_allclose(a, e, atol=relative_tolerance(compute) * max(1.0, np.abs(e).max()), rtol=1e-4)

@@ -1,5 +1,7 @@
 """Properties every model configuration must have."""
 
+import functools
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -13,9 +15,26 @@ from support import (
 CONFIGS = pytest.mark.parametrize("entry", ALL_CONFIGS, ids=config_id)
 
 
+@functools.lru_cache(maxsize=None)
+def _built_model(kind, config_items):
+    model = small_model(kind, dict(config_items))
+    model(random_batch())  # one way of building it, whichever test comes first
+    return model
+
+
+def shared_model(entry):
+    """The small model of `entry` (dropout layers present), built on
+    `random_batch()`: one per configuration and worker, shared by the tests
+    that only call it in inference mode, save it or decode with it (none
+    changes its weights), so each pays neither the build nor the traces of
+    another's greedy search."""
+    kind, config = entry
+    return _built_model(kind, tuple(sorted(config.items())))
+
+
 @CONFIGS
 def test_padding_changes_no_logit_at_real_positions(entry):
-    check_padding_invariance(small_model(*entry))
+    check_padding_invariance(shared_model(entry))
 
 
 @CONFIGS
@@ -45,12 +64,12 @@ def test_no_causal_leak_in_training_mode(entry):
 
 @CONFIGS
 def test_step_by_step_equals_teacher_forced_call(entry):
-    check_step_equals_call(small_model(*entry))
+    check_step_equals_call(shared_model(entry))
 
 
 @CONFIGS
 def test_generate_contract(entry):
-    model = small_model(*entry)
+    model = shared_model(entry)
     source = random_batch()["source_ids"]
     out = np.asarray(model.generate(source, max_length=9))
     assert out.dtype == np.int32 and out.shape[0] == 3 and out.shape[1] <= 9
@@ -75,7 +94,7 @@ def test_generate_contract(entry):
 @CONFIGS
 def test_attention_weights_for_plotting(entry):
     kind, config = entry
-    model = small_model(kind, config)
+    model = shared_model(entry)
     batch = random_batch()
     if kind == "rnn" and config.get("attention") is None:
         with pytest.raises(ValueError, match="attention=None"):
@@ -90,12 +109,14 @@ def test_attention_weights_for_plotting(entry):
 
 @CONFIGS
 def test_model_round_trip(entry, tmp_path):
-    model = small_model(*entry)
+    """Decodes with test_generate_contract's options (max_length 9), so the
+    shared model's greedy search is traced once for both."""
+    model = shared_model(entry)
     batch = random_batch()
     loaded = roundtrip(model, tmp_path, batch)
     assert loaded.get_config() == model.get_config()
     source = batch["source_ids"]
-    assert np.array_equal(loaded.generate(source, max_length=6), model.generate(source, max_length=6))
+    assert np.array_equal(loaded.generate(source, max_length=9), model.generate(source, max_length=9))
 
 
 def test_rnn_embeddings_start_from_the_asked_scale():

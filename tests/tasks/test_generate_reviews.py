@@ -15,7 +15,6 @@ from kseq.training import scoring  # noqa: E402
 
 from kseq.data.subword_tokenizer import SubwordTokenizer  # noqa: E402
 from kseq.errors import UsageError  # noqa: E402
-from support import serve_batches_with_text_ops, serve_with_text_ops  # noqa: E402
 
 GOOD, BAD = ["great", "moving", "funny", "superb"], ["dull", "boring", "awful", "flat"]
 
@@ -51,8 +50,12 @@ def export_word_classifier(folder, names=("neg", "pos")):
 
 
 @pytest.fixture(scope="module")
-def run(tmp_path_factory):
-    root = tmp_path_factory.mktemp("reviews")
+def run(made_once):
+    """The reviews run, made once a session (`made_once`): its tests only read it."""
+    return made_once("reviews", reviews_run)[1]
+
+
+def reviews_run(root):
     train, valid = write_reviews(root / "train.tsv", 640, 0), write_reviews(root / "valid.tsv", 40, 1)
     logdir, export_dir, classifier = (str(root / name) for name in ("runs", "export", "classifier"))
     export_word_classifier(classifier)
@@ -89,9 +92,9 @@ def test_metrics_report_label_agreement(run):
     assert any(name.startswith("events.out") for name in os.listdir(run["logdir"])), "HParams in the run's folder"
 
 
-def test_export_serves_labels_without_kseq_and_matches_the_model(run):
+def test_export_serves_labels_without_kseq_and_matches_the_model(run, tf_only):
     path = os.path.join(run["export_dir"], "1")
-    served = serve_with_text_ops(path, ["pos", "neg", "pos"])
+    served = tf_only.serve_texts(path, ["pos", "neg", "pos"])
     assert served["input"] == "label" and served["class_id"] == [1, 0, 1]
     model = keras.saving.load_model(os.path.join(run["logdir"], "model.keras"))
     tokenizer = SubwordTokenizer.load(os.path.join(run["logdir"], "spm.model"))
@@ -101,12 +104,12 @@ def test_export_serves_labels_without_kseq_and_matches_the_model(run):
     assert served["text"] == [t.decode() for t in tokenizer.detokenize(expected).numpy()]
 
 
-def test_the_export_reads_labels_as_training_read_text(run):
+def test_the_export_reads_labels_as_training_read_text(run, tf_only):
     """A label with tabs, spaces or newlines around it is the label; a blank
     one gets an empty answer; the other rows are as if it were not there."""
     path = os.path.join(run["export_dir"], "1")
     sent, clean = ["\tpos ", "neg\n", "\u00a0pos", "   ", ""], ["pos", "neg", "pos", "pos", "pos"]
-    messy, plain = serve_batches_with_text_ops(path, [sent, clean])
+    messy, plain = tf_only.serve_text_batches(path, [sent, clean])
     assert messy["class_id"] == [1, 0, 1, -1, -1] and messy["text"][3:] == ["", ""]
     assert messy["text"][:3] == plain["text"][:3] and all(messy["text"][:3])
 

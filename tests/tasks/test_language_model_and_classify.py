@@ -14,7 +14,7 @@ from kseq.tasks import classify  # noqa: E402
 from kseq.tasks import language_model  # noqa: E402
 
 from kseq.data.subword_tokenizer import SubwordTokenizer  # noqa: E402
-from support import check_served_text_is_normalized, serve_with_text_ops  # noqa: E402
+from support import check_served_text_is_normalized  # noqa: E402
 
 pytestmark = pytest.mark.long
 
@@ -29,8 +29,12 @@ def write_text(path, lines, seed):
 
 
 @pytest.fixture(scope="module")
-def lm_run(tmp_path_factory):
-    root = tmp_path_factory.mktemp("lm")
+def lm_run(made_once):
+    """The language model run, made once a session (`made_once`): its tests only read it."""
+    return made_once("lm", language_model_run)[1]
+
+
+def language_model_run(root):
     write_text(root / "all.txt", 400, 0)
     lines = (root / "all.txt").read_text(encoding="utf-8").splitlines(keepends=True)
     # The training text as a glob of two files, the second gzip: read as the one file would be.
@@ -60,10 +64,10 @@ def test_language_model_metrics(lm_run):
         assert os.listdir(os.path.join(lm_run["logdir"], run, "generation"))
 
 
-def test_language_model_export_serves_without_kseq_and_matches_python(lm_run):
+def test_language_model_export_serves_without_kseq_and_matches_python(lm_run, tf_only):
     path = os.path.join(lm_run["export_dir"], "1")
     prompts = ["the lord said", "", "moses and"]
-    served = serve_with_text_ops(path, prompts)
+    served = tf_only.serve_texts(path, prompts)
     assert served["input"] == "prompt"
     # The Python model with the task's seeded sampler: the same continuations.
     model = keras.saving.load_model(os.path.join(lm_run["logdir"], "tbptt", "model.keras"))
@@ -77,14 +81,18 @@ def test_language_model_export_serves_without_kseq_and_matches_python(lm_run):
     assert served["continuation"][1] == "" and set(served["token_ids"][1]) == {0}, "a blank prompt: nothing"
 
 
-def test_language_model_export_reads_prompts_as_training_read_text(lm_run):
+def test_language_model_export_reads_prompts_as_training_read_text(lm_run, tf_only):
     words = WORDS + ["café", "zoë"]
-    check_served_text_is_normalized(os.path.join(lm_run["export_dir"], "1"), words, "continuation")
+    check_served_text_is_normalized(tf_only, os.path.join(lm_run["export_dir"], "1"), words, "continuation")
 
 
 @pytest.fixture(scope="module")
-def classify_run(tmp_path_factory):
-    root = tmp_path_factory.mktemp("classify")
+def classify_run(made_once):
+    """The classifier run, made once a session (`made_once`): its tests only read it."""
+    return made_once("classify", classifier_run)[1]
+
+
+def classifier_run(root):
     rng = random.Random(0)
     good, bad = ["great", "moving", "funny", "superb"], ["dull", "boring", "awful", "flat"]
     lines = []
@@ -122,10 +130,10 @@ def test_classifier_metrics(classify_run):
     assert again.epochs == 3 and "epochs" in again.options_given
 
 
-def test_classifier_export_serves_without_kseq_and_matches_python(classify_run):
+def test_classifier_export_serves_without_kseq_and_matches_python(classify_run, tf_only):
     path = os.path.join(classify_run["export_dir"], "1")
     texts = ["the film was great", "boring plot", "", "   ", "\u0007 control ✓ ünïcode"]
-    served = serve_with_text_ops(path, texts)
+    served = tf_only.serve_texts(path, texts)
     assert served["input"] == "text"
     probabilities = np.asarray(served["probabilities"])
     assert probabilities.shape == (5, 2)
@@ -143,9 +151,9 @@ def test_classifier_export_serves_without_kseq_and_matches_python(classify_run):
     np.testing.assert_allclose(probabilities[real], expected, atol=1e-5)
 
 
-def test_classifier_export_reads_texts_as_training_read_text(classify_run):
+def test_classifier_export_reads_texts_as_training_read_text(classify_run, tf_only):
     words = ["the", "film", "was", "great", "dull", "café", "naïve", "plot"]
-    check_served_text_is_normalized(os.path.join(classify_run["export_dir"], "1"), words, "label")
+    check_served_text_is_normalized(tf_only, os.path.join(classify_run["export_dir"], "1"), words, "label")
 
 
 def test_tasks_reject_bad_arguments(tmp_path, capsys):

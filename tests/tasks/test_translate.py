@@ -1,6 +1,7 @@
 """recipes/translate.py end to end on a tiny TSV: logs, metrics, export."""
 
 import contextlib
+import functools
 import importlib.util
 import io
 import json
@@ -23,7 +24,7 @@ from kseq.data.bucketing import bucketed_pair_dataset, xla_boundaries  # noqa: E
 from kseq.training.devices.distribution import weights_fingerprint  # noqa: E402
 from kseq.training.scoring.evaluation import looping_outputs  # noqa: E402
 from kseq.training.devices.precision import MEASURED_FASTEST, precision_class  # noqa: E402
-from support import check_served_text_is_normalized, serve_with_text_ops, subprocess_env  # noqa: E402
+from support import check_served_text_is_normalized, subprocess_env  # noqa: E402
 
 from kseq.data.subword_tokenizer import SubwordTokenizer  # noqa: E402
 
@@ -51,8 +52,13 @@ def write_pairs(path, count, seed, bad_lines=()):
 
 
 @pytest.fixture(scope="module")
-def run(tmp_path_factory):
-    root = tmp_path_factory.mktemp("translate")
+def run(made_once):
+    """The TINY run, made once a session (`made_once`): its tests only read it."""
+    root, made = made_once("translate", translate_run)
+    return dict(made, root=root)
+
+
+def translate_run(root):
     train = write_pairs(root / "train.tsv", 300, 0, bad_lines=[(3, "no tab here"), (7, "\tempty source")])
     valid = write_pairs(root / "valid.tsv", 12, 1)
     logdir, export_dir = str(root / "runs"), str(root / "export")
@@ -61,7 +67,7 @@ def run(tmp_path_factory):
         ["--train-tsv", train, "--valid-tsv", valid, "--logdir", logdir, "--export-dir", export_dir] + TINY
         + ctranslate2
     )
-    return dict(metrics=metrics, logdir=logdir, export_dir=export_dir, root=root)
+    return dict(metrics=metrics, logdir=logdir, export_dir=export_dir)
 
 
 def test_metrics_json(run):
@@ -140,11 +146,18 @@ def test_the_best_evaluation_is_kept_and_restored(run):
 
 
 def restored_model(run, name):
-    tokenizer = SubwordTokenizer.load(os.path.join(run["logdir"], "spm.model"))
+    return restored(run["logdir"], name)
+
+
+@functools.cache
+def restored(logdir, name):
+    """The TINY model with the weights file `name` of `logdir`: built once
+    a worker (and its search traced once), as no test changes it."""
+    tokenizer = SubwordTokenizer.load(os.path.join(logdir, "spm.model"))
     options = translate.parse_args(TINY)
     model = options.build(tokenizer.vocab_size, options.max_length + 1)
     model._ensure_built()
-    model.load_weights(os.path.join(run["logdir"], name))
+    model.load_weights(os.path.join(logdir, name))
     return model
 
 
@@ -170,13 +183,13 @@ def test_tensorboard_events_hold_curves_text_images_graph_and_hparams(run):
     assert {"bleu", "chrf", "exact_match"} <= set(tags["test"]["tensors"])
 
 
-def test_export_serves_with_tensorflow_and_text_only_and_matches_python(run):
+def test_export_serves_with_tensorflow_and_text_only_and_matches_python(run, tf_only):
     versions = os.listdir(run["export_dir"])
     assert versions == ["1"]
     path = os.path.join(run["export_dir"], "1")
     assert os.path.isfile(os.path.join(path, "assets", "spm.model"))
     sources = ["the red cat", "", "   ", "big " * 200, "zoë eats"]
-    served = serve_with_text_ops(path, sources)
+    served = tf_only.serve_texts(path, sources)
     assert served["input"] == "source"
     assert len(served["translation"]) == len(sources), "every input gets an output"
     # The same beam search in Python on the same (truncated) source ids.
@@ -208,11 +221,11 @@ def test_the_run_writes_a_ctranslate2_model_that_decodes_as_its_weights(run):
     assert [[processor.piece_to_id(t) for t in r.hypotheses[0]] for r in results] == expected
 
 
-def test_the_export_reads_requests_as_training_read_text(run):
+def test_the_export_reads_requests_as_training_read_text(run, tf_only):
     """NFC or NFD accents, tabs, newlines and runs of spaces: one translation;
     a blank request: ""."""
     words = list(WORDS) + ["café", "zoë", "naïve", "Ångström"]
-    check_served_text_is_normalized(os.path.join(run["export_dir"], "1"), words, "translation")
+    check_served_text_is_normalized(tf_only, os.path.join(run["export_dir"], "1"), words, "translation")
 
 
 def free_port():
@@ -222,13 +235,20 @@ def free_port():
 
 
 @pytest.fixture(scope="module")
-def second_run(run):
-    """The same pairs, greedy decoding and another seed, beside the first run."""
-    root = run["root"]
+def second_run(run, made_once):
+    """The same pairs, greedy decoding and another seed, beside the first run
+    (in its folder, once a session: `made_once`'s own folder stays empty).
+    Its decoding is given whole (no loop guard), so it tunes none: the test
+    reads its curves, settings and scores, not its decoding."""
+    return made_once("translate-greedy", lambda _: greedy_run(run["root"]))[1]
+
+
+def greedy_run(root):
     argv = ["--train-tsv", str(root / "train.tsv"), "--valid-tsv", str(root / "valid.tsv"),
             "--logdir", str(root / "greedy"), "--export-dir", str(root / "export-greedy"), "--seed", "1"]
     return translate.main(argv + TINY[: TINY.index("--beam-size")] + ["--beam-size", "1", "--eval-every", "5",
-                                                                      "--jit-compile", "off"])
+                                                                      "--jit-compile", "off", "--no-repeat-ngram",
+                                                                      "0"])
 
 
 def tensorboard_json(port, path, body=None):
@@ -288,7 +308,7 @@ def test_tensorboard_shows_curves_samples_attention_and_hparams_of_two_runs(run,
 
 
 @pytest.mark.slow  # tests/training/config/test_warm_start.py covers --init-from in the default suite
-def test_init_from_starts_from_the_runs_weights_and_accumulate_counts_updates(run):
+def test_init_from_starts_from_the_runs_weights_and_accumulate_counts_updates(run, tmp_path):
     """A run from the first one's logdir, at a learning rate too small to
     move its weights: it starts where the first one ended, with its sizes
     and tokenizer; 5 batches with --accumulate 2 make 2 updates."""
@@ -299,13 +319,14 @@ def test_init_from_starts_from_the_runs_weights_and_accumulate_counts_updates(ru
     with contextlib.redirect_stdout(printed):
         metrics = translate.main(kept + [
             "--train-tsv", str(root / "train.tsv"), "--valid-tsv", str(root / "valid.tsv"), "--logdir",
-            str(root / "tuned"), "--export-dir", str(root / "export-tuned"), "--init-from", run["logdir"],
+            str(tmp_path / "tuned"), "--export-dir", str(tmp_path / "export-tuned"), "--init-from", run["logdir"],
             "--learning-rate", "1e-9", "--epochs", "1", "--accumulate", "2", "--beam-size", "1"])
     assert f"init from {run['logdir']}: its weights and tokenizer; --arch transformer" in printed.getvalue()
     assert metrics["model_size"] == run["metrics"]["model_size"] and metrics["vocab_size"] == 298
-    assert (root / "tuned" / "spm.model").read_bytes() == (root / "runs" / "spm.model").read_bytes()
+    assert (tmp_path / "tuned" / "spm.model").read_bytes() == (root / "runs" / "spm.model").read_bytes()
     assert (metrics["steps"], metrics["epochs_run"]) == (2, 1.0)
-    tuned, first = (restored_model(dict(logdir=str(root / name)), "trained.weights.h5") for name in ("tuned", "runs"))
+    tuned, first = (restored_model(dict(logdir=str(folder)), "trained.weights.h5")
+                    for folder in (tmp_path / "tuned", root / "runs"))
     for mine, theirs in zip(tuned.weights, first.weights):
         np.testing.assert_allclose(np.asarray(mine), np.asarray(theirs), atol=1e-6)
 

@@ -29,10 +29,12 @@ FAST = ["--num-layers", "1", "--d-model", "32", "--num-heads", "2", "--ff-dim", 
 
 
 @pytest.fixture(scope="module")
-def data(tmp_path_factory):
-    root = tmp_path_factory.mktemp("pairs")
-    return ["--train-tsv", write_pairs(root / "train.tsv", 500, 0),
-            "--valid-tsv", write_pairs(root / "valid.tsv", 12, 1)]
+def data(made_once):
+    """The pairs' options; the files are made once a session (`made_once`),
+    so every run, on either worker, reads the same paths (the corpus scan
+    and vocabulary cache is keyed by them)."""
+    return made_once("pairs", lambda root: ["--train-tsv", write_pairs(root / "train.tsv", 500, 0),
+                                            "--valid-tsv", write_pairs(root / "valid.tsv", 12, 1)])[1]
 
 
 def command(data, root, *extra):
@@ -63,12 +65,11 @@ def epoch_points(logdir, run="train", tag="epoch_loss"):
 
 
 @pytest.fixture(scope="module")
-def whole(data, tmp_path_factory):
-    """An uninterrupted run's folder."""
-    root = tmp_path_factory.mktemp("whole")
-    finish(subprocess.Popen(command(data, root, "--strategy", "default"), env=environment(),
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
-    return root
+def whole(data, made_once):
+    """An uninterrupted run's folder, made once a session (`made_once`): the tests only read it."""
+    return made_once("whole", lambda root: finish(subprocess.Popen(
+        command(data, root, "--strategy", "default"), env=environment(), stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT, text=True)))[0]
 
 
 @pytest.mark.slow  # the SIGTERM test resumes mid-epoch in the default suite; test_consistent_save kills anywhere

@@ -3,6 +3,7 @@ loss, and files that are written whole or not at all."""
 
 import errno
 import os
+import shutil
 
 import keras
 import numpy as np
@@ -17,7 +18,6 @@ from kseq.data.character_tokenizer import CharacterTokenizer
 from kseq.data.synthetic import reversed_words
 from kseq.export import export_translator
 from kseq.training.checkpoints.resume import ResumableBackup, TrainingPosition
-from support import serve_with_text_ops
 
 LETTERS = "abcdefghij"
 
@@ -128,10 +128,19 @@ def test_a_full_disk_keeps_the_previous_save_and_names_the_folder_and_the_space(
     assert sorted(os.listdir(backup_dir)) == sorted([first["folder"], ResumableBackup.POINTER])
 
 
-@pytest.mark.parametrize("damage", ["pointer", "weights"])
-def test_a_damaged_backup_is_named_with_how_to_start_over(tmp_path, damage):
+@pytest.fixture(scope="module")
+def interrupted_backup(tmp_path_factory):
+    """The backup folder of a run killed at step 6, made once: each test
+    damages its own copy."""
+    root = tmp_path_factory.mktemp("interrupted")
     with pytest.raises(KeyboardInterrupt):
-        train(tmp_path, "run", epochs=2, callbacks=[Interrupt(6)])
+        train(root, "run", epochs=2, callbacks=[Interrupt(6)])
+    return root / "run"
+
+
+@pytest.mark.parametrize("damage", ["pointer", "weights"])
+def test_a_damaged_backup_is_named_with_how_to_start_over(tmp_path, damage, interrupted_backup):
+    shutil.copytree(interrupted_backup, tmp_path / "run")
     saved = ResumableBackup.saved_state(str(tmp_path / "run"))
     if damage == "pointer":
         damaged = tmp_path / "run" / ResumableBackup.POINTER
@@ -185,11 +194,12 @@ def test_atomic_write_keeps_the_old_file_when_writing_fails(tmp_path, monkeypatc
     assert path.read_bytes() == b"old" and os.listdir(tmp_path) == ["vocab.model"]
 
 
-def test_a_crash_during_export_leaves_the_previous_version_servable(tmp_path, monkeypatch):
+def test_a_crash_during_export_leaves_the_previous_version_servable(tmp_path, monkeypatch, tf_only):
     tokenizer = CharacterTokenizer(LETTERS)
     model = tiny_model(tokenizer)
     root = str(tmp_path / "export")
-    first = export_translator(model, tokenizer, tokenizer, root, max_length=6)
+    # n_best=0: only serving_default is served, and each export would trace the n_best beam search too.
+    first = export_translator(model, tokenizer, tokenizer, root, max_length=6, n_best=0)
 
     def crash(self, filepath, **kwargs):
         os.makedirs(os.path.join(filepath, "variables"))
@@ -200,9 +210,9 @@ def test_a_crash_during_export_leaves_the_previous_version_servable(tmp_path, mo
     # ExportArchive() builds a format-specific archive; patch that class.
     monkeypatch.setattr(type(keras.export.ExportArchive()), "write_out", crash)
     with pytest.raises(OSError, match="killed while writing"):
-        export_translator(model, tokenizer, tokenizer, root, max_length=6)
+        export_translator(model, tokenizer, tokenizer, root, max_length=6, n_best=0)
     assert sorted(os.listdir(root)) == ["1"]
-    served = serve_with_text_ops(first, ["abc"])
+    served = tf_only.serve_texts(first, ["abc"])
     assert len(served["translation"]) == 1
 
 

@@ -77,16 +77,24 @@ def test_epoch_fit_stops_after_patience_on_a_score(tmp_path):
     assert metrics["stopped_early"] and metrics["epochs_run"] == 3 and metrics["best_epoch"] == 1
 
 
+@pytest.fixture(scope="module")
+def uninterrupted_epoch_fit(tmp_path_factory):
+    """(metrics, weights) of the run the killed ones must end like: the same
+    for every kill, so fitted once for the module."""
+    whole = Fit(str(tmp_path_factory.mktemp("whole")), monitor="val_loss", patience=3)
+    model, data = regression(whole.position, dropout=0.3, epochs=5)
+    return whole.fit(model, data["train"], data["valid"], 5, verbose=False), model.get_weights()
+
+
 @pytest.mark.parametrize("kill", [KillAt(batch=21), KillAt(period=3)], ids=["mid-epoch", "before-the-save"])
-def test_a_killed_epoch_fit_resumes_to_the_uninterrupted_weights_and_metrics(tmp_path, kill):
+def test_a_killed_epoch_fit_resumes_to_the_uninterrupted_weights_and_metrics(tmp_path, kill,
+                                                                            uninterrupted_epoch_fit):
     """Killed in epoch 3 (mid-epoch, or after its logs and before its
     save), then resumed by a fresh model and Fit as a restarted
     process would: the same weights, bit for bit, and the same metrics.
     Dropout's random state and the shuffled order come back too."""
-    whole = Fit(str(tmp_path / "whole"), monitor="val_loss", patience=3)
-    model, data = regression(whole.position, dropout=0.3, epochs=5)
-    expected = whole.fit(model, data["train"], data["valid"], 5, verbose=False)
-    expected_weights = model.get_weights()
+    expected, expected_weights = uninterrupted_epoch_fit
+    expected = dict(expected)  # popped below; other kills read it too
 
     killed = Fit(str(tmp_path / "killed"), monitor="val_loss", patience=3)
     model, data = regression(killed.position, dropout=0.3, epochs=5)
