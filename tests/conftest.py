@@ -1,3 +1,4 @@
+import functools
 import gc
 import os
 import sys
@@ -11,6 +12,7 @@ import pytest  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from kseq._compat import fresh_collective_keys_per_strategy  # noqa: E402
+import support  # noqa: E402
 from tf_only_server import TFOnlyServer  # noqa: E402
 
 # Two logical CPUs, so MirroredStrategy tests run with two replicas, and on
@@ -94,3 +96,10 @@ def tf_only():
     server = TFOnlyServer()
     yield server
     server.close()
+
+
+@pytest.fixture(scope="session")
+def made_once(tmp_path_factory):
+    """made_once(name, make) -> (folder, result): `support.made_once`, for
+    task runs and exports that tests only read, made once for both workers."""
+    return functools.partial(support.made_once, tmp_path_factory)

@@ -24,7 +24,7 @@ from kseq.data import CharacterTokenizer
 from kseq.decoding import BeamSearch, GreedySearch, Limits
 from kseq.export import export_classifier, export_conditioned_generator, export_language_model, export_translator
 from kseq.models import ConditionedGenerator, RNNLanguageModel, SequenceClassifier
-from support import made_once, small_model, subprocess_env
+from support import small_model, subprocess_env
 
 importlib.import_module("tensorflow_text")  # registers the text ops the exports use
 
@@ -40,10 +40,10 @@ COMMANDS = {"kseq-translate": translate, "kseq-generate": generate, "kseq-classi
 
 
 @pytest.fixture(scope="module")
-def exports(tmp_path_factory):
+def exports(made_once):
     """{name: the folder of its numbered versions (one, "1")}: tiny random
-    exports, written once a session (`support.made_once`): the tests only read them."""
-    return made_once(tmp_path_factory, "cli", write_exports)[1]
+    exports, written once a session (conftest's `made_once`): the tests only read them."""
+    return made_once("cli", write_exports)[1]
 
 
 def write_exports(root):
