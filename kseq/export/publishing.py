@@ -7,6 +7,7 @@ import shutil
 
 import keras
 
+from kseq.export.saved_model_writer import write_saved_model
 from kseq.export.warmup import write_warmup_requests
 from kseq.extras import missing
 from kseq._validation import check_positive_int
@@ -78,17 +79,10 @@ def write_servable(export_dir, endpoints, resources, version=None, assets=None, 
     if version is not None:
         version = _check_version(export_dir, version)
     for resource in resources:
-        _check_not_bare_keras_hub(resource)
-    # ExportArchive saves the variables and lookup tables the functions use,
-    # not the Keras objects, so nothing but TensorFlow is needed to serve.
-    archive = keras.export.ExportArchive()
-    for resource in resources:
-        archive.track(resource)
-    for name, (function, signature) in endpoints.items():
-        archive.add_endpoint(name, function, input_signature=signature)
+        _check_exportable(resource)
 
     def write(folder):
-        archive.write_out(folder, verbose=False)
+        write_saved_model(folder, endpoints, resources)
         for name, content in (assets or {}).items():
             os.makedirs(os.path.join(folder, "assets"), exist_ok=True)
             with open(os.path.join(folder, "assets", name), "wb") as f:
@@ -131,9 +125,13 @@ def publish(export_dir, version, write):
         shutil.rmtree(temporary, ignore_errors=True)
 
 
-def _check_not_bare_keras_hub(resource):
-    """A keras-hub tokenizer numbers its own vocabulary (no PAD/BOS/EOS/UNK
-    at 0-3): a model trained on kseq's ids would get the wrong ones."""
+def _check_exportable(resource):
+    """An unbuilt layer has no variables to save yet. A keras-hub tokenizer
+    numbers its own vocabulary (no PAD/BOS/EOS/UNK at 0-3): a model trained
+    on kseq's ids would get the wrong ones."""
+    if isinstance(resource, keras.layers.Layer) and not resource.built:
+        raise ValueError(f"The {type(resource).__name__} to export is not built yet: call it once, "
+                         "or train it, before exporting.")
     if type(resource).__module__.startswith("keras_hub") and hasattr(resource, "detokenize"):
         raise ValueError(
             f"Got a bare keras-hub {type(resource).__name__} as a tokenizer; wrap it with "

@@ -46,11 +46,21 @@ def test_export_serves_without_kseq_and_agrees_with_python(kind, config, tmp_pat
     assert served["translation"] == expected_text
 
 
-def test_export_with_beam_search_serves_the_best_hypothesis(tmp_path, tf_only):
+def test_export_with_beam_search_serves_the_best_hypothesis(tmp_path, tf_only, monkeypatch):
+    """Also: each signature's search is traced once (keras' ExportArchive
+    traced each twice), and each weight is saved once."""
     tokenizer = CharacterTokenizer(string.ascii_lowercase)
     model = small_model("transformer", {})
     search = BeamSearch(10, beam_size=3, length_penalty=0.6)
+    traces = []
+    search_once = BeamSearch.__call__
+    monkeypatch.setattr(BeamSearch, "__call__", lambda *args, **kwargs: traces.append(1) or search_once(*args, **kwargs))
     path = export_translator(model, tokenizer, tokenizer, str(tmp_path / "beam"), search=search)
+    monkeypatch.undo()
+    assert len(traces) == 3, "serving_default, n_best and alignment search; score does not"
+    saved = [name for name, _ in tf.train.list_variables(os.path.join(path, "variables", "variables"))
+             if name != "_CHECKPOINTABLE_OBJECT_GRAPH"]
+    assert len(saved) == len(model.variables)
     sources = ["keras", "attention", "abc"]
     served = serve_translation(tf_only, path, sources)
     ids = tokenizer.tokenize(sources).to_tensor()
