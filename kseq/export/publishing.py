@@ -126,18 +126,18 @@ def publish(export_dir, version, write):
 
 
 def _check_exportable(resource):
-    """An unbuilt layer has no variables to save yet. A keras-hub tokenizer
-    numbers its own vocabulary (no PAD/BOS/EOS/UNK at 0-3): a model trained
-    on kseq's ids would get the wrong ones."""
-    if isinstance(resource, keras.layers.Layer) and not resource.built:
-        raise ValueError(f"The {type(resource).__name__} to export is not built yet: call it once, "
-                         "or train it, before exporting.")
+    """A keras-hub tokenizer numbers its own vocabulary (no PAD/BOS/EOS/UNK
+    at 0-3): a model trained on kseq's ids would get the wrong ones. An
+    unbuilt layer has no variables to save yet."""
     if type(resource).__module__.startswith("keras_hub") and hasattr(resource, "detokenize"):
         raise ValueError(
             f"Got a bare keras-hub {type(resource).__name__} as a tokenizer; wrap it with "
             "kseq.data.tokenizers.from_keras_hub(tokenizer) (the same wrapper the model's "
             "training data went through) so that ids 0-3 are kseq's PAD, BOS, EOS, UNK."
         )
+    if isinstance(resource, keras.layers.Layer) and not resource.built:
+        raise ValueError(f"The {type(resource).__name__} to export is not built yet: call it once, "
+                         "or train it, before exporting.")
 
 
 def _check_version(export_dir, version):

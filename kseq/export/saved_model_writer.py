@@ -30,15 +30,18 @@ def write_saved_model(folder, endpoints, resources):
             error naming it.
     """
     root = tf.__internal__.tracking.AutoTrackable()
-    # The same attribute names as keras' ExportArchive, so a loaded SavedModel
-    # offers `variables` and `trainable_variables` as before.
+    # The TensorFlow variables the functions capture, not their Keras
+    # wrappers: a Keras variable saves a copy of its own, which a TF1-style
+    # loader (saved_model_cli, a Session) leaves unrestored. Under keras'
+    # attribute names, so a loaded SavedModel offers `variables` and
+    # `trainable_variables` as before.
     root.variables, root.trainable_variables, root.non_trainable_variables = [], [], []
     root._misc_assets = []
     for resource in resources:
         if isinstance(resource, keras.layers.Layer):
-            root.variables += resource.variables
-            root.trainable_variables += resource.trainable_variables
-            root.non_trainable_variables += resource.non_trainable_variables
+            root.variables += [variable.value for variable in resource.variables]
+            root.trainable_variables += [variable.value for variable in resource.trainable_variables]
+            root.non_trainable_variables += [variable.value for variable in resource.non_trainable_variables]
         root._misc_assets += _resources_under(resource)
     signatures = {}
     for name, (function, input_signature) in endpoints.items():
