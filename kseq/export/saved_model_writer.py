@@ -5,9 +5,9 @@ serves it.
 Each signature is traced once. keras' `ExportArchive.write_out` traces every
 endpoint twice: once to list the variables it reads, then again inside
 `tf.saved_model.save`, because a trace made in a save context is cached apart
-from one made outside it. A beam search's trace takes seconds, so that doubled
-the time of every export. Here the variables come from the tracked models
-instead, and the only trace is the save's.
+from one made outside it. A beam search's trace takes seconds, so the second
+trace nearly doubles an export's time. Here the variables come from the
+tracked models instead, and the only trace is the save's.
 """
 
 import keras
