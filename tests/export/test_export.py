@@ -228,3 +228,17 @@ def test_a_mixed_precision_translator_is_served_with_weights_in_its_compute_dtyp
     assert reply["variable_dtypes"] == ["bfloat16"], "every floating variable of the SavedModel"
     expected = served_model.generate(tokenizer.tokenize(["keras", "abc"]).to_tensor(), max_length=10)
     assert reply["answers"][0]["outputs"]["token_ids"] == np.asarray(expected).tolist()
+
+
+def test_an_unbuilt_layer_is_refused_before_anything_is_written(tmp_path):
+    """export_translator builds its model while preparing the search; a
+    layer handed to write_servable unbuilt has no weights to save."""
+    import keras
+
+    from kseq.export import write_servable
+
+    layer = keras.layers.Dense(2)
+    endpoints = {"serving_default": (lambda x: {"y": layer(x)}, [tf.TensorSpec([None, 3], tf.float32)])}
+    with pytest.raises(ValueError, match="The Dense to export is not built yet: call it once, or train it"):
+        write_servable(str(tmp_path / "m"), endpoints, [layer])
+    assert not (tmp_path / "m").exists()
