@@ -26,6 +26,15 @@ def length_penalty(length, alpha):
     return tf.pow((5.0 + tf.cast(length, tf.float32)) / 6.0, alpha)
 
 
+def _checked_penalty(value):
+    if not isinstance(value, tf.Variable):
+        return check_float("length_penalty", value)
+    if value.dtype != tf.float32 or value.shape.rank != 0:
+        raise ValueError(f"`length_penalty` as a variable must be a scalar float32; got {value.dtype.name} "
+                         f"of shape {value.shape}.")
+    return value
+
+
 class BeamSearch:
     """Keeps the `beam_size` most likely hypotheses of every row alive.
 
@@ -51,7 +60,9 @@ class BeamSearch:
         max_length: the most tokens to generate (a Python int).
         beam_size: K, hypotheses kept alive per row. Defaults to 4.
         length_penalty: alpha of the GNMT penalty ((5 + |Y|) / 6) ** alpha;
-            0 ranks by log-probability alone. Defaults to 0.6.
+            0 ranks by log-probability alone. Defaults to 0.6. A scalar
+            float32 `tf.Variable` is read at each call instead: one traced
+            search then serves every value it is set to.
         num_return: N <= K best hypotheses returned per row. Defaults to 1.
         eos_id, no_repeat_ngram_size, max_length_ratio, max_ngram_count: the
             other limits, applied to every hypothesis (see
@@ -87,7 +98,7 @@ class BeamSearch:
         self.limits = search_limits(limits, max_length, eos_id=eos_id, no_repeat_ngram_size=no_repeat_ngram_size,
                                     max_length_ratio=max_length_ratio, max_ngram_count=max_ngram_count)
         self.beam_size = check_positive_int("beam_size", beam_size)
-        self.length_penalty = check_float("length_penalty", length_penalty)
+        self.length_penalty = _checked_penalty(length_penalty)
         self.num_return = check_positive_int("num_return", num_return)
         if self.num_return > self.beam_size:
             raise ValueError(

@@ -6,6 +6,8 @@ import math
 import statistics
 import time
 
+import tensorflow as tf
+
 from kseq.decoding import BeamSearch, GreedySearch, Limits
 from kseq.decoding.limits import DEFAULT_LENGTH_SLACK
 from kseq.training.config.training_options import METRICS
@@ -152,11 +154,14 @@ class DecodingSettings:
     max_length_ratio: float | None
     patience: float | None = None
 
-    def search(self, max_length):
+    def search(self, max_length, length_penalty=None):
         """Makes the kseq.decoding search of these settings.
 
         Args:
             max_length: tokens an output at most.
+            length_penalty: the beam's penalty instead of `self.length_penalty`
+                (a scalar float32 `tf.Variable` is read at each call). Default
+                None: `self.length_penalty`.
 
         Returns:
             A `GreedySearch` (beam size 1) or `BeamSearch`.
@@ -165,8 +170,36 @@ class DecodingSettings:
                         no_repeat_ngram_size=self.no_repeat_ngram, max_ngram_count=self.max_ngram_count)
         if self.beam_size == 1:
             return GreedySearch(limits=limits)
-        return BeamSearch(beam_size=self.beam_size, length_penalty=self.length_penalty, limits=limits,
-                          patience=self.patience)
+        penalty = self.length_penalty if length_penalty is None else length_penalty
+        return BeamSearch(beam_size=self.beam_size, length_penalty=penalty, limits=limits, patience=self.patience)
+
+
+class PenaltySharingTranslators:
+    """Translators of `DecodingSettings` that trace one search for the
+    settings differing only in their length penalty.
+
+    A search's trace takes seconds, and the candidates tried on validation
+    pairs are mostly the same search with other penalties. The shared one
+    reads its penalty from a variable, set to the asked settings' before the
+    translator is returned: it translates with those settings until the
+    next call.
+
+    Args:
+        make: `(settings, search) -> translator`.
+        max_length: tokens an output at most.
+    """
+
+    def __init__(self, make, max_length):
+        self.make, self.max_length, self.made = make, max_length, {}
+
+    def __call__(self, settings):
+        key = dataclasses.replace(settings, length_penalty=0.0)
+        if key not in self.made:
+            penalty = tf.Variable(0.0, trainable=False, name="length_penalty")
+            self.made[key] = penalty, self.make(settings, settings.search(self.max_length, penalty))
+        penalty, translator = self.made[key]
+        penalty.assign(settings.length_penalty)
+        return translator
 
 
 def decoding_candidates(beam_size="auto", length_penalty="auto", no_repeat_ngram="auto", max_length_ratio=None,
@@ -281,10 +314,9 @@ def choose_translator_decoding(options, model, tokenizer, valid, metric, decode_
         return tokenizer.tokenize(texts).row_lengths().numpy()
 
     source_lengths = [min(length, options.max_length) for length in token_lengths(valid[0])]
-    settings, decision = choose_decoding(
-        options, source_lengths, token_lengths(valid[1]),
-        lambda candidate: model_translator(model, tokenizer, options.max_length, candidate.search(options.max_length),
-                                           decode_xla),
-        valid, metric)
+    translators = PenaltySharingTranslators(
+        lambda settings, search: model_translator(model, tokenizer, options.max_length, search, decode_xla),
+        options.max_length)
+    settings, decision = choose_decoding(options, source_lengths, token_lengths(valid[1]), translators, valid, metric)
     print(decision)
     return {"settings": dataclasses.asdict(settings), "metrics": decision.metrics()}
