@@ -30,8 +30,10 @@ RNN_SIZE = dict(embed_dim=32, units=128)
 TRANSFORMER_SIZE = dict(num_layers=2, d_model=64, num_heads=4, ff_dim=128, dropout=0.0, max_length=32)
 
 # (name, model class, arguments, task, max task length, steps, peak learning rate)
+# lstm-dot passes the check halfway through its 800-step budget (seeds 0-2:
+# benchmarks/RESULTS.md, "Test suite and packaging").
 RUNS = {
-    "lstm-dot": (RNNSeq2Seq, dict(cell="lstm", attention="dot"), "reverse", 12, 1600, 1e-2),
+    "lstm-dot": (RNNSeq2Seq, dict(cell="lstm", attention="dot"), "reverse", 12, 800, 1e-2),
 }
 # The other configurations: 40-100 s each here, kept out of the default
 # suite's 10 minutes (run with `-m slow`).
@@ -62,7 +64,7 @@ def make_task(task, count, max_length, seed):
 
 
 class StopWhenLearned(keras.callbacks.Callback):
-    def __init__(self, inputs, targets, max_length, every=200, threshold=0.996):
+    def __init__(self, inputs, targets, max_length, every=100, threshold=0.996):
         super().__init__()
         self.inputs, self.targets, self.max_length = inputs, targets, max_length
         self.every, self.threshold = every, threshold
