@@ -33,7 +33,7 @@ def test_candidates_differing_in_their_penalty_share_one_trace_and_score_as_thei
         # Scores are log P / penalty: a penalty left at another candidate's value would change them.
         np.testing.assert_allclose(shared["score"].numpy(), own["score"].numpy(), rtol=1e-6)
         assert shared["translation"].numpy().tolist() == own["translation"].numpy().tolist()
-    assert [(s.no_repeat_ngram, s.length_penalty) for s in made] == [(0, 0.0), (3, 0.0)], "one trace a structure"
+    assert [settings.no_repeat_ngram for settings in made] == [0, 3], "one translator a structure"
     assert all(translators(settings).experimental_get_tracing_count() == 1 for settings in candidates)
 
 
