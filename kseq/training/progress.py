@@ -37,19 +37,41 @@ def batches_trained(model):
     return batches_applied(optimizer) if optimizer is not None else 0
 
 
+# "auto" evaluations take at most this share of the time between them: on a
+# slow CPU an evaluation takes the same seconds in a short budget as in a
+# long one, and every second of it is a second less of training.
+AUTO_EVALUATION_SHARE = 0.1
+
+
 @dataclasses.dataclass(frozen=True)
 class Cadence:
     """How often evaluation runs: every `steps` train steps, `minutes` of
-    training or data epoch (`epoch`; one of the three)."""
+    training or data epoch (`epoch`; one of the three).
+
+    With `evaluation_share`, a period of minutes lasts at least the last
+    evaluation's seconds over that share (so evaluations take at most
+    that share of the time)."""
 
     steps: int = None
     minutes: float = None
     epoch: bool = False
+    evaluation_share: float = None
 
     def __str__(self):
         if self.epoch:
             return "every data epoch"
-        return f"every {self.steps} steps" if self.steps else f"every {self.minutes:g} min"
+        if self.steps:
+            return f"every {self.steps} steps"
+        longer = (f", longer where an evaluation would take over {self.evaluation_share:.0%} of the time"
+                  if self.evaluation_share else "")
+        return f"every {self.minutes:g} min{longer}"
+
+    def period_seconds(self, evaluation_seconds=None):
+        """The seconds of a period of minutes, given the last evaluation's seconds (None: none yet)."""
+        seconds = 60.0 * self.minutes
+        if self.evaluation_share and evaluation_seconds:
+            seconds = max(seconds, evaluation_seconds / self.evaluation_share)
+        return seconds
 
 
 def parse_cadence(text, budget_minutes=None, periods=6, open_ended_minutes=10.0):
@@ -57,7 +79,8 @@ def parse_cadence(text, budget_minutes=None, periods=6, open_ended_minutes=10.0)
 
     Args:
         text: "500" (steps), "5m" or "5min" (minutes), "epoch" (at each
-            data epoch's end), or "auto".
+            data epoch's end), or "auto" (minutes, spaced so that
+            evaluations take at most `AUTO_EVALUATION_SHARE` of the time).
         budget_minutes: the training budget, for "auto"; None (default) for none.
         periods: evaluations "auto" makes over the budget. Default 6.
         open_ended_minutes: minutes between "auto" evaluations without a
@@ -73,7 +96,8 @@ def parse_cadence(text, budget_minutes=None, periods=6, open_ended_minutes=10.0)
     if text == "epoch":
         return Cadence(epoch=True)
     if text == "auto":
-        return Cadence(minutes=budget_minutes / periods if budget_minutes else open_ended_minutes)
+        return Cadence(minutes=budget_minutes / periods if budget_minutes else open_ended_minutes,
+                       evaluation_share=AUTO_EVALUATION_SHARE)
     match = re.fullmatch(r"(\d+(?:\.\d+)?)\s*(m|min|minutes?)?", text)
     if not match or float(match.group(1)) <= 0 or (not match.group(2) and "." in match.group(1)):
         raise ValueError(

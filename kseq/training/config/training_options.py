@@ -52,7 +52,8 @@ class CadenceOptions(TaskOptions):
     epochs: int = option(10, "passes over the training data at most", minimum=1)
     max_minutes: float | None = option(None, "training budget in minutes (default: none)")
     eval_every: str = option("epoch", "evaluate at each data epoch's end (epoch), every N steps (500) or minutes "
-                             "(5m), or auto: 6 times in --max-minutes")
+                             "(5m), or auto: 6 times in --max-minutes, fewer where each would take over a "
+                             "tenth of the time")
     save_every: str = option("epoch", "save at each evaluation only (epoch), or also every N steps (200)")
 
     @property

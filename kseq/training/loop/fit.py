@@ -51,7 +51,8 @@ class Fit:
     Args:
         workdir: the model's folder; its backup goes to `<workdir>/backup`.
         eval_every: "epoch" (each data epoch's end), steps ("500"), minutes
-            ("5m"), "auto" (6 in `max_minutes`), or a `Cadence`.
+            ("5m"), "auto" (6 in `max_minutes`, fewer where each evaluation
+            would take over `AUTO_EVALUATION_SHARE` of the time), or a `Cadence`.
         save_every: steps between saves, or "epoch": at evaluations only.
         max_minutes: the training budget, or None.
         monitor: the validation log key to keep the best of, e.g. "val_loss"

@@ -42,9 +42,11 @@ class EvaluationPeriods(keras.callbacks.Callback):
         self.show, self.steps_per_epoch, self.clock = show, steps_per_epoch, clock
         self.position = position
         self.periods = 0
+        self.evaluation_seconds = None  # the last evaluation's, from its period's last batch to the next batch
 
     def on_train_begin(self, logs=None):
         self._period_step = None  # read at the first batch: a backup restores the step after this runs
+        self._evaluation_began = None
 
     def _finished(self, batches):
         return (self.total_steps is not None and batches >= self.total_steps) or \
@@ -65,6 +67,9 @@ class EvaluationPeriods(keras.callbacks.Callback):
     def on_train_batch_begin(self, batch, logs=None):
         if self._period_step is None:
             self._start_period()
+        if self._evaluation_began is not None:
+            self.evaluation_seconds = self.clock() - self._evaluation_began
+            self._evaluation_began = None
 
     def on_train_batch_end(self, batch, logs=None):
         step = global_step(self.model)
@@ -72,10 +77,18 @@ class EvaluationPeriods(keras.callbacks.Callback):
             self.model.stop_training = True
         elif self.cadence.steps and step // self.cadence.steps > self._period_step // self.cadence.steps:
             end_epoch_early(self.model)
-        elif self.cadence.minutes and self.clock() - self._period_time >= 60.0 * self.cadence.minutes:
+        elif self.cadence.minutes and self._time_is_up():
             end_epoch_early(self.model)
         elif self.cadence.epoch and self._data_epoch() > self._period_epoch:
             end_epoch_early(self.model)
+
+    def _time_is_up(self):
+        now = self.clock()
+        if now - self._period_time < self.cadence.period_seconds(self.evaluation_seconds):
+            return False
+        if self.cadence.evaluation_share:
+            self._evaluation_began = now
+        return True
 
     def on_epoch_end(self, epoch, logs=None):
         continue_after_epoch(self.model)

@@ -6,19 +6,19 @@ import pytest
 import tensorflow as tf
 
 from kseq.training.loop.periods import EvaluationPeriods, StepTimer
-from kseq.training.progress import Cadence, parse_cadence
+from kseq.training.progress import AUTO_EVALUATION_SHARE, Cadence, parse_cadence
 
 
 @pytest.mark.parametrize("text, expected", [
     ("500", Cadence(steps=500)), ("2m", Cadence(minutes=2.0)), ("1.5min", Cadence(minutes=1.5)),
-    ("auto", Cadence(minutes=2.0)),
+    ("auto", Cadence(minutes=2.0, evaluation_share=AUTO_EVALUATION_SHARE)),
 ])
 def test_parse_cadence(text, expected):
     assert parse_cadence(text, budget_minutes=12.0) == expected
 
 
 def test_auto_without_a_budget_and_bad_values():
-    assert parse_cadence("auto") == Cadence(minutes=10.0)
+    assert parse_cadence("auto") == Cadence(minutes=10.0, evaluation_share=AUTO_EVALUATION_SHARE)
     for bad in ("0", "-3", "2.5", "often", "3h"):
         with pytest.raises(ValueError, match="`eval_every` must be"):
             parse_cadence(bad)
@@ -67,6 +67,40 @@ def test_periods_end_on_a_time_cadence():
     # Readings: period start, then one per batch end: 25, 50, 75 s -> a
     # period ends every third batch.
     assert recorder.period_ends == [3, 6, 9]
+
+
+class FakeTime(keras.callbacks.Callback):
+    """A clock: each train step takes `step_seconds`, each evaluation (period end) `evaluation_seconds`."""
+
+    def __init__(self, step_seconds, evaluation_seconds):
+        super().__init__()
+        self.now, self.step_seconds, self.evaluation_seconds = 0.0, step_seconds, evaluation_seconds
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.now += self.step_seconds
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.now += self.evaluation_seconds
+
+
+@pytest.mark.parametrize("share, evaluation_seconds, expected_ends", [
+    (None, 12.0, [6, 12, 18, 21]),  # a plain minute: evaluations take what they take
+    (0.1, 12.0, [6, 18, 21]),  # after a 12 s evaluation a period lasts 120 s: 12 steps
+    (0.1, 3.0, [6, 12, 18, 21]),  # 3 s is under 10% of a minute: every minute
+])
+def test_a_period_of_minutes_lasts_long_enough_for_its_evaluation_share(share, evaluation_seconds, expected_ends):
+    x = np.arange(14, dtype="float32").reshape(7, 2, 1)
+    data = tf.data.Dataset.from_tensor_slices((x, x)).repeat(3).apply(tf.data.experimental.assert_cardinality(21))
+    model = keras.Sequential([keras.Input((1,)), keras.layers.Dense(1)])
+    model.compile("sgd", "mse")
+    fake, recorder = FakeTime(step_seconds=10.0, evaluation_seconds=evaluation_seconds), Recorder()
+    cadence = Cadence(minutes=1.0, evaluation_share=share)
+    periods = EvaluationPeriods(cadence, 21, show=False, clock=lambda: fake.now)
+    model.fit(data, validation_data=data.take(1), epochs=21, steps_per_epoch=21,
+              callbacks=[fake, recorder, periods], verbose=0)
+    assert recorder.period_ends == expected_ends
+    assert periods.evaluation_seconds == (None if share is None else evaluation_seconds)
+    assert ("longer where" in str(cadence)) == (share is not None)
 
 
 def test_progress_lines_show_the_step_loss_speed_and_time_left(capsys):
