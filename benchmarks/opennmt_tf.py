@@ -51,6 +51,7 @@ toolkit can reach. Each run's share of it is reported.
     .venv/bin/python benchmarks/opennmt_tf.py run-opennmt --minutes 1 --report-steps 20   # smoke test
     .venv/bin/python benchmarks/opennmt_tf.py ceiling    # the ceiling alone (25 s)
     .venv/bin/python benchmarks/opennmt_tf.py serving-models --work DIR   # 12 min, exported for translate_speed.py
+    .venv/bin/python benchmarks/opennmt_tf.py serving-models --work DIR --save-steps 50   # on a CPU without AVX-512
 """
 
 import argparse
@@ -275,19 +276,24 @@ def run_opennmt(venv, data_dir, work, minutes, report_steps=100, tf_defaults=Fal
             "runtime": "tensorflow defaults" if tf_defaults else "tune_cpu_runtime's", "log": str(log), **result}
 
 
-def serving_models(venv, data_dir, work, minutes):
-    """Trains OpenNMT-tf as `run_opennmt` does, saving every 200 steps, then
-    exports its last checkpoint twice: a SavedModel (`<work>/saved_model`)
-    and with its own converter a CTranslate2 model (`<work>/ctranslate2`),
-    what benchmarks/translate_speed.py --opennmt-dir times."""
-    trained = run_opennmt(venv, data_dir, work, minutes, save_steps=200)
+def serving_models(venv, data_dir, work, minutes, save_steps=200):
+    """Trains OpenNMT-tf as `run_opennmt` does, saving every `save_steps`
+    steps, then exports its last checkpoint twice: a SavedModel
+    (`<work>/saved_model`) and with its own converter a CTranslate2 model
+    (`<work>/ctranslate2`), what benchmarks/translate_speed.py --opennmt-dir
+    times. The clock stops training between saves: on a CPU of about a
+    step a second, saves 200 steps apart can leave a quarter of the steps
+    out of the export, so save more often there."""
+    trained = run_opennmt(venv, data_dir, work, minutes, save_steps=save_steps)
     command = [str(venv / "bin" / "onmt-main"), "--model", str(work / "transformer_quick.py"),
                "--config", str(work / "config.yml")]
     for form in ("saved_model", "ctranslate2"):
         shutil.rmtree(work / form, ignore_errors=True)
         subprocess.run(command + ["export", "--output_dir", str(work / form), "--format", form], check=True)
     (work / "vocab.txt").write_bytes((data_dir / "vocab.txt").read_bytes())
-    return {**trained, "saved_model": str(work / "saved_model"), "ctranslate2": str(work / "ctranslate2")}
+    exported = re.search(r'model_checkpoint_path: "(.*)"', (work / "model" / "checkpoint").read_text()).group(1)
+    return {**trained, "exported_checkpoint": exported, "saved_model": str(work / "saved_model"),
+            "ctranslate2": str(work / "ctranslate2")}
 
 
 def opennmt_throughput(log_text, discard=1):
@@ -559,6 +565,8 @@ def main():
     parser.add_argument("--rounds", type=int, default=3, help="compare: kseq + OpenNMT-tf pairs (default: 3)")
     parser.add_argument("--report-steps", type=int, default=100,
                         help="OpenNMT-tf's steps between throughput lines (default: 100)")
+    parser.add_argument("--save-steps", type=int, default=200,
+                        help="serving-models: OpenNMT-tf's steps between checkpoints (default: 200)")
     parser.add_argument("--opennmt-tf-defaults", action="store_true",
                         help="leave OpenNMT-tf at TensorFlow's thread pools and allocator")
     parser.add_argument("--kseq-args", default="", help='more recipe options, e.g. "--precision float32"')
@@ -575,7 +583,8 @@ def main():
         print(json.dumps(run_opennmt(args.venv, args.data, work_dir(args.work), args.minutes, args.report_steps,
                                      args.opennmt_tf_defaults), indent=2))
     elif args.command == "serving-models":
-        print(json.dumps(serving_models(args.venv, args.data, work_dir(args.work), args.minutes), indent=2))
+        print(json.dumps(serving_models(args.venv, args.data, work_dir(args.work), args.minutes, args.save_steps),
+                         indent=2))
     elif args.command == "run-kseq":
         print(json.dumps(run_kseq(args.data, work_dir(args.work), args.minutes, shlex.split(args.kseq_args)), indent=2))
     elif args.command == "count-kseq-tokens":
