@@ -14,6 +14,11 @@ import keras
 import tensorflow as tf
 from tensorflow.saved_model.experimental import TrackableResource
 
+# Without the gradient functions of kseq's custom-gradient ops (layer norm,
+# dropout, the loss): a servable is never differentiated, and tracing them
+# took a fifth of a small export's time (benchmarks/export_time.py).
+SAVE_OPTIONS = tf.saved_model.SaveOptions(experimental_custom_gradients=False)
+
 
 def write_saved_model(folder, endpoints, resources):
     """Writes `folder`, a SavedModel whose signatures are `endpoints`.
@@ -49,7 +54,7 @@ def write_saved_model(folder, endpoints, resources):
         setattr(root, name, traced)
         signatures[name] = traced
     signatures.setdefault("serving_default", next(iter(signatures.values())))
-    tf.saved_model.save(root, folder, signatures=signatures)
+    tf.saved_model.save(root, folder, signatures=signatures, options=SAVE_OPTIONS)
 
 
 def _resources_under(root):

@@ -6,6 +6,7 @@ import sys
 import numpy as np
 import pytest
 import tensorflow as tf
+from tensorflow.core.protobuf import saved_model_pb2
 
 from kseq.data import CharacterTokenizer
 from kseq.decoding import BeamSearch, GreedySearch, Sampler
@@ -48,7 +49,8 @@ def test_export_serves_without_kseq_and_agrees_with_python(kind, config, tmp_pat
 
 def test_export_with_beam_search_serves_the_best_hypothesis(tmp_path, tf_only, monkeypatch):
     """Also: each signature's search is traced once (keras' ExportArchive
-    traced each twice), and each weight is saved once."""
+    traced each twice), each weight is saved once, and no gradient function
+    of a custom-gradient op is saved (TensorFlow's default saves them)."""
     tokenizer = CharacterTokenizer(string.ascii_lowercase)
     model = small_model("transformer", {})
     search = BeamSearch(10, beam_size=3, length_penalty=0.6)
@@ -61,6 +63,11 @@ def test_export_with_beam_search_serves_the_best_hypothesis(tmp_path, tf_only, m
     saved = [name for name, _ in tf.train.list_variables(os.path.join(path, "variables", "variables"))
              if name != "_CHECKPOINTABLE_OBJECT_GRAPH"]
     assert len(saved) == len(model.variables)
+    saved_model = saved_model_pb2.SavedModel()
+    with open(os.path.join(path, "saved_model.pb"), "rb") as f:
+        saved_model.ParseFromString(f.read())
+    library = saved_model.meta_graphs[0].graph_def.library
+    assert len(library.function) > 0 and len(library.registered_gradients) == 0
     sources = ["keras", "attention", "abc"]
     served = serve_translation(tf_only, path, sources)
     ids = tokenizer.tokenize(sources).to_tensor()
