@@ -15,8 +15,9 @@ import tensorflow as tf
 from tensorflow.saved_model.experimental import TrackableResource
 
 # Without the gradient functions of kseq's custom-gradient ops (layer norm,
-# dropout, the loss): a servable is never differentiated, and tracing them
-# took a fifth of a small export's time (benchmarks/export_time.py).
+# dropout, the loss): a servable is never differentiated (fine-tuning starts
+# from a run's weights, `--init-from`), and they made an export slower to
+# write and to load (benchmarks/export_time.py).
 SAVE_OPTIONS = tf.saved_model.SaveOptions(experimental_custom_gradients=False)
 
 
