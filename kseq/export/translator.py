@@ -45,17 +45,27 @@ def translate_function(model, source_tokenizer, target_tokenizer, max_length=64,
         ValueError: the search would generate more tokens than the model's
             `max_length` allows, or `max_source_length` is not an int >= 1.
     """
-    search = search or GreedySearch(max_length)
+    search, max_source_length = _checked(model, search or GreedySearch(max_length), max_source_length)
+    return _translating(source_tokenizer, target_tokenizer, max_source_length,
+                        _search_function(model, search, jit_compile), jit_compile)
+
+
+def _checked(model, search, max_source_length):
+    """(search, max_source_length) once both are checked against the model's `max_length`."""
     max_source_length = length_within(model.length_limit, max_source_length, "max_source_length")
     if model.length_limit is not None and search.max_length > model.length_limit:
         raise ValueError(
             f"`max_length` (the search's, {search.max_length}) is over the model's "
             f"max_length {model.length_limit}."
         )
-    run_search = _search_function(model, search, jit_compile)
+    return search, max_source_length
+
+
+def _translating(source_tokenizer, target_tokenizer, max_source_length, run_search, few):
+    """`translate_function`'s function, decoding with `run_search` (`_search_function`)."""
 
     def translate(source):
-        ids, rows = source_ids(source_tokenizer, source, max_source_length, jit_compile)
+        ids, rows = source_ids(source_tokenizer, source, max_source_length, few)
         generated, scores = run_search(ids)
         text, token_ids = decoded_text(target_tokenizer, generated[:rows])
         scores = scores[:rows, 0] if scores.shape.rank == 2 else scores[:rows]  # a beam search's best
@@ -120,7 +130,7 @@ def n_best_function(model, source_tokenizer, target_tokenizer, search, n_best, m
     return translate_n_best
 
 
-def alignment_function(model, source_tokenizer, target_tokenizer, search, max_source_length=256):
+def alignment_function(model, source_tokenizer, target_tokenizer, search, max_source_length=256, run_search=None):
     """Makes the function that translates strings and aligns each output token with a source position.
 
     The position is the source token the output token attends to most
@@ -132,6 +142,9 @@ def alignment_function(model, source_tokenizer, target_tokenizer, search, max_so
         target_tokenizer: the kseq tokenizer of its targets.
         search: a kseq.decoding search; a beam search gives its best hypothesis.
         max_source_length: source tokens read from each request. Default 256.
+        run_search: ids (B, S) -> `search`'s (ids, scores), e.g. the traced
+            function the translation signature calls (`_search_function`).
+            Default None: `model.search` with `search`.
 
     Returns:
         A function `(source (B,) tf.string) -> {"translation": (B,) strings,
@@ -141,10 +154,11 @@ def alignment_function(model, source_tokenizer, target_tokenizer, search, max_so
         ValueError: `max_source_length` is not an int >= 1.
     """
     max_source_length = length_within(model.length_limit, max_source_length, "max_source_length")
+    run_search = run_search or (lambda ids: model.search(ids, search))
 
     def align(source):
         ids, _ = source_ids(source_tokenizer, source, max_source_length)
-        generated, _ = model.search(ids, search)
+        generated, _ = run_search(ids)
         generated = best_hypotheses(generated)
         text, token_ids = decoded_text(target_tokenizer, generated)
         alignment = model.alignment(ids, generated)[:, : tf.shape(token_ids)[1]]
@@ -183,12 +197,14 @@ def score_function(model, source_tokenizer, target_tokenizer, max_source_length=
 
 
 def _search_function(model, search, jit_compile):
-    """ids (B, S) -> the search's (ids, scores), compiled with XLA if asked."""
-    if not jit_compile:
-        return lambda ids: model.search(ids, search)
+    """ids (B, S) -> the search's (ids, scores), compiled with XLA if asked.
+
+    A traced function of its own: signatures that decode with the same
+    search call it, and an export traces the search once for all of them.
+    """
     return tf.function(
-        lambda ids: model.search(ids, search, fixed_shapes=True),
-        input_signature=[tf.TensorSpec([None, None], tf.int32)], jit_compile=True, autograph=False,
+        lambda ids: model.search(ids, search, fixed_shapes=jit_compile),
+        input_signature=[tf.TensorSpec([None, None], tf.int32)], jit_compile=jit_compile, autograph=False,
     )
 
 
@@ -241,12 +257,16 @@ def export_translator(
     model = in_compute_dtype(model)
     search = search or GreedySearch(max_length)
     tokenizers = (source_tokenizer, target_tokenizer)
-    endpoints = {"serving_default": (translate_function(model, *tokenizers, max_length, max_source_length, search,
-                                                        jit_compile), [SOURCE_SPEC]),
+    search, source_length = _checked(model, search, max_source_length)
+    run_search = _search_function(model, search, jit_compile)
+    endpoints = {"serving_default": (_translating(*tokenizers, source_length, run_search, few=jit_compile),
+                                     [SOURCE_SPEC]),
                  "score": (score_function(model, *tokenizers, max_source_length), [SOURCE_SPEC, TARGET_SPEC])}
     if n_best:
         endpoints["n_best"] = (n_best_function(model, *tokenizers, search, n_best, max_source_length), [SOURCE_SPEC])
     if model.has_attention:
-        endpoints["alignment"] = (alignment_function(model, *tokenizers, search, max_source_length), [SOURCE_SPEC])
+        # The translation's search, traced once for both, unless XLA's (padded to few shapes).
+        endpoints["alignment"] = (alignment_function(model, *tokenizers, search, max_source_length,
+                                                     run_search=None if jit_compile else run_search), [SOURCE_SPEC])
     warmup = {name: {spec.name: ["warm-up"] for spec in specs} for name, (_, specs) in endpoints.items()}
     return write_servable(export_dir, endpoints, (model, *tokenizers), version, assets, warmup=warmup)

@@ -13,6 +13,7 @@ from kseq.decoding import BeamSearch, GreedySearch
 from kseq.export.ctranslate2_model import export_ctranslate2, vocabulary
 from kseq.models import RNNSeq2Seq, TransformerSeq2Seq
 from kseq.special_ids import BOS_ID, EOS_ID
+from kseq.training.objectives import FusedAdam
 
 ctranslate2 = pytest.importorskip("ctranslate2", reason="the ctranslate2 extra is not installed "
                                   "(pip install 'kseq[ctranslate2]')")
@@ -44,7 +45,7 @@ def reversal_model(tokenizer, **config):
     rows = target.nrows()
     decoder_in = tf.concat([tf.fill([rows, 1], BOS_ID), target], 1).to_tensor()
     labels = tf.concat([target, tf.fill([rows, 1], EOS_ID)], 1).to_tensor()
-    model.compile(keras.optimizers.Adam(3e-3), kseq.losses.MaskedSparseCategoricalCrossentropy())
+    model.compile(FusedAdam(3e-3), kseq.losses.MaskedSparseCategoricalCrossentropy())
     model.fit({"source_ids": source, "target_ids": decoder_in}, labels, batch_size=32, epochs=15, verbose=0)
     return model
 

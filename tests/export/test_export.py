@@ -48,9 +48,10 @@ def test_export_serves_without_kseq_and_agrees_with_python(kind, config, tmp_pat
 
 
 def test_export_with_beam_search_serves_the_best_hypothesis(tmp_path, tf_only, monkeypatch):
-    """Also: each signature's search is traced once (keras' ExportArchive
-    traced each twice), each weight is saved once, and no gradient function
-    of a custom-gradient op is saved (TensorFlow's default saves them)."""
+    """Also: each search is traced once (keras' ExportArchive traced each
+    signature twice), the translation and the alignment sharing theirs, each
+    weight is saved once, and no gradient function of a custom-gradient op
+    is saved (TensorFlow's default saves them)."""
     tokenizer = CharacterTokenizer(string.ascii_lowercase)
     model = small_model("transformer", {})
     search = BeamSearch(10, beam_size=3, length_penalty=0.6)
@@ -59,7 +60,7 @@ def test_export_with_beam_search_serves_the_best_hypothesis(tmp_path, tf_only, m
     monkeypatch.setattr(BeamSearch, "__call__", lambda *args, **kwargs: traces.append(1) or search_once(*args, **kwargs))
     path = export_translator(model, tokenizer, tokenizer, str(tmp_path / "beam"), search=search)
     monkeypatch.undo()
-    assert len(traces) == 3, "serving_default, n_best and alignment search; score does not"
+    assert len(traces) == 2, "serving_default's search (alignment's too) and n_best's; score does not search"
     saved = [name for name, _ in tf.train.list_variables(os.path.join(path, "variables", "variables"))
              if name != "_CHECKPOINTABLE_OBJECT_GRAPH"]
     assert len(saved) == len(model.variables)

@@ -61,6 +61,8 @@ def test_the_alignment_is_the_most_attended_source_position(exported):
     model, _, signatures, _ = exported
     served = signatures["alignment"](source=tf.constant(SOURCES[:2]))
     output = served["token_ids"].numpy()
+    translated = signatures["serving_default"](source=tf.constant(SOURCES[:2]))
+    assert output.tolist() == translated["token_ids"].numpy().tolist(), "the translation's search aligned"
     bos = np.ones((len(output), 1), "int32")
     weights = np.asarray(model.attention_weights(
         {"source_ids": ids(SOURCES[:2]), "target_ids": np.concatenate([bos, output[:, :-1]], 1)}))

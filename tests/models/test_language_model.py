@@ -8,6 +8,7 @@ import tensorflow as tf
 import kseq
 from kseq.data import join_documents, stream_batches
 from kseq.models import RNNLanguageModel
+from kseq.training.objectives import FusedAdam
 
 VOCAB = 40
 
@@ -19,7 +20,7 @@ def small_model(**overrides):
 
 
 def compiled(model):
-    model.compile(keras.optimizers.Adam(1e-2), kseq.losses.MaskedSparseCategoricalCrossentropy(),
+    model.compile(FusedAdam(1e-2), kseq.losses.MaskedSparseCategoricalCrossentropy(),
                   metrics=[kseq.metrics.Perplexity()])
     return model
 

@@ -6,6 +6,7 @@ import pytest
 import tensorflow as tf
 
 from kseq.models import SequenceClassifier
+from kseq.training.objectives import FusedAdam
 
 VOCAB = 30
 CONFIGS = [
@@ -66,7 +67,7 @@ def test_learns_which_token_a_sequence_holds(encoder):
     model = SequenceClassifier(VOCAB, 2, encoder=encoder, pooling="max" if encoder == "transformer"
                                else "last", bidirectional=True, embed_dim=16, units=16,
                                num_heads=2, ff_dim=32)
-    model.compile(keras.optimizers.Adam(1e-2),
+    model.compile(FusedAdam(1e-2),
                   keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=["accuracy"])
     model.fit(ids[:500], labels[:500], epochs=15, batch_size=32, verbose=0)
     accuracy = model.evaluate(ids[500:], labels[500:], verbose=0, return_dict=True)["accuracy"]
@@ -77,7 +78,7 @@ def test_under_mirrored_strategy_with_an_uneven_last_batch():
     strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
     with strategy.scope():
         model = small(dict(pooling="attention", bidirectional=True))
-        model.compile("adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        model.compile(FusedAdam(), keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                       metrics=["accuracy"])
     data = tf.data.Dataset.from_tensor_slices(
         (np.random.default_rng(0).integers(1, VOCAB, (11, 6)), np.arange(11) % 3)).batch(4)

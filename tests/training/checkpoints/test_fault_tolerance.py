@@ -18,6 +18,7 @@ from kseq.data.character_tokenizer import CharacterTokenizer
 from kseq.data.synthetic import reversed_words
 from kseq.export import export_translator, publishing
 from kseq.training.checkpoints.resume import ResumableBackup, TrainingPosition
+from kseq.training.objectives import FusedAdam
 
 LETTERS = "abcdefghij"
 
@@ -30,7 +31,7 @@ def tiny_model(tokenizer):
     model = kseq.models.RNNSeq2Seq(tokenizer.vocab_size, tokenizer.vocab_size, embed_dim=8, units=16,
                                    attention="dot")
     model.build()
-    model.compile(keras.optimizers.Adam(1e-2), kseq.losses.MaskedSparseCategoricalCrossentropy())
+    model.compile(FusedAdam(1e-2), kseq.losses.MaskedSparseCategoricalCrossentropy())
     return model
 
 

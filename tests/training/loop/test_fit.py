@@ -14,6 +14,7 @@ from kseq.data.streams import stream_batches
 from kseq.training.loop.cadenced_fit import Trained
 from kseq.training.loop.fit import Fit, train_once
 from kseq.training.checkpoints.phases import Phases
+from kseq.training.objectives import FusedAdam
 from support import KillAt
 
 X = np.random.default_rng(0).normal(size=(64, 4)).astype("float32")
@@ -29,7 +30,7 @@ def regression(position, dropout=0.0, epochs=6):
             "valid": tf.data.Dataset.from_tensor_slices((X[:16], Y[:16] + 1.0)).batch(8)}
     model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(8), keras.layers.Dropout(dropout),
                               keras.layers.Dense(1)])
-    model.compile(keras.optimizers.Adam(0.05), "mse")
+    model.compile(FusedAdam(0.05), "mse")
     return model, data
 
 
@@ -146,7 +147,7 @@ def test_a_language_model_resumed_mid_epoch_goes_on_with_its_carried_streams(tmp
         keras.utils.set_random_seed(0)
         model = kseq.models.RNNLanguageModel(40, embed_dim=8, units=8)
         model.build()
-        model.compile(keras.optimizers.Adam(0.01), kseq.losses.MaskedSparseCategoricalCrossentropy())
+        model.compile(FusedAdam(0.01), kseq.losses.MaskedSparseCategoricalCrossentropy())
         data = {"train": stream_batches(tokens, 4, 10, drop_remainder=True),
                 "valid": stream_batches(tokens[:300], 4, 10, drop_remainder=True)}
         return fit, model, fit.fit(model, data["train"], data["valid"], 2, logging=[kill] if kill else [], verbose=False)
