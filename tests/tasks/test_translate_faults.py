@@ -251,8 +251,11 @@ def test_two_workers_train_in_lockstep_and_only_the_chief_writes(two_workers):
     written = {os.path.relpath(os.path.join(folder, name), tmp_path / "runs")
                for folder, _, names in os.walk(tmp_path / "runs") for name in names}
     assert any(path.startswith("train/events") for path in written)
-    assert [path for path in written if path.startswith("workers/")] == ["workers/worker-1/spm.model"], \
-        "the other worker keeps only its tokenizer (its backup goes at the end)"
+    assert sorted(path for path in written if path.startswith("workers/")) == [
+        "workers/worker-1/phases.json", "workers/worker-1/spm.model"], \
+        "the other worker keeps only its tokenizer and its finished phases (its backup goes at the end)"
+    worker_phases = json.loads((tmp_path / "runs" / "workers" / "worker-1" / "phases.json").read_text())
+    assert "trained" in worker_phases, "a restart after training skips it on every worker, not the chief alone"
     tokenizers = [(tmp_path / "runs" / path).read_bytes() for path in ("spm.model", "workers/worker-1/spm.model")]
     assert tokenizers[0] == tokenizers[1], "both workers trained the same SentencePiece model"
     read = [int(re.search(r"this worker read ([\d,]+) training pairs", out).group(1).replace(",", ""))
