@@ -45,20 +45,21 @@ def translate_function(model, source_tokenizer, target_tokenizer, max_length=64,
         ValueError: the search would generate more tokens than the model's
             `max_length` allows, or `max_source_length` is not an int >= 1.
     """
-    search, max_source_length = _checked(model, search or GreedySearch(max_length), max_source_length)
+    search = search or GreedySearch(max_length)
+    max_source_length = _checked_source_length(model, search, max_source_length)
     return _translating(source_tokenizer, target_tokenizer, max_source_length,
                         _search_function(model, search, jit_compile), jit_compile)
 
 
-def _checked(model, search, max_source_length):
-    """(search, max_source_length) once both are checked against the model's `max_length`."""
+def _checked_source_length(model, search, max_source_length):
+    """`max_source_length` within the model's `max_length`, once `search` is checked to fit it too."""
     max_source_length = length_within(model.length_limit, max_source_length, "max_source_length")
     if model.length_limit is not None and search.max_length > model.length_limit:
         raise ValueError(
             f"`max_length` (the search's, {search.max_length}) is over the model's "
             f"max_length {model.length_limit}."
         )
-    return search, max_source_length
+    return max_source_length
 
 
 def _translating(source_tokenizer, target_tokenizer, max_source_length, run_search, few):
@@ -257,7 +258,7 @@ def export_translator(
     model = in_compute_dtype(model)
     search = search or GreedySearch(max_length)
     tokenizers = (source_tokenizer, target_tokenizer)
-    search, source_length = _checked(model, search, max_source_length)
+    source_length = _checked_source_length(model, search, max_source_length)
     run_search = _search_function(model, search, jit_compile)
     endpoints = {"serving_default": (_translating(*tokenizers, source_length, run_search, few=jit_compile),
                                      [SOURCE_SPEC]),
