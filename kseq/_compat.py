@@ -143,6 +143,26 @@ def continue_after_epoch(model):
         model.stop_training = False
 
 
+class OptimizerBuiltBeforeTracing:
+    """Mixin for keras models: the optimizer is built before the train step traces.
+
+    Without a strategy, keras 3.15 defers the optimizer's build to the first
+    train step's trace (`TensorFlowTrainer._maybe_symbolic_build` returns at
+    once). Variables created inside a `tf.function` make it trace the step a
+    second time, so a model's first `fit` traced its step twice. Under a
+    strategy keras builds the optimizer eagerly first; this does the same
+    without one, once every layer is built (an unbuilt layer still builds in
+    the trace, and the optimizer with it, as keras does).
+    """
+
+    def make_train_function(self, force=False):
+        optimizer = self.optimizer
+        if (optimizer is not None and not optimizer.built and self._distribute_strategy is None
+                and all(layer.built for layer in self._flatten_layers())):
+            optimizer.build(self.trainable_variables)
+        return super().make_train_function(force)
+
+
 class FirstShardBuild:
     """Mixin for keras models trained under a strategy with several replicas.
 

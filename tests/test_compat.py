@@ -109,6 +109,44 @@ def test_keras_keeps_its_traced_train_function_across_fits():
     assert model.train_function is not first
 
 
+class CountedSteps(keras.Model):
+    """A Dense model, built by a call, whose train steps are counted as they trace."""
+
+    def __init__(self):
+        super().__init__()
+        self.dense = keras.layers.Dense(1)
+        self.traces = 0
+
+    def call(self, x):
+        return self.dense(x)
+
+    def train_step(self, data):
+        self.traces += 1
+        return super().train_step(data)
+
+
+def test_keras_still_builds_the_optimizer_inside_the_first_trace_without_a_strategy():
+    """kseq._compat.OptimizerBuiltBeforeTracing: without it the first fit
+    traces the train step twice (the optimizer's variables are created in
+    the first trace); with it, once, and the weights end the same."""
+    from kseq._compat import OptimizerBuiltBeforeTracing
+
+    class Fixed(OptimizerBuiltBeforeTracing, CountedSteps):
+        pass
+
+    weights = []
+    for model_class, traces in ((CountedSteps, 2), (Fixed, 1)):
+        keras.utils.set_random_seed(3)
+        model = model_class()
+        model(np.zeros((1, 1)))
+        model.compile(keras.optimizers.Adam(0.1), "mse")
+        model.fit(np.arange(8.0).reshape(4, 2)[:, :1], np.ones((4, 1)), batch_size=2, epochs=2, verbose=0)
+        assert model.traces == traces, model_class.__name__
+        weights.append([w.numpy() for w in model.weights + model.optimizer.variables])
+    for plain, fixed in zip(*weights):
+        np.testing.assert_array_equal(plain, fixed)
+
+
 def test_fit_still_reads_the_private_initial_epoch():
     """kseq._compat.resume_fit_at_epoch (keras' BackupAndRestore does the same)."""
     from kseq._compat import resume_fit_at_epoch

@@ -2,13 +2,13 @@
 
 import keras
 
-from kseq._compat import FirstShardBuild
+from kseq._compat import FirstShardBuild, OptimizerBuiltBeforeTracing
 from kseq.models.checked_weights import CheckedWeightLoading
 from kseq.special_ids import NUM_SPECIAL_IDS
 from kseq._validation import as_id_array, check_positive_int
 
 
-class KseqModel(CheckedWeightLoading, FirstShardBuild, keras.Model):
+class KseqModel(CheckedWeightLoading, FirstShardBuild, OptimizerBuiltBeforeTracing, keras.Model):
     """Base of kseq's models.
 
     - `length_limit`: the longest sequence the model accepts (None: no
@@ -24,6 +24,9 @@ class KseqModel(CheckedWeightLoading, FirstShardBuild, keras.Model):
     - `load_weights` of another model's `.keras` file names the difference
       (CheckedWeightLoading); first-batch builds work under a strategy with
       uneven shards (kseq._compat.FirstShardBuild).
+    - The first `fit` without a strategy traces the train step once, not
+      twice: the optimizer is built before it traces
+      (kseq._compat.OptimizerBuiltBeforeTracing).
     """
 
     config_names = ()

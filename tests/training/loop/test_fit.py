@@ -188,3 +188,22 @@ def test_train_once_trains_a_phase_once_and_a_restart_reloads_its_weights(tmp_pa
     assert calls == [1] and first.metrics == again.metrics == {"valid_loss": 0.5}
     np.testing.assert_array_equal(again.model.layers[0].kernel.numpy(), 3.0)
     assert not os.path.exists(tmp_path / "backup")
+
+
+def test_a_kseq_models_first_fit_traces_its_train_step_once():
+    """Without a strategy keras would build the optimizer inside the first
+    trace and trace the step again (kseq._compat.OptimizerBuiltBeforeTracing)."""
+    from kseq.training.objectives.losses import MaskedSparseCategoricalCrossentropy
+    from kseq.training.task import compile_model
+    from support import random_batch, small_model
+
+    model = small_model("rnn", {"attention": "dot"}, dropout=0.0)
+    batch = random_batch()
+    model(batch)
+    compile_model(model, FusedAdam(1e-3), MaskedSparseCategoricalCrossentropy())
+    traces = []
+    keras_step = model.train_step
+    model.train_step = lambda data: traces.append(1) or keras_step(data)
+    history = model.fit(batch, batch["target_ids"], epochs=2, verbose=0)
+    assert len(traces) == 1 and model.optimizer.built
+    assert np.all(np.isfinite(history.history["loss"]))
