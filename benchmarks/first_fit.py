@@ -3,9 +3,9 @@ many times it traces the train step.
 
 Each row is a fresh process: a model of the quick preset's translation
 shape (Transformer: 2 + 2 layers, d_model 192, 4 heads, feed-forward 768;
-RNN: LSTM 256 with Luong attention), built on one batch of 32 random pairs,
+RNN: LSTM 256 with Luong's general attention), built on one batch of 32 random pairs,
 compiled as the tasks compile it (`kseq.training.task.compile_model`,
-FusedAdam, masked cross-entropy, the tasks' metrics), then fitted for one
+FusedAdam, masked cross-entropy, masked accuracy), then fitted for one
 epoch of 4 batches. A first fit is mostly the trace of its step, so the
 figure is what a user waits for before the first step, and what every test
 that fits a fresh model pays. Compare trees by running the script from each
