@@ -6,7 +6,7 @@ from disk whatever their size, --valid-tsv, --test-tsv. Every "auto" is decided 
 the device, printed with its reason and written to metrics.json and HParams (README, "Translation").
 The same command continues a killed run from its last save.
 
-    kseq-train translate                        # quick: 2 CPU cores, 12 minutes of training
+    kseq-train translate                        # quick: 2 CPU cores, 6 minutes of training
     kseq-train translate --arch rnn --attention bahdanau --cell gru
     kseq-train translate --train-tsv my_pairs.tsv --epochs 5
     kseq-train translate --train-tsv 'corpus/*.tsv.gz' --valid-tsv dev.tsv --max-minutes 600
@@ -42,7 +42,7 @@ from kseq.training.scoring import validation_score
 HOLD_OUT_EVERY, HOLD_OUT_LIMIT = 50, 3000
 
 PRESETS = {
-    # The defaults below, for 2 CPU cores and 12 minutes: small batches (more updates) and no
+    # The defaults below, for 2 CPU cores and 6 minutes: small batches (more updates) and no
     # dropout (no overfitting in a few epochs) learn fastest; the clock and patience end training.
     "quick": {},
     # One GPU, 10 minutes: dozens of passes over the data, so a mid-sized model with dropout.
@@ -55,7 +55,7 @@ PRESETS = {
 }
 
 
-@task_options("translate", epochs=1000, max_minutes=12.0, eval_every=AUTO, save_every="200")
+@task_options("translate", epochs=1000, max_minutes=6.0, eval_every=AUTO, save_every="200")
 class Options(TsvFilesOptions, Seq2SeqOptions, TokenBatchOptions, ScheduleOptions, DecodingOptions, StoppingOptions,
               EvaluationOptions, StreamedDataOptions, ClippingOptions, TextTaskOptions):
     vocab_size: int | Auto = option(AUTO, "joint SentencePiece pieces; auto: from the data", minimum=1)
