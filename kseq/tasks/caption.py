@@ -113,6 +113,7 @@ def main(argv=None):
         test BLEU, content accuracy and, with attention, attention on the named shape.
     """
     options = parse_args(argv)
+    task.name_xla_cache(options)  # before the first device query
     run = task.start(options, decide_jit_compile(options.jit_compile, num_shapes=len(CAPTION_BUCKETS) + 1,
                                                  budget_minutes=options.max_minutes))
     data = {split: scene_data.load_scenes(split, getattr(options, f"{split}_images"), options.seed)

@@ -82,6 +82,7 @@ def main(argv=None):
         The metrics written to `<logdir>/metrics.json`, test accuracy and loss among them.
     """
     options = parse_args(argv)
+    task.name_xla_cache(options)  # before the first device query
     run = task.start(options, decide_jit_compile(options.jit_compile, num_shapes=1))
     fit = run.make_fit(monitor="val_accuracy", mode="max", patience=options.patience)
     data, names = load_data(options)

@@ -100,6 +100,7 @@ def main(argv=None):
         the classifier's own test accuracy, the test perplexity, samples.
     """
     options = parse_args(argv)
+    task.name_xla_cache(options)  # before the first device query
     classifier, classifier_seconds = classifier_path(options)
     run = task.start(options, decide_jit_compile(options.jit_compile, num_shapes=len(BUCKETS) + 1,
                                                  budget_minutes=options.max_minutes))

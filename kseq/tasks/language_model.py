@@ -85,6 +85,7 @@ def main(argv=None):
         the baseline's, generated samples.
     """
     options = parse_args(argv)
+    task.name_xla_cache(options)  # before the first device query
     run = task.start(options, decide_jit_compile(options.jit_compile, num_shapes=1, budget_minutes=options.max_minutes))
     texts = load_texts(options)
     started = run.phases.done or ResumableBackup.saved_state(os.path.join(run.workdir, "tbptt", "backup"))

@@ -58,6 +58,7 @@ def main(argv=None):
         The metrics written to `<logdir>/metrics.json`, test exact match among them.
     """
     options = parse_args(argv)
+    task.name_xla_cache(options)  # before the first device query
     run = task.start(options, decide_jit_compile(options.jit_compile, num_shapes=options.max_length))
     fit = run.make_fit(monitor="val_loss")
     tokenizer = CharacterTokenizer(string.ascii_lowercase)

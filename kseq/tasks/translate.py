@@ -90,6 +90,7 @@ def main(argv=None):
         not the chief, the `Trained` it ends with.
     """
     options = parse_args(argv)
+    task.name_xla_cache(options)  # before the first device query
     jit = decide_for_translation(options.jit_compile, options.max_length, options.max_minutes, options.arch)
     # Decoding is compiled on a GPU; a CPU with bfloat16 units trains the
     # Transformer faster under mixed_bfloat16, not the RNN (`bfloat16_cpu`).

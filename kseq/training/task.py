@@ -2,6 +2,7 @@
 as its own choices between them (as OpenNMT-tf's runner names train,
 evaluate, export):
 
+    task.name_xla_cache(options)                # first: TensorFlow reads XLA's flags at its first device query
     run = task.start(options, jit)              # strategy, precision, seed, logdir, XLA cache
     tokenizer = run.tokenizer(texts, resuming)  # resumed, --init-from's, --tokenizer's, or trained
     model = run.compile(build, metrics)         # built and compiled under the strategy
@@ -73,7 +74,7 @@ class Run:
     def __init__(self, options, jit, compiles=False, bfloat16_cpu=False):
         self.started = time.monotonic()
         self.options = options
-        # TensorFlow reads XLA's flags when it sets up its devices: first.
+        # The cache's flag is set already (`name_xla_cache`); this names the folder in use.
         compiles = compiles or uses("compiled_blocks") or uses("compiled_loss")
         self.xla_cache = enable_persistent_cache(options.xla_cache) if jit.use or compiles else None
         if self.xla_cache:
@@ -298,6 +299,20 @@ class Run:
     def done(self):
         """Prints where TensorBoard reads this run."""
         print(f"TensorBoard: tensorboard --logdir {self.options.logdir}")
+
+
+def name_xla_cache(options):
+    """Points XLA's persistent cache at `--xla-cache` (`enable_persistent_cache`).
+
+    Call it before anything asks TensorFlow for its devices: TensorFlow
+    reads XLA's flags at the first query and ignores later changes, and the
+    "auto" decisions (`decide_jit_compile`, `device_class`) ask. Nothing is
+    written where nothing compiles; `Run` reports the cache where something does.
+
+    Args:
+        options: the task's parsed options.
+    """
+    enable_persistent_cache(options.xla_cache)
 
 
 def start(options, jit, compiles=False, bfloat16_cpu=False):

@@ -85,3 +85,31 @@ def test_the_persistent_cache_goes_into_tf_xla_flags(tmp_path, monkeypatch):
     monkeypatch.setenv("TF_XLA_FLAGS", "")
     monkeypatch.setenv("KSEQ_CACHE_DIR", str(tmp_path / "kseq"))
     assert enable_persistent_cache().startswith(str(tmp_path / "kseq" / "xla" / "tf-"))
+
+
+class AskedForDevices(Exception):
+    """Stops a task at its first device query."""
+
+
+@pytest.mark.parametrize("name", ["translate", "language_model", "classify", "generate_reviews", "caption", "reverse"])
+def test_a_task_names_the_xla_cache_before_it_first_asks_for_devices(name, tmp_path, monkeypatch):
+    """TensorFlow reads TF_XLA_FLAGS at its first device query and ignores
+    later changes; the "auto" decisions query devices, so each task must
+    name its cache before them, or nothing compiled is ever kept."""
+    import importlib
+
+    import tensorflow as tf
+
+    flags_when_asked = []
+
+    def list_physical_devices(device_type=None):
+        flags_when_asked.append(os.environ.get("TF_XLA_FLAGS", ""))
+        raise AskedForDevices
+
+    monkeypatch.delenv("TF_XLA_FLAGS", raising=False)
+    monkeypatch.setattr(tf.config, "list_physical_devices", list_physical_devices)
+    task = importlib.import_module(f"kseq.tasks.{name}")
+    with pytest.raises(AskedForDevices):
+        task.main(["--logdir", str(tmp_path / "runs"), "--export-dir", str(tmp_path / "export"),
+                   "--xla-cache", str(tmp_path / "xla")])
+    assert f"--tf_xla_persistent_cache_directory={tmp_path / 'xla'}" in flags_when_asked[0].split()
