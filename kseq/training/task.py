@@ -306,8 +306,9 @@ def name_xla_cache(options):
 
     Call it before anything asks TensorFlow for its devices: TensorFlow
     reads XLA's flags at the first query and ignores later changes, and the
-    "auto" decisions (`decide_jit_compile`, `device_class`) ask. Nothing is
-    written where nothing compiles; `Run` reports the cache where something does.
+    "auto" decisions (`decide_jit_compile`, `device_class`) ask. Where
+    nothing compiles the cache stays an empty folder; `Run` reports it where
+    something does.
 
     Args:
         options: the task's parsed options.
