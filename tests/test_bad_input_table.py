@@ -313,6 +313,7 @@ TASK_ROWS = [
     ("translate.py", "--logdir under a file", lambda p: translate.parse_args(["--logdir", os.path.join(p.file, "runs")]), Exits(2, r"--logdir .*a_file/runs: .*a_file is a file, not a directory")),
     ("translate.py", "--export-dir a file", lambda p: translate.parse_args(["--export-dir", p.file]), Exits(2, r"--export-dir .*a_file exists and is not a directory")),
     ("translate.py", "--export-dir under a file", lambda p: translate.parse_args(["--export-dir", os.path.join(p.file, "m")]), Exits(2, r"--export-dir .*a_file/m: .*a_file is a file, not a directory")),
+    ("translate.py", "--xla-cache under a file", lambda p: translate.parse_args(["--xla-cache", os.path.join(p.file, "x")]), Exits(2, r"--xla-cache .*a_file/x: .*a_file is a file, not a directory")),
     ("translate.py", "--export-dir a non-empty export version (holds saved_model.pb)", lambda p: translate.parse_args(["--export-dir", p.version]), Exits(2, r"--export-dir .*export/1 is itself a SavedModel version .*pass the folder that holds the numbered versions, e.g. .*export")),
     ("translate.py", "--epochs 0", lambda p: translate.parse_args(["--epochs", "0"]), Exits(2, r"--epochs must be >= 1")),
     ("translate.py", "--epochs abc", lambda p: translate.parse_args(["--epochs", "abc"]), Exits(2, r"argument --epochs: invalid int value: 'abc'")),

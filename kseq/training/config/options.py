@@ -409,7 +409,7 @@ def _field_problems(options, fields):
                 corpus_files(value, name)
             except UsageError as error:
                 problems.append(str(error))
-    for name in ("logdir", "export_dir"):
+    for name in ("logdir", "export_dir", "xla_cache"):
         problems += _folder_problems(flag(name), getattr(options, name), export=name == "export_dir")
     return problems
 
