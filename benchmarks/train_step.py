@@ -158,12 +158,13 @@ def compiles(parsed):
     return parsed["xla"] or bool({"compiled_blocks", "compiled_loss"} & set(parsed["paths"]))
 
 
-def child(config, size, steps, warmup, profile, clip="global", trace_out=None, trace_name=None, started=START):
+def compiled_model(config, size, clip="global"):
+    """`config`'s model compiled as the recipe compiles it, with one random
+    batch of `size`'s shapes repeated: (model, optimizer, data)."""
     import numpy as np
     import tensorflow as tf
 
     parsed = parse_config(config)
-    model_name, precision = parsed["model"], parsed["precision"]
     import keras
 
     import kseq
@@ -178,20 +179,21 @@ def child(config, size, steps, warmup, profile, clip="global", trace_out=None, t
              "target_ids": rng.integers(4, size["vocab"], (size["batch"], size["target"]), dtype="int32")}
     labels = rng.integers(4, size["vocab"], (size["batch"], size["target"]), dtype="int32")
     data = tf.data.Dataset.from_tensors((batch, labels)).repeat().prefetch(2)
-    model = build(model_name, size, POLICIES[precision])
+    model = build(parsed["model"], size, POLICIES[parsed["precision"]])
     # kseq's models train with its FusedAdam, as the recipe does; KerasHub's with keras' Adam.
-    adam = kseq.optimizers.FusedAdam if model_name == "kseq" else keras.optimizers.Adam
+    adam = kseq.optimizers.FusedAdam if parsed["model"] == "kseq" else keras.optimizers.Adam
     clipping = {"variable": dict(clipnorm=1.0), "global": dict(global_clipnorm=1.0), "none": {}}[clip]
     optimizer = adam(kseq.schedules.TransformerSchedule(size["d"], 4000), beta_2=0.98, epsilon=1e-9, **clipping)
     model.compile(clip_after_all_reduce(optimizer),
                   kseq.losses.MaskedSparseCategoricalCrossentropy(label_smoothing=0.1),
                   jit_compile=parsed["xla"])
-    start = time.perf_counter()
-    first = []
-    first_step = keras.callbacks.LambdaCallback(
-        on_train_batch_end=lambda b, logs: first or first.append(time.perf_counter()))
-    model.fit(data, steps_per_epoch=warmup, epochs=1, verbose=0, callbacks=[first_step])
-    warmup_seconds = time.perf_counter() - start
+    return model, optimizer, data
+
+
+def timed_steps(model, data, steps):
+    """Trains `steps` + 1 steps: (seconds a step from the first step's end, the last loss)."""
+    import keras
+
     # Each step's end is when its loss can be read. keras reads it in a side
     # thread (an `async_safe` callback), so the steps are queued without a
     # wait per step, as in the recipe; timing from the first step's end
@@ -202,12 +204,27 @@ def child(config, size, steps, warmup, profile, clip="global", trace_out=None, t
     timer.async_safe = True
     model.fit(data, steps_per_epoch=steps + 1, epochs=1, verbose=0, callbacks=[timer])
     ends.sort(key=lambda end: end[1])
-    seconds = (ends[-1][1] - ends[0][1]) / steps
+    return (ends[-1][1] - ends[0][1]) / steps, ends[-1][0]
+
+
+def child(config, size, steps, warmup, profile, clip="global", trace_out=None, trace_name=None, started=START):
+    import keras
+    import tensorflow as tf
+
+    parsed = parse_config(config)
+    model, optimizer, data = compiled_model(config, size, clip)
+    start = time.perf_counter()
+    first = []
+    first_step = keras.callbacks.LambdaCallback(
+        on_train_batch_end=lambda b, logs: first or first.append(time.perf_counter()))
+    model.fit(data, steps_per_epoch=warmup, epochs=1, verbose=0, callbacks=[first_step])
+    warmup_seconds = time.perf_counter() - start
+    seconds, loss = timed_steps(model, data, steps)
     result = dict(config=config, optimizer=type(optimizer).__name__, jit_compile=bool(model.jit_compile), ms_per_step=round(1000 * seconds, 2),
                   target_tokens_per_s=round(size["batch"] * size["target"] / seconds),
                   model_tflops=round(transformer_flops(size) / seconds / 1e12, 2),
                   warmup_s=round(warmup_seconds, 1), first_step_s=round(first[0] - started, 1),
-                  final_loss=round(ends[-1][0], 4), parameters=model.count_params(), paths=parsed["paths"],
+                  final_loss=round(loss, 4), parameters=model.count_params(), paths=parsed["paths"],
                   compile_settings=parsed["compile"], xla_flags=os.environ.get("XLA_FLAGS", ""))
     if profile:
         tf.profiler.experimental.start(profile)
