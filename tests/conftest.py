@@ -5,6 +5,12 @@ import sys
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+# The tests' XLA programs are small and run a few times: LLVM's optimisation
+# of each costs more than it saves (benchmarks/RESULTS.md, "Test suite and
+# packaging"). XLA's own HLO passes, and so what the tests compare, are the
+# same at any level. Set before TensorFlow loads (XLA reads its flags once);
+# the tests' subprocesses inherit it. A user's XLA_FLAGS is kept.
+os.environ.setdefault("XLA_FLAGS", "--xla_backend_optimization_level=0")
 sys.path.insert(0, os.path.dirname(__file__))  # for `import support`
 
 import keras  # noqa: E402
