@@ -1,6 +1,6 @@
 """Train-step variants timed in turns in one process: A/B on a machine whose speed drifts.
 
-On the shared CPU VMs a machine's matmul rate moved by 3x within minutes
+On the shared CPU VMs a machine's matmul rate moved by 3x within an hour
 (benchmarks/RESULTS.md, "Machines and noise"), so configurations timed one
 after another (`train_step.py`) compare the hour as much as the code. Here
 every configuration is built and warmed up in one process, then all are
