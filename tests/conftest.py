@@ -96,6 +96,32 @@ def float32_is_float32(request):
 fresh_collective_keys_per_strategy()
 
 
+def _prefetch_without_autotuning():
+    """Pipelines ending in `prefetch` (all of kseq's) run without tf.data's
+    autotuning thread in the test processes; users' pipelines keep it.
+
+    Keras leaves each `fit`'s iterators in a reference cycle, so the garbage
+    collector deletes them later, at any line. A deletion waits for the
+    iterator's autotuning thread, which on a CPU the other worker keeps busy
+    could sleep out a round that grows as the iterator lives: py-spy found a
+    task run stalled 24 s that way inside another trace (benchmarks/RESULTS.md,
+    "Test suite and packaging"). Autotuning sets only buffer sizes and
+    parallelism: the elements and their order, which the tests assert, are
+    the same without it."""
+    prefetch = tf.data.Dataset.prefetch
+    options = tf.data.Options()
+    options.autotune.enabled = False
+
+    @functools.wraps(prefetch)
+    def untuned(self, *args, **kwargs):
+        return prefetch(self, *args, **kwargs).with_options(options)
+
+    tf.data.Dataset.prefetch = untuned
+
+
+_prefetch_without_autotuning()
+
+
 @pytest.fixture(scope="session")
 def tf_only():
     """This worker's TensorFlow-only serving process (`tf_only_server.TFOnlyServer`)."""
