@@ -41,7 +41,9 @@ RUNS = {
 SLOW_RUNS = {
     "lstm-context-vector": (RNNSeq2Seq, dict(cell="lstm"), "reverse", 8, 2400, 1e-2),
     "transformer-post-norm": (TransformerSeq2Seq, dict(norm_first=False), "reverse", 12, 1600, 3e-3),
-    "rnn-general": (RNNSeq2Seq, dict(cell="rnn", attention="general"), "reverse", 12, 1600, 3e-3),
+    # A vanilla RNN learns slowest of the attention models: 1600 steps fell
+    # short of 99% (benchmarks/RESULTS.md, "Test suite and packaging").
+    "rnn-general": (RNNSeq2Seq, dict(cell="rnn", attention="general"), "reverse", 12, 2400, 3e-3),
     "gru-concat": (RNNSeq2Seq, dict(cell="gru", attention="concat"), "reverse", 12, 1600, 1e-2),
     "gru-bahdanau-reverse-source": (
         RNNSeq2Seq, dict(cell="gru", attention="bahdanau", reverse_source=True), "reverse", 12, 1600, 1e-2),
