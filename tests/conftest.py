@@ -104,8 +104,8 @@ def _prefetch_without_autotuning():
     collector deletes them later, at any line. A deletion waits for the
     iterator's autotuning thread, which on a CPU the other worker keeps busy
     could sleep out a round that grows as the iterator lives: py-spy found a
-    task run stalled 24 s that way inside another trace (benchmarks/RESULTS.md,
-    "Test suite and packaging"). Autotuning sets only buffer sizes and
+    task run stalled 24 s that way, in a collection started while it traced
+    its model graph (benchmarks/RESULTS.md, "Test suite and packaging"). Autotuning sets only buffer sizes and
     parallelism: the elements and their order, which the tests assert, are
     the same without it."""
     prefetch = tf.data.Dataset.prefetch
