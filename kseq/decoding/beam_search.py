@@ -8,6 +8,7 @@ from kseq.decoding.constraints import apply_limits, suppress_special_tokens
 from kseq.decoding.limits import search_limits
 from kseq.decoding.state import gather_beams, tile_beams
 from kseq.special_ids import BOS_ID, EOS_ID, PAD_ID
+from kseq._shapes import dynamic_shape
 from kseq._validation import check_float, check_positive_int
 
 
@@ -239,7 +240,7 @@ class _BeamLoop:
         Returns:
             A 1-tuple of the next step's loop variables.
         """
-        index, rows = v["index"], tf.shape(v["alive_logp"])[0]
+        index, rows = v["index"], dynamic_shape(v["alive_logp"])[0]
         logp, state = self.log_probs(v)
         top_logp, source_beam, token, candidates = self.extensions(v, logp, rows)
         finished_ids, finished_scores = self.finished(v, top_logp, token, candidates)
@@ -267,7 +268,7 @@ class _BeamLoop:
     def extensions(self, v, logp, rows):
         """The 2K most likely extensions of each row's alive hypotheses:
         (log-probabilities, source beams, tokens, ids (rows, 2K, length))."""
-        vocab = tf.shape(logp)[-1]
+        vocab = dynamic_shape(logp)[-1]
         total = v["alive_logp"][:, :, None] + tf.reshape(logp, [rows, self.beams, vocab])
         top_logp, top_index = tf.math.top_k(tf.reshape(total, [rows, -1]), 2 * self.beams)
         source_beam, token = top_index // vocab, top_index % vocab  # (B, 2K)

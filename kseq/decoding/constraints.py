@@ -3,6 +3,7 @@
 import tensorflow as tf
 
 from kseq.special_ids import BOS_ID, PAD_ID
+from kseq._shapes import dynamic_shape
 
 
 def suppress_special_tokens(logits, token_ids=(PAD_ID, BOS_ID)):
@@ -18,7 +19,7 @@ def suppress_special_tokens(logits, token_ids=(PAD_ID, BOS_ID)):
     Returns:
         (R, V) logits, those columns at -inf.
     """
-    vocab = tf.shape(logits)[-1]
+    vocab = dynamic_shape(logits)[-1]
     banned = tf.reduce_any(
         tf.equal(tf.range(vocab)[:, None], tf.constant(token_ids, tf.int32)[None, :]), axis=1
     )
@@ -46,7 +47,7 @@ def repeated_ngram_tokens(history, index, size, vocab_size, max_count=1):
     """
     matches, following = _ngram_matches(history, index, size)
     if matches is None:
-        return tf.zeros([tf.shape(history)[0], vocab_size], tf.bool)
+        return tf.zeros([dynamic_shape(history)[0], vocab_size], tf.bool)
     return _ngram_counts(matches, following, vocab_size) >= max_count
 
 
@@ -59,7 +60,7 @@ def _ngram_matches(history, index, size):
         return None, None
     # Window j (tokens j..j+size-1) counts once it is complete before `index`.
     complete = tf.range(windows)[None, :] + size - 1 < index
-    matches = tf.broadcast_to(complete, tf.shape(history[:, :windows]))
+    matches = tf.broadcast_to(complete, [dynamic_shape(history)[0], windows])
     for offset in range(size - 1):
         suffix_token = tf.gather(history, tf.maximum(index - size + 1 + offset, 0), axis=1)
         matches &= tf.equal(history[:, offset:offset + windows], suffix_token[:, None])
@@ -68,11 +69,12 @@ def _ngram_matches(history, index, size):
 
 def _ngram_counts(matches, following, vocab_size):
     """(R, V) int32: how often each token ends a matching window."""
-    rows = tf.broadcast_to(tf.range(tf.shape(matches)[0])[:, None], tf.shape(matches))
+    shape = dynamic_shape(matches)
+    rows = tf.broadcast_to(tf.range(shape[0])[:, None], shape)
     indices = tf.stack([rows, following], axis=-1)
     return tf.scatter_nd(
         tf.reshape(indices, [-1, 2]), tf.reshape(tf.cast(matches, tf.int32), [-1]),
-        tf.stack([tf.shape(matches)[0], vocab_size]),
+        tf.stack([shape[0], vocab_size]),
     )
 
 
@@ -97,7 +99,7 @@ def block_repeated_ngrams(logits, history, index, size, max_count=1):
         return logits
 
     def block():
-        banned = _ngram_counts(matches, following, tf.shape(logits)[-1]) >= max_count
+        banned = _ngram_counts(matches, following, dynamic_shape(logits)[-1]) >= max_count
         return tf.where(banned, tf.cast(-float("inf"), logits.dtype), logits)
 
     # A token is banned once max_count windows end with it, so a row needs
@@ -159,11 +161,11 @@ def end_rows_at_limits(logits, index, limits, eos_id):
     """
     if limits is None:
         return logits
-    per_row = tf.shape(logits)[0] // tf.shape(limits)[0]
+    per_row = dynamic_shape(logits)[0] // dynamic_shape(limits)[0]
     at_limit = tf.repeat(index + 1 >= limits, per_row)
 
     def end():
-        not_eos = tf.not_equal(tf.range(tf.shape(logits)[-1]), eos_id)
+        not_eos = tf.not_equal(tf.range(dynamic_shape(logits)[-1]), eos_id)
         banned = tf.logical_and(at_limit[:, None], not_eos[None, :])
         return tf.where(banned, tf.cast(-float("inf"), logits.dtype), logits)
 

@@ -8,6 +8,7 @@ from kseq._compat import stored_values
 from kseq.layers.column_sums import add_bias
 from kseq.layers.device_paths import uses
 from kseq.layers.masking import causal_mask
+from kseq._shapes import dynamic_shape
 
 
 @keras.saving.register_keras_serializable("kseq")
@@ -123,7 +124,7 @@ class CachedMultiHeadAttention(keras.layers.MultiHeadAttention):
         """(B, T, D) -> one (B, H, T, D/H) tensor per named projection: one
         (B*T, D) @ (D, n*H*D/H) matmul and one transpose for all n."""
         layers = [getattr(self, f"_{name}_dense") for name in names]
-        batch, length, width = ops.shape(x)[0], ops.shape(x)[1], x.shape[-1]
+        batch, length, width = dynamic_shape(x)
         heads, head_dim = layers[0].kernel.shape[1:]
         kernels = [layer.kernel for layer in layers]
         kernel = ops.cast(kernels[0], x.dtype) if len(kernels) == 1 else self._stacked(kernels, x.dtype, axis=1)
@@ -147,8 +148,7 @@ class CachedMultiHeadAttention(keras.layers.MultiHeadAttention):
     def _merge_heads(self, output):
         """(B, H, T, D/H) attention output -> (B, T, D) through the output
         projection, as one (B*T, D) @ (D, D) matmul."""
-        batch, length = ops.shape(output)[0], ops.shape(output)[2]
-        heads, head_dim = output.shape[1], output.shape[3]
+        batch, heads, length, head_dim = dynamic_shape(output)
         dense = self._output_dense
         merged = ops.reshape(ops.transpose(output, (0, 2, 1, 3)), (-1, heads * head_dim))
         kernel = ops.reshape(ops.cast(dense.kernel, merged.dtype), (heads * head_dim, -1))
@@ -271,12 +271,12 @@ class CachedMultiHeadAttention(keras.layers.MultiHeadAttention):
         # 5% slower greedy search at batch 32).
         new = {"key": _heads_first(self._key_dense(query)),
                "value": _heads_first(self._value_dense(query))}
-        steps = ops.shape(query)[1]
+        steps = dynamic_shape(query)[1]
         if cache["key"].shape[2] is None:
             cache = {name: ops.concatenate([cache[name], ops.cast(new[name], cache[name].dtype)], axis=2)
                      for name in ("key", "value")}
             # One step sees every position so far: no mask to build or apply.
-            mask = None if query.shape[1] == 1 else causal_mask(steps, ops.shape(cache["key"])[2], index)
+            mask = None if query.shape[1] == 1 else causal_mask(steps, dynamic_shape(cache["key"])[2], index)
             return self.attend(query, cache, mask, training), cache
         cache = {
             name: ops.slice_update(
@@ -284,7 +284,7 @@ class CachedMultiHeadAttention(keras.layers.MultiHeadAttention):
             )
             for name in ("key", "value")
         }
-        mask = causal_mask(steps, ops.shape(cache["key"])[2], index)
+        mask = causal_mask(steps, dynamic_shape(cache["key"])[2], index)
         return self.attend(query, cache, mask, training), cache
 
 

@@ -7,6 +7,7 @@ Shapes: B batch, T queries, S keys.
 from keras import ops
 
 from kseq.special_ids import PAD_ID
+from kseq._shapes import dynamic_shape
 
 
 def padding_mask(token_ids):
@@ -51,7 +52,7 @@ def attention_mask(key_padding_mask, query_length, causal=False, offset=0):
     """
     key_padding_mask = ops.cast(key_padding_mask, "bool")
     mask = ops.expand_dims(key_padding_mask, 1)  # (B, 1, S)
-    shape = ops.shape(key_padding_mask)
+    shape = dynamic_shape(key_padding_mask)
     mask = ops.broadcast_to(mask, (shape[0], query_length, shape[1]))
     if causal:
         mask = ops.logical_and(mask, causal_mask(query_length, shape[1], offset))
@@ -94,9 +95,10 @@ def reverse_real_steps(x, mask):
         A tensor of x's shape with each row's real steps reversed.
     """
     length = ops.sum(ops.cast(mask, "int32"), axis=1, keepdims=True)  # (B, 1)
-    positions = ops.expand_dims(ops.arange(ops.shape(x)[1]), 0)
+    shape = dynamic_shape(x)
+    positions = ops.expand_dims(ops.arange(shape[1]), 0)
     source = ops.where(positions < length, length - 1 - positions, positions)
     for _ in range(len(x.shape) - 2):
         source = ops.expand_dims(source, -1)
-    source = ops.broadcast_to(source, ops.shape(x))
+    source = ops.broadcast_to(source, shape)
     return ops.take_along_axis(x, source, axis=1)

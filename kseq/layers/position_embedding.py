@@ -3,6 +3,8 @@
 import keras
 from keras import ops
 
+from kseq._shapes import dynamic_shape
+
 
 @keras.saving.register_keras_serializable("kseq")
 class PositionEmbedding(keras.layers.Layer):
@@ -42,7 +44,7 @@ class PositionEmbedding(keras.layers.Layer):
         self.built = True
 
     def call(self, inputs, start_index=0):
-        shape = ops.shape(inputs)
+        shape = dynamic_shape(inputs)
         length = shape[-2]
         if isinstance(length, int) and isinstance(start_index, int):
             if start_index + length > self.max_length:

@@ -8,6 +8,7 @@ from keras import ops
 from kseq.layers.bahdanau_attention import BahdanauAttention
 from kseq.layers.luong_attention import LUONG_SCORES, LuongAttention
 from kseq.layers.recurrent import CELL_TYPES, make_rnn_layer, run_cell
+from kseq._shapes import dynamic_shape
 from kseq._validation import check_choice, check_positive_int, check_rate
 
 ATTENTION_TYPES = (None,) + LUONG_SCORES + ("bahdanau",)
@@ -168,14 +169,14 @@ class RNNDecoder(keras.layers.Layer):
             if self.memory_projection is not None:
                 memory = self.memory_projection(memory)
             if memory_mask is None:
-                memory_mask = ops.ones(ops.shape(memory)[:2], "bool")
+                memory_mask = ops.ones(dynamic_shape(memory)[:2], "bool")
             state["memory"] = memory
             state["keys"] = self.attention_layer.prepare_memory(memory)
             state["memory_mask"] = ops.cast(memory_mask, "bool")
         if self.peeky:
             state["context"] = context
         if self.input_feeding:  # h~_{-1}: nothing attended yet
-            batch = ops.shape(state["rnn"][0][0])[0]
+            batch = dynamic_shape(state["rnn"][0][0])[0]
             state["feed"] = ops.zeros((batch, self.units), self.compute_dtype)
         return state
 
@@ -256,7 +257,7 @@ class RNNDecoder(keras.layers.Layer):
         if not self.peeky:
             return x
         if len(x.shape) == 3:
-            return ops.concatenate([x, _repeat_over_time(state["context"], ops.shape(x)[1])], axis=-1)
+            return ops.concatenate([x, _repeat_over_time(state["context"], dynamic_shape(x)[1])], axis=-1)
         return self._with_context(x, state)
 
     def call(self, inputs, initial_state, memory=None, memory_mask=None, context=None, training=None):
@@ -265,7 +266,7 @@ class RNNDecoder(keras.layers.Layer):
             return self._decode_stepwise(inputs, state, training)
         x = inputs
         if self.peeky:
-            x = ops.concatenate([x, _repeat_over_time(context, ops.shape(x)[1])], axis=-1)
+            x = ops.concatenate([x, _repeat_over_time(context, dynamic_shape(x)[1])], axis=-1)
         for i, layer in enumerate(self.rnn_layers):
             if i > 0:
                 x = self.dropout_layer(x, training=training)
@@ -286,7 +287,7 @@ class RNNDecoder(keras.layers.Layer):
         `_recur`, the very step that decoding runs: it compiles with XLA and
         replicates under tf.distribute like any other op.
         """
-        batch = ops.shape(inputs)[0]
+        batch = dynamic_shape(inputs)[0]
 
         # Only the varying state is carried: tf.scan stacks its carry at every
         # step, and the source memory is constant. With input feeding the
@@ -299,7 +300,7 @@ class RNNDecoder(keras.layers.Layer):
 
         outputs = () if self.input_feeding else (
             ops.zeros((batch, self.units), self.compute_dtype),
-            ops.zeros((batch, ops.shape(state["memory"])[-1]), self.compute_dtype),
+            ops.zeros((batch, dynamic_shape(state["memory"])[-1]), self.compute_dtype),
         )
         carried, outputs = tf.scan(
             body, ops.transpose(inputs, (1, 0, 2)), initializer=(self.varying_state(state), outputs)

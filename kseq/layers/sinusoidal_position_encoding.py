@@ -3,6 +3,8 @@
 import keras
 from keras import ops
 
+from kseq._shapes import dynamic_shape
+
 
 @keras.saving.register_keras_serializable("kseq")
 class SinusoidalPositionEncoding(keras.layers.Layer):
@@ -43,7 +45,7 @@ class SinusoidalPositionEncoding(keras.layers.Layer):
         self.built = True
 
     def call(self, inputs, start_index=0):
-        shape = ops.shape(inputs)
+        shape = dynamic_shape(inputs)
         length, depth = shape[-2], shape[-1]
         positions = ops.cast(ops.arange(length), "float32") + ops.cast(
             start_index, "float32"

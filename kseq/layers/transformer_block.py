@@ -6,6 +6,7 @@ from keras import ops
 from kseq.layers.cached_multi_head_attention import CachedMultiHeadAttention
 from kseq.layers.feed_forward import PositionwiseFeedForward
 from kseq.layers.layer_norm import LayerNorm
+from kseq._shapes import dynamic_shape
 from kseq._validation import check_positive_int, check_rate
 
 
@@ -100,7 +101,7 @@ class TransformerBlock(keras.layers.Layer):
     @staticmethod
     def _default_padding_mask(inputs, padding_mask):
         if padding_mask is None:
-            return ops.ones(ops.shape(inputs)[:2], "bool")
+            return ops.ones(dynamic_shape(inputs)[:2], "bool")
         return padding_mask
 
     def compute_output_shape(self, inputs_shape, *args, **kwargs):

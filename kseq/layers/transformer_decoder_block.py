@@ -4,6 +4,7 @@ import keras
 from keras import ops
 
 from kseq.layers.masking import attention_mask
+from kseq._shapes import dynamic_shape
 from kseq.layers.transformer_block import TransformerBlock
 
 
@@ -69,7 +70,7 @@ class TransformerDecoderBlock(TransformerBlock):
         return self._feed_forward_residual(x, training, step_dropout)
 
     def _masks(self, inputs, encoder_outputs, padding_mask, encoder_padding_mask):
-        length = ops.shape(inputs)[1]
+        length = dynamic_shape(inputs)[1]
         padding_mask = self._default_padding_mask(inputs, padding_mask)
         encoder_padding_mask = self._default_padding_mask(
             encoder_outputs, encoder_padding_mask
@@ -115,7 +116,7 @@ class TransformerDecoderBlock(TransformerBlock):
             "memory": the source's cross-attention keys/values, (B, H, S, D/H)
             each, computed once per source}.
         """
-        batch = ops.shape(encoder_outputs)[0]
+        batch = dynamic_shape(encoder_outputs)[0]
         return {
             "cache": self.self_attention.init_cache(batch, max_length),
             "memory": self.cross_attention.project_memory(encoder_outputs),
@@ -146,14 +147,14 @@ class TransformerDecoderBlock(TransformerBlock):
         def cross_attend(x):
             # A source's K beams attend to it as K queries of one row: one
             # (K, S) product a row and head, and the memory is kept once.
-            rows, steps, width = ops.shape(x)[0], ops.shape(x)[1], x.shape[-1]
-            sources = ops.shape(encoder_padding_mask)[0]
+            rows, steps, width = dynamic_shape(x)
+            sources = dynamic_shape(encoder_padding_mask)[0]
             queries = ops.reshape(x, (sources, -1, width))
-            mask = attention_mask(encoder_padding_mask, ops.shape(queries)[1])
+            mask = attention_mask(encoder_padding_mask, dynamic_shape(queries)[1])
             output, weights = self.cross_attention.attend(
                 queries, state["memory"], mask, training=training, return_attention_scores=True
             )
-            heads, length = weights.shape[1], ops.shape(weights)[-1]
+            heads, length = dynamic_shape(weights)[1::2]
             weights = ops.reshape(weights, (sources, heads, -1, steps, length))
             found["weights"] = ops.reshape(ops.transpose(weights, (0, 2, 1, 3, 4)), (rows, heads, steps, length))
             return ops.reshape(output, (rows, steps, width))

@@ -4,6 +4,7 @@ import keras
 from keras import ops
 
 from kseq.layers.masking import attention_mask
+from kseq._shapes import dynamic_shape
 from kseq.layers.transformer_block import TransformerBlock
 
 
@@ -50,7 +51,7 @@ class TransformerEncoderBlock(TransformerBlock):
         padding_mask = self._default_padding_mask(
             inputs, mask if padding_mask is None else padding_mask
         )
-        self_mask = attention_mask(padding_mask, ops.shape(inputs)[1])
+        self_mask = attention_mask(padding_mask, dynamic_shape(inputs)[1])
 
         def self_attend(x):
             return self.self_attention.attend_sequence(x, attention_mask=self_mask, training=training)
