@@ -201,7 +201,8 @@ class Seq2Seq(Generator, KseqModel):
 
         Rows sum to 1 over the source and are 0 on source padding. For the
         Transformer: the last decoder layer, averaged over heads. Computed
-        by the decoding steps themselves (`attention_by_steps`), eagerly.
+        by the decoding steps themselves (`attention_by_steps`: called
+        eagerly, one traced loop kept for any batch and length).
 
         Args:
             inputs: {"source_ids": (B, S), "target_ids": (B, T)} int ids, the

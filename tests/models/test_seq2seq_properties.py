@@ -107,6 +107,27 @@ def test_attention_weights_for_plotting(entry):
     assert np.all(weights.transpose(0, 2, 1)[source_padding] == 0)
 
 
+@pytest.mark.parametrize("entry", [("transformer", dict(norm_first=False)), ("rnn", dict(cell="gru", attention="bahdanau"))],
+                         ids=config_id)
+@pytest.mark.parametrize("dtype", ["float32", "mixed_bfloat16"])
+def test_eager_attention_weights_are_the_eager_steps_traced_once(entry, dtype):
+    """Called eagerly, attention_weights runs the steps as one traced loop:
+    the values and dtype of `Decoder`'s eager loop, bit for bit, and another
+    batch and length reuse the trace."""
+    from kseq.decoding.protocol import Decoder
+
+    model = small_model(*entry, dropout=0.0, dtype=dtype)
+    batch = random_batch()
+    model(batch)
+    weights = model.attention_weights(batch)
+    expected = Decoder.attention_by_steps(model, tf.constant(batch["source_ids"]), tf.constant(batch["target_ids"]))
+    assert weights.dtype == expected.dtype and np.array_equal(np.asarray(weights), np.asarray(expected))
+    other = random_batch(batch=5, source_length=9, target_length=8, seed=3)
+    assert model.attention_weights(other).shape == (5, 8, 9)
+    traced = [function for key, function in model._generate_cache.functions.items() if key[0] == "attention_by_steps"]
+    assert len(traced) == 1 and traced[0].experimental_get_tracing_count() == 1
+
+
 @CONFIGS
 def test_model_round_trip(entry, tmp_path):
     """Decodes with test_generate_contract's options (max_length 9), so the
