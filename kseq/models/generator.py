@@ -144,7 +144,7 @@ class Generator(Decoder):
         attention, one traced `tf.while_loop` over the steps, kept for any
         batch and length.
 
-        Run eagerly, each step's dozens of ops dispatch one by one, and a
+        Run eagerly, every op of every step dispatches on its own, and a
         task draws its attention maps at every evaluation: traced once, the
         loop costs one graph run a call (figures in benchmarks/RESULTS.md,
         "Training speed"). The values are the eager loop's. Inside a trace,

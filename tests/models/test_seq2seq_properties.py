@@ -107,8 +107,8 @@ def test_attention_weights_for_plotting(entry):
     assert np.all(weights.transpose(0, 2, 1)[source_padding] == 0)
 
 
-@pytest.mark.parametrize("entry", [("transformer", dict(norm_first=False)), ("rnn", dict(cell="gru", attention="bahdanau"))],
-                         ids=config_id)
+@pytest.mark.parametrize("entry", [("transformer", dict(norm_first=False)),
+                                   ("rnn", dict(cell="gru", attention="bahdanau"))], ids=config_id)
 @pytest.mark.parametrize("dtype", ["float32", "mixed_bfloat16"])
 def test_eager_attention_weights_are_the_eager_steps_traced_once(entry, dtype):
     """Called eagerly, attention_weights runs the steps as one traced loop:
@@ -124,7 +124,8 @@ def test_eager_attention_weights_are_the_eager_steps_traced_once(entry, dtype):
     assert weights.dtype == expected.dtype and np.array_equal(np.asarray(weights), np.asarray(expected))
     other = random_batch(batch=5, source_length=9, target_length=8, seed=3)
     assert model.attention_weights(other).shape == (5, 8, 9)
-    traced = [function for key, function in model._generate_cache.functions.items() if key[0] == "attention_by_steps"]
+    cached = model._generate_cache.functions.items()
+    traced = [function for key, function in cached if key[0] == "attention_by_steps"]
     assert len(traced) == 1 and traced[0].experimental_get_tracing_count() == 1
 
 
