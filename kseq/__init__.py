@@ -16,10 +16,14 @@ import os
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 # TensorFlow's C++ start-up lines (oneDNN, CUDA probing, CPU features) would
 # bury the commands' and tasks' own output; setting TF_CPP_MIN_LOG_LEVEL
-# before importing kseq brings them back.
+# before importing kseq brings them back. absl logs the first of them before
+# it honours the level, so the import's stderr is filtered here.
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-import keras  # noqa: E402
+from kseq._quiet_start import quiet_tensorflow_start  # noqa: E402
+
+with quiet_tensorflow_start():
+    import keras  # noqa: E402
 
 if keras.backend.backend() != "tensorflow":
     raise ImportError(

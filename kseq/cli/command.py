@@ -5,6 +5,7 @@ import argparse
 import os
 import sys
 
+from kseq._quiet_start import probe_gpus_quietly
 from kseq.cli import lines, servable
 from kseq.cli.errors import Failure, UsageError
 
@@ -95,12 +96,11 @@ def run(arguments, command, argv=None):
     Raises:
         SystemExit: with status 2, 1 or 130 when the command stops early.
     """
-    # TensorFlow's C++ logs read the level when they log: after the import, this still quiets the run.
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     args = arguments.parse_args(argv)
     try:
         lines.check_input(args.input)
         lines.check_output(args.output)
+        probe_gpus_quietly()
         command(args)
     except UsageError as error:
         arguments.error(str(error))

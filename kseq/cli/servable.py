@@ -72,10 +72,12 @@ def load_signatures(folder):
     """
     import tensorflow as tf
 
+    from kseq.export.saved_model_writer import load_saved_model
+
     importlib.import_module("tensorflow_text")  # registers the text ops the exports' graphs hold
 
     try:
-        return dict(tf.saved_model.load(folder).signatures)
+        return dict(load_saved_model(folder).signatures)
     except (OSError, RuntimeError, ValueError, tf.errors.OpError) as error:
         raise Failure(f"--model {folder}: cannot be loaded ({first_line(str(error))})") from None
 

@@ -68,11 +68,13 @@ def run(task, argv):
             <message>` on stderr, as argparse's errors for the same
             command; the task's own exits otherwise.
     """
+    from kseq._quiet_start import probe_gpus_quietly
     from kseq.errors import UsageError, refuse
     from kseq.training.checkpoints.failed_start import undone_on_usage_error
     from kseq.training.devices.runtime import tune_cpu_runtime
 
     tune_cpu_runtime()
+    probe_gpus_quietly()
     module = importlib.import_module(f"kseq.tasks.{task}")
     # argparse names the program after argv[0] in usage lines and errors.
     sys.argv[0] = prog = f"{NAME} {task}"

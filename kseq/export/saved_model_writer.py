@@ -10,6 +10,8 @@ trace nearly doubles an export's time. Here the variables come from the
 tracked models instead, and the only trace is the save's.
 """
 
+import logging
+
 import keras
 import tensorflow as tf
 from tensorflow.saved_model.experimental import TrackableResource
@@ -19,6 +21,34 @@ from tensorflow.saved_model.experimental import TrackableResource
 # from a run's weights, `--init-from`), and they made an export slower to
 # write and to load (benchmarks/export_time.py).
 SAVE_OPTIONS = tf.saved_model.SaveOptions(experimental_custom_gradients=False)
+
+
+class _WithoutGradientNotice(logging.Filter):
+    """Drops TensorFlow's "Importing a function ... with ops with unsaved
+    custom gradients" warning, logged once a function of such an export
+    (seven for a translator), which SAVE_OPTIONS leaves out on purpose."""
+
+    def filter(self, record):
+        return "with ops with unsaved custom gradients" not in record.getMessage()
+
+
+def load_saved_model(folder):
+    """`tf.saved_model.load(folder)` without the warnings SAVE_OPTIONS brings
+    about: kseq's own loads serve, and never ask for a gradient.
+
+    Args:
+        folder: a SavedModel folder.
+
+    Returns:
+        The loaded object.
+    """
+    notice = _WithoutGradientNotice()
+    logger = logging.getLogger("absl")
+    logger.addFilter(notice)
+    try:
+        return tf.saved_model.load(folder)
+    finally:
+        logger.removeFilter(notice)
 
 
 def write_saved_model(folder, endpoints, resources):

@@ -24,6 +24,7 @@ import tensorflow as tf
 
 from kseq._atomic import write_json_atomic
 from kseq._compat import accumulate_after_all_reduce
+from kseq.export.saved_model_writer import load_saved_model
 from kseq.training.checkpoints import failed_start
 from kseq.training.checkpoints.phases import Phases
 from kseq.training.config.config_files import write_config
@@ -373,7 +374,7 @@ def serve_sample(path, inputs):
     Returns:
         {output name: numpy array}.
     """
-    served = tf.saved_model.load(path).signatures["serving_default"]
+    served = load_saved_model(path).signatures["serving_default"]
     outputs = {name: value.numpy() for name, value in served(
         **{name: tf.constant(values) for name, values in inputs.items()}).items()}
     shown = {name: [v.decode() if isinstance(v, bytes) else v for v in value.tolist()][:1]

@@ -10,6 +10,7 @@ import tensorflow as tf
 
 from kseq.data.corpus import training_pairs
 from kseq.errors import UsageError
+from kseq.export.saved_model_writer import load_saved_model
 
 WORD = re.compile(r"[a-z']+")
 
@@ -25,7 +26,7 @@ def label_texts(path, texts, batch=256):
     Returns:
         The label of each text, strings.
     """
-    serve = tf.saved_model.load(path).signatures["serving_default"]
+    serve = load_saved_model(path).signatures["serving_default"]
     labels = []
     for begin in range(0, len(texts), batch):
         output = serve(text=tf.constant(texts[begin : begin + batch]))["label"].numpy()
@@ -174,7 +175,7 @@ def score_samples(path, classifier, names, samples_per_class, corpus, real_texts
         real texts' "known_word_rate_real_test")}.
     """
     wanted = [name for name in names for _ in range(samples_per_class)]
-    served = tf.saved_model.load(path).signatures["serving_default"]
+    served = load_saved_model(path).signatures["serving_default"]
     texts = [t.decode() for t in served(label=tf.constant(wanted))["text"].numpy()]
     per_class, overall = agreement(label_texts(classifier, texts), wanted, names)
     copied, vocabulary = seen_in_training(corpus, texts, real_texts)
