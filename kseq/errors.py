@@ -11,6 +11,8 @@ any other exception is a bug and keeps its traceback. docs/errors.md
 lists the bad inputs and what each gets.
 """
 
+import argparse
+import difflib
 import sys
 
 # The exit status of a user's mistake: argparse's, for a bad flag.
@@ -49,3 +51,25 @@ def refuse(prog, message):
     line = str(message).replace("\n", " ")
     print(f"{prog}: error: {line}", file=sys.stderr)
     raise SystemExit(USAGE_STATUS)
+
+
+class CommandParser(argparse.ArgumentParser):
+    """argparse's parser whose "unrecognized arguments" error names the
+    closest options, as `--max-minute 6` -> "did you mean --max-minutes?"
+    (a task takes 70 options; its usage line alone does not say which one
+    was meant)."""
+
+    def error(self, message):
+        if message.startswith("unrecognized arguments:"):
+            message += _closest_options(message.split(":", 1)[1].split(), self._option_string_actions)
+        super().error(message)
+
+
+def _closest_options(arguments, options):
+    """" (did you mean --a? --b?)" for the `arguments` that look like
+    options and are near one of `options`, else ""."""
+    guesses = []
+    for argument in arguments:
+        if argument.startswith("--"):
+            guesses += difflib.get_close_matches(argument.split("=", 1)[0], options, n=1, cutoff=0.6)
+    return f" (did you mean {'? '.join(guesses)}?)" if guesses else ""

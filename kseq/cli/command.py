@@ -8,6 +8,7 @@ import sys
 from kseq._quiet_start import probe_gpus_quietly
 from kseq.cli import lines, servable
 from kseq.cli.errors import Failure, UsageError
+from kseq.errors import CommandParser
 
 # Lines read at a time, in batches: sorted by length, a window's batches
 # pad their lines to similar lengths; more batches sort better and hold
@@ -28,7 +29,7 @@ def parser(prog, description, what, epilog=None):
         An `argparse.ArgumentParser` with --model, --input, --output,
         --batch-size and --no-sort; a command adds its own options.
     """
-    arguments = argparse.ArgumentParser(prog=prog, description=description, epilog=epilog,
+    arguments = CommandParser(prog=prog, description=description, epilog=epilog,
                                         formatter_class=argparse.RawDescriptionHelpFormatter)
     arguments.add_argument("--model", required=True, metavar="DIR",
                            help="a SavedModel version folder (savedmodels/NAME/3), or the folder of numbered "

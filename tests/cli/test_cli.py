@@ -234,6 +234,8 @@ USAGE_ERRORS = [
      r"kseq.export.export_translator, n_best>=2\)"),
     ("kseq-translate", ["--model", "translate", "--score-pairs", "--scores"], r"--score-pairs .* neither --n-best nor"),
     ("kseq-translate", ["--model", "translate", "--batch-size", "0"], r"argument --batch-size: must be >= 1, got 0"),
+    ("kseq-translate", ["--model", "translate", "--n-bset", "2"],
+     r"unrecognized arguments: --n-bset 2 \(did you mean --n-best\?\)$"),
     ("kseq-classify", ["--model", "classify", "--scores", "--probabilities"], r"--probabilities: not allowed with"),
     ("kseq-generate", ["--model", "lm", "--input", "MISSING"], r"--input \S+missing: no such file"),
     ("kseq-generate", ["--model", "lm", "--input", "FOLDER"], r"--input \S+folder: is a directory, not a file"),

@@ -29,7 +29,7 @@ import os
 import types
 import typing
 
-from kseq.errors import UsageError, refuse
+from kseq.errors import CommandParser, UsageError, refuse
 from kseq.training.config.config_files import checked_values, read_config
 from kseq.training.config.flags import flag
 from kseq.training.config.warm_start import adopt_architecture, source_problems
@@ -267,7 +267,9 @@ def parse(options_class, argv=None, doc=None, presets=None):
             a combination `problems()` refuses.
     """
     doc = doc or options_class.__doc__ or ""
-    parser = argparse.ArgumentParser(
+    # One usage line: argparse's own lists every option, 60 lines above a mistyped flag's error.
+    parser = CommandParser(
+        usage="%(prog)s [-h] [--config FILE] [OPTION ...]",
         description=doc.strip().split("\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog=doc.split("\n", 2)[2] if doc.count("\n") > 1 else None,
     )

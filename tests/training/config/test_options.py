@@ -3,6 +3,8 @@
 that read them: decoding, stopping, cadence, the seq2seq model."""
 
 import dataclasses
+import os
+import sys
 import types
 
 import pytest
@@ -78,6 +80,15 @@ def test_bad_values_fail_at_parse_time_naming_the_option(capsys, tmp_path):
 def test_a_preset_that_names_no_option_is_an_error(capsys):
     message = parse_error(capsys, [], presets={"typo": dict(layerz=3)})
     assert "preset 'typo' names no option: layerz" in message
+
+
+def test_a_mistyped_option_gets_one_usage_line_and_the_closest_options(capsys):
+    prog = os.path.basename(sys.argv[0])  # argparse's default name
+    err = parse_error(capsys, ["--layrs", "3", "--tide", "--nothing-near"])
+    assert err.splitlines() == [
+        f"usage: {prog} [-h] [--config FILE] [OPTION ...]",
+        f"{prog}: error: unrecognized arguments: --layrs 3 --tide --nothing-near (did you mean --layers? --tied?)"]
+    assert "did you mean" not in parse_error(capsys, ["--zzzzzz"])
 
 
 def test_help_lists_every_option_with_its_text_and_default(capsys):
