@@ -19,20 +19,23 @@ import tempfile
 
 # absl's line prefix: severity letter, MMDD, time, thread, file:line].
 _ABSL_LINE = re.compile(rb"^([IWEF])\d{4} [\d:.]+ +\d+ \S+:\d+\] ")
+# SentencePiece's, in tensorflow_text's ops: file.cc(line) LOG(SEVERITY).
+_SENTENCEPIECE_LINE = re.compile(rb"^\S+\.cc\(\d+\) LOG\(([IWEF])[A-Z]*\) ")
 _ABSL_NOTICE = b"WARNING: All log messages before absl::InitializeLog() is called are written to STDERR"
 _SEVERITY = {b"I": 0, b"W": 1, b"E": 2, b"F": 3}
 
 
 def kept_lines(text, min_level):
-    """`text` (bytes, as written to stderr) without the absl lines whose
-    severity is below `min_level` (TF_CPP_MIN_LOG_LEVEL: 0 INFO, 1 WARNING,
-    2 ERROR, 3 FATAL), nor absl's notice once any level is filtered; every
-    other line, a Python warning or a traceback, as it was."""
+    """`text` (bytes, as written to stderr) without the absl (and
+    SentencePiece) log lines whose severity is below `min_level`
+    (TF_CPP_MIN_LOG_LEVEL: 0 INFO, 1 WARNING, 2 ERROR, 3 FATAL), nor absl's
+    notice once any level is filtered; every other line, a Python warning or
+    a traceback, as it was."""
     if min_level <= 0:
         return text
     kept = []
     for line in text.splitlines(keepends=True):
-        match = _ABSL_LINE.match(line)
+        match = _ABSL_LINE.match(line) or _SENTENCEPIECE_LINE.match(line)
         if match and _SEVERITY[match.group(1)] < min_level:
             continue
         if line.rstrip(b"\r\n") == _ABSL_NOTICE:
@@ -72,6 +75,21 @@ def _stderr_filtered(filtered):
             text = filtered(held.read())
             while text:
                 text = text[os.write(2, text):]
+
+
+@contextlib.contextmanager
+def held_to_log_level():
+    """Runs its block with what it writes to stderr held back, then writes
+    back what TF_CPP_MIN_LOG_LEVEL keeps: for a first call that builds ops
+    whose C++ logs ignore the level (tensorflow_text's SentencePiece says
+    "precompiled_charsmap is empty" at INFO for kseq's identity-normalised
+    models). Does nothing at level 0."""
+    min_level = _min_level()
+    if min_level <= 0:
+        yield
+        return
+    with _stderr_filtered(lambda text: kept_lines(text, min_level)):
+        yield
 
 
 @contextlib.contextmanager

@@ -5,10 +5,12 @@ Only `tensorflow` and tensorflow_text's ops are used, as TF Serving has
 them: the commands answer what a server would, and need no model code.
 """
 
+import contextlib
 import importlib
 import os
 import re
 
+from kseq._quiet_start import held_to_log_level
 from kseq.cli.errors import Failure, UsageError
 
 # What each kind of export's `serving_default` takes, and the command that serves it.
@@ -150,8 +152,15 @@ def call(signature, **inputs):
     """
     import tensorflow as tf
 
-    outputs = signature(**{name: tf.constant(values, tf.string) for name, values in inputs.items()})
+    first = id(signature) not in _CALLED
+    with held_to_log_level() if first else contextlib.nullcontext():
+        outputs = signature(**{name: tf.constant(values, tf.string) for name, values in inputs.items()})
+    _CALLED.add(id(signature))
     return {name: value.numpy() for name, value in outputs.items()}
+
+
+# The signatures called once: a first call builds the kernels, and with them their log lines.
+_CALLED = set()
 
 
 def text(value):

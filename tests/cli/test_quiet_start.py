@@ -9,6 +9,7 @@ import pytest
 import tensorflow as tf
 
 from kseq import _quiet_start
+from kseq.cli import servable
 from kseq._quiet_start import kept_lines, probe_gpus_quietly, quiet_tensorflow_start
 
 NOTICE = b"WARNING: All log messages before absl::InitializeLog() is called are written to STDERR\n"
@@ -18,6 +19,8 @@ ERROR = b"E0000 00:00:1796205809.764003   15939 cuda_platform.cc:52] failed call
 FATAL = b"F0000 00:00:1796205809.764003   15939 main.cc:1] the end\n"
 PYTHON = b"/x/keras/src/y.py:74: UserWarning: I0000 looks like a log line but is not at the start\n"
 TRACEBACK = b"Traceback (most recent call last):\n"
+SENTENCEPIECE_INFO = b"normalizer.cc(51) LOG(INFO) precompiled_charsmap is empty. use identity normalization.\n"
+SENTENCEPIECE_ERROR = b"model_interface.cc(12) LOG(ERROR) a SentencePiece error\n"
 STARTUP = NOTICE + INFO + WARNING + ERROR + PYTHON + FATAL + TRACEBACK
 
 
@@ -85,3 +88,23 @@ def test_the_cuda_probes_lines_stay_where_a_gpu_is_found(monkeypatch, capfd):
     monkeypatch.setattr(_quiet_start, "nvidia_driver_loaded", lambda: False)
     assert probe_gpus_quietly() == ["a GPU"]
     assert capfd.readouterr().err.encode() == ERROR + WARNING
+
+
+def test_sentencepieces_lines_are_held_to_the_level_too():
+    assert kept_lines(SENTENCEPIECE_INFO + SENTENCEPIECE_ERROR, 1) == SENTENCEPIECE_ERROR
+    assert kept_lines(SENTENCEPIECE_INFO, 0) == SENTENCEPIECE_INFO
+
+
+def test_a_signatures_first_call_is_held_to_the_level_and_later_calls_are_not(monkeypatch, capfd):
+    """kseq-translate's first call builds tensorflow_text's SentencePiece op,
+    which logs at INFO whatever the level; a later call's lines are not held."""
+    monkeypatch.setenv("TF_CPP_MIN_LOG_LEVEL", "2")
+
+    def signature(source):
+        os.write(2, SENTENCEPIECE_INFO + SENTENCEPIECE_ERROR)
+        return {"translation": tf.constant(["x"])}
+
+    assert servable.call(signature, source=["a"])["translation"].tolist() == [b"x"]
+    assert capfd.readouterr().err.encode() == SENTENCEPIECE_ERROR
+    servable.call(signature, source=["a"])
+    assert capfd.readouterr().err.encode() == SENTENCEPIECE_INFO + SENTENCEPIECE_ERROR
