@@ -8,7 +8,8 @@ written to STDERR" notice, then the oneDNN and CUDA-probe INFO lines, twice:
 once a library). Every kseq command, a one-line usage error included, began
 with those six lines. Here the import's stderr goes to a file, and what it
 wrote comes back less the absl lines below the level asked for.
-`probe_gpus_quietly` does the same for the CUDA probe of a command's start.
+`held_to_log_level` does the same for an export's first call in the
+commands, `probe_gpus_quietly` for the CUDA probe of a command's start.
 """
 
 import contextlib
@@ -92,17 +93,10 @@ def held_to_log_level():
         yield
 
 
-@contextlib.contextmanager
 def quiet_tensorflow_start():
-    """Runs its block (the first import of TensorFlow) with what it writes to
-    stderr held back, then writes back what TF_CPP_MIN_LOG_LEVEL keeps.
-    Does nothing once TensorFlow is loaded, or at level 0."""
-    min_level = _min_level()
-    if "tensorflow" in sys.modules or min_level <= 0:
-        yield
-        return
-    with _stderr_filtered(lambda text: kept_lines(text, min_level)):
-        yield
+    """`held_to_log_level` for the first import of TensorFlow; nothing once
+    TensorFlow is loaded."""
+    return contextlib.nullcontext() if "tensorflow" in sys.modules else held_to_log_level()
 
 
 _NO_CUDA_DRIVER = re.compile(rb"^E\d{4} [\d:.]+ +\d+ \S+:\d+\] failed call to cuInit: ")

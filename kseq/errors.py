@@ -55,9 +55,9 @@ def refuse(prog, message):
 
 class CommandParser(argparse.ArgumentParser):
     """argparse's parser whose "unrecognized arguments" error names the
-    closest options, as `--max-minute 6` -> "did you mean --max-minutes?"
-    (a task takes 70 options; its usage line alone does not say which one
-    was meant)."""
+    closest options, as `--eval-evry 3` -> "did you mean --eval-every?"
+    (a task takes dozens of options; its usage line alone does not say
+    which one was meant)."""
 
     def error(self, message):
         if message.startswith("unrecognized arguments:"):
@@ -66,8 +66,8 @@ class CommandParser(argparse.ArgumentParser):
 
 
 def _closest_options(arguments, options):
-    """" (did you mean --a? --b?)" for the `arguments` that look like
-    options and are near one of `options`, else ""."""
+    """The error's tail naming, for each of `arguments` that looks like an
+    option, the nearest of `options`: ` (did you mean --a? --b?)`, or ""."""
     guesses = []
     for argument in arguments:
         if argument.startswith("--"):
