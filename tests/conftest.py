@@ -62,7 +62,7 @@ def collected_after_slow_tests():
     Such tests iterate tf.data pipelines. An iterator caught in a reference
     cycle keeps its autotuning thread alive, which waits longer and longer
     between rounds (up to a minute); deleting the iterator waits out the
-    current round when the CPU is busy (TF 2.21, benchmarks/iterator_deletion.py).
+    current round when the CPU is busy (TF 2.21; benchmarks/iterator_deletion.py at 0fd0d8a).
     Collected much later, in another test, one stalled that test for up to
     60 s. Collecting young iterators bounds the wait; freezing the survivors
     keeps each collection to one test's objects (a full one took about 1 s).
