@@ -374,26 +374,25 @@ class KillAt(keras.callbacks.Callback):
 
 def cadenced_run(workdir, epochs, cadence_steps, save_every, learning_rate, stopping=lambda schedule: [],
                  accumulate=1, kill=None):
-    """A small reversal translator fitted by `CadencedFit` in `workdir`,
-    resuming what a killed run left there; `stopping(schedule)` gives the
-    stopping callbacks, `kill` a `KillAt`. -> (model, fit report, the
-    stopping callbacks, the batches of all epochs)."""
+    """A small reversal translator fitted by `Fit` in `workdir`, evaluated
+    every `cadence_steps`, resuming what a killed run left there;
+    `stopping(schedule)` gives the stopping callbacks, `kill` a `KillAt`.
+    -> (model, fit's metrics, the stopping callbacks, the batches of all epochs)."""
     from kseq.data.bucketing import bucketed_pair_dataset
     from kseq.data.character_tokenizer import CharacterTokenizer
     from kseq.data.synthetic import reversed_words
     from kseq.training.task import compile_model
-    from kseq.training.loop.cadenced_fit import CadencedFit
+    from kseq.training.loop.fit import Fit
     from kseq.training.objectives.optimizers import FusedAdam
     from kseq.training.progress import Cadence
-    from kseq.training.checkpoints.resume import ResumableBackup, TrainingPosition
     from kseq.training.objectives.schedules import Scaled
 
     letters = "abcdefghij"
     tokenizer = CharacterTokenizer(letters)
     sources, targets = reversed_words(120, letters, min_length=2, max_length=11, seed=0)
-    position = TrainingPosition()
+    fit = Fit(str(workdir), Cadence(steps=cadence_steps), save_every=save_every)
     train, report = bucketed_pair_dataset(sources, targets, tokenizer, tokenizer, token_budget=60, max_length=14,
-                                          seed=3, position=position, epochs=epochs)
+                                          seed=3, position=fit.position, epochs=epochs)
     valid, _ = bucketed_pair_dataset(sources[:20], targets[:20], tokenizer, tokenizer, token_budget=60,
                                      max_length=14, shuffle=False)
     keras.utils.set_random_seed(7)
@@ -403,12 +402,8 @@ def cadenced_run(workdir, epochs, cadence_steps, save_every, learning_rate, stop
     compile_model(model, FusedAdam(schedule, clipnorm=1.0), MaskedSparseCategoricalCrossentropy(),
                          accumulate=accumulate)
     callbacks = stopping(schedule)
-    total = epochs * report.batches_per_epoch
-    fit = CadencedFit(str(workdir), position, Cadence(steps=cadence_steps), total, report.batches_per_epoch,
-                      save_every=save_every, max_minutes=None,
-                      resuming=ResumableBackup.saved_state(str(workdir / "backup")), non_finite_hint="")
-    fit.fit(model, train, valid, stopping=callbacks + ([kill] if kill else []))
-    return model, fit.report(model), callbacks, total
+    metrics = fit.fit(model, train, valid, epochs, stopping=callbacks + ([kill] if kill else []))
+    return model, metrics, callbacks, epochs * report.batches_per_epoch
 
 
 def load_benchmark(name):

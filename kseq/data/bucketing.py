@@ -142,7 +142,8 @@ def bucketed_pair_dataset(
             epoch e's order is a fixed function of (seed, e), the pass starts
             at `position.epoch` and its first `position.skip` batches are
             left out, so a resumed run trains on exactly the batches an
-            uninterrupted one would; the position learns `steps_per_epoch`.
+            uninterrupted one would; the position learns `steps_per_epoch`
+            and `epochs` (what `kseq.training.loop.Fit` reads).
 
     Returns:
         (dataset, PipelineReport).
@@ -200,7 +201,7 @@ def _count_epoch_batches(report, lengths, boundaries, batch_sizes, drop_remainde
 
 def _epochs(pairs, batched, shuffle, seed, epochs, position, batches_per_epoch):
     """The batches of `epochs` passes over `pairs`, from `position` where
-    one is given (it learns `steps_per_epoch`), their count told to tf.data.
+    one is given (it learns `steps_per_epoch` and `epochs`), their count told to tf.data.
 
     Args:
         pairs: (source ids, target ids), two (N, None) ragged tensors.
@@ -215,7 +216,7 @@ def _epochs(pairs, batched, shuffle, seed, epochs, position, batches_per_epoch):
         dataset = _shuffled_epochs(pairs, batched, shuffle, seed, epochs)
         batches = epochs * batches_per_epoch
     else:
-        position.steps_per_epoch = batches_per_epoch
+        position.steps_per_epoch, position.epochs = batches_per_epoch, epochs
         dataset = _positioned_epochs(pairs, batched, shuffle, seed, epochs, position)
         batches = epochs * batches_per_epoch - int(position.skip.numpy())
     # Bucket membership depends on lengths only, so the batch count is fixed

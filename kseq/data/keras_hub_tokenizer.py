@@ -54,8 +54,7 @@ class KerasHubTokenizer(tf.Module):
     Being a `tf.Module` that holds the keras-hub layer, it is tracked by
     `kseq.export`, so the SavedModel holds the vocabulary and serves with
     tensorflow and tensorflow_text alone (keras-hub's WordPiece and BPE are
-    tensorflow_text ops and lookup tables). Build one with
-    `kseq.data.tokenizers.from_keras_hub`, or load vocabulary files with
+    tensorflow_text ops and lookup tables). Load vocabulary files with
     `kseq.data.tokenizers.load_tokenizer`.
 
     Args:

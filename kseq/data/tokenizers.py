@@ -6,20 +6,21 @@ ids, `detokenize(ids)` -> strings (stopping at EOS), `vocab_size`, `save`
 and `load`; ids 0-3 are PAD, BOS, EOS, UNK. SubwordTokenizer and
 KerasHubTokenizer add `id_to_piece` and `asset_files()` (the files that
 rebuild them, for a logdir or an export's assets/).
-`from_keras_hub` gives a keras-hub tokenizer that interface;
+`KerasHubTokenizer(hub)` gives a keras-hub tokenizer that interface;
 `load_tokenizer` reads what a user has on disk (what `--tokenizer PATH`
 takes in the tasks).
 
 Example:
 >>> import keras_hub
 >>> hub = keras_hub.tokenizers.WordPieceTokenizer(["[UNK]", "hello", "world", "##s"])
->>> tokenizer = from_keras_hub(hub)
+>>> tokenizer = KerasHubTokenizer(hub)
 >>> tokenizer.tokenize(["hello worlds"]).to_list()
 [[5, 6, 7]]
 """
 
 import json
 import os
+import warnings
 
 import sentencepiece
 
@@ -28,25 +29,13 @@ from kseq.special_ids import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 
 def from_keras_hub(tokenizer, special_tokens=None, unknown_token=None):
-    """kseq's tokenizer over a keras-hub tokenizer (see `KerasHubTokenizer`).
+    """Deprecated: `KerasHubTokenizer(tokenizer, special_tokens, unknown_token)`, which this calls.
 
-    Args:
-        tokenizer: e.g. a `keras_hub.tokenizers.WordPieceTokenizer`,
-            `BytePairTokenizer` or `SentencePieceTokenizer` with integer
-            output.
-        special_tokens: None (default): kseq's PAD, BOS, EOS, UNK are ids
-            0-3 and the vocabulary's ids move up by 4; or the vocabulary's
-            own 4 tokens for them, which must be its ids 0-3.
-        unknown_token: the vocabulary's token for unknown text (default:
-            the tokenizer's own; BPE has none).
-
-    Example:
-    >>> import keras_hub
-    >>> hub = keras_hub.tokenizers.WordPieceTokenizer(
-    ...     ["<pad>", "<s>", "</s>", "<unk>", "hi"], oov_token="<unk>")
-    >>> from_keras_hub(hub, special_tokens=["<pad>", "<s>", "</s>", "<unk>"]).tokenize(["hi yo"]).to_list()
-    [[4, 3]]
+    Returns:
+        The `KerasHubTokenizer`.
     """
+    warnings.warn("`from_keras_hub` is deprecated: use `kseq.data.KerasHubTokenizer(tokenizer, special_tokens, "
+                  "unknown_token)`.", DeprecationWarning, stacklevel=2)
     return KerasHubTokenizer(tokenizer, special_tokens=special_tokens, unknown_token=unknown_token)
 
 
@@ -57,7 +46,7 @@ def word_piece_tokenizer(vocabulary_file, unknown_token="[UNK]", special_tokens=
     Args:
         vocabulary_file: path of the vocabulary, UTF-8, one token a line.
         unknown_token: its token for unknown words (keras-hub's `oov_token`).
-        special_tokens: see `from_keras_hub`.
+        special_tokens: see `KerasHubTokenizer`.
         **options: WordPieceTokenizer's own options, e.g. `lowercase=True`,
             `strip_accents=True` (keras-hub's defaults: neither).
 
@@ -70,7 +59,7 @@ def word_piece_tokenizer(vocabulary_file, unknown_token="[UNK]", special_tokens=
     """
     tokens = word_piece_tokens(vocabulary_file, unknown_token)
     hub = keras_hub_tokenizers().WordPieceTokenizer(vocabulary=tokens, oov_token=unknown_token, **options)
-    return from_keras_hub(hub, special_tokens=special_tokens, unknown_token=unknown_token)
+    return KerasHubTokenizer(hub, special_tokens=special_tokens, unknown_token=unknown_token)
 
 
 def word_piece_tokens(vocabulary_file, unknown_token="[UNK]"):
@@ -110,7 +99,7 @@ def byte_pair_tokenizer(vocabulary_file, merges_file, special_tokens=None, unkno
     Args:
         vocabulary_file: path of the JSON vocabulary.
         merges_file: path of the merge rules (a "#version" line is skipped).
-        special_tokens, unknown_token: see `from_keras_hub`.
+        special_tokens, unknown_token: see `KerasHubTokenizer`.
         **options: BytePairTokenizer's own options, e.g. `add_prefix_space`.
 
     Example:
@@ -126,7 +115,7 @@ def byte_pair_tokenizer(vocabulary_file, merges_file, special_tokens=None, unkno
     """
     vocabulary, merges = byte_pair_rules(vocabulary_file, merges_file)
     hub = keras_hub_tokenizers().BytePairTokenizer(vocabulary=vocabulary, merges=merges, **options)
-    return from_keras_hub(hub, special_tokens=special_tokens, unknown_token=unknown_token)
+    return KerasHubTokenizer(hub, special_tokens=special_tokens, unknown_token=unknown_token)
 
 
 def byte_pair_rules(vocabulary_file, merges_file):
@@ -173,7 +162,7 @@ def load_tokenizer(path: str):
       vocabulary.json) and merges.txt.
 
     For other options (WordPiece's `lowercase`, other special tokens) build
-    one with `word_piece_tokenizer`/`byte_pair_tokenizer`/`from_keras_hub`,
+    one with `word_piece_tokenizer`/`byte_pair_tokenizer`/`KerasHubTokenizer`,
     `save` it and pass that file.
 
     Args:
@@ -276,7 +265,7 @@ def sentence_piece_tokenizer(proto):
 
     Returns:
         A SubwordTokenizer if the model numbers pad/bos/eos/unk as kseq does,
-        else keras-hub's SentencePieceTokenizer behind shifted ids (`from_keras_hub`).
+        else keras-hub's SentencePieceTokenizer behind shifted ids (`KerasHubTokenizer`).
 
     Raises:
         ValueError: `proto` is not a SentencePiece model.
@@ -285,7 +274,7 @@ def sentence_piece_tokenizer(proto):
 
     if special_ids(proto) == (PAD_ID, BOS_ID, EOS_ID, UNK_ID):
         return SubwordTokenizer(proto)
-    return from_keras_hub(keras_hub_tokenizers().SentencePieceTokenizer(proto=proto, dtype="int32"))
+    return KerasHubTokenizer(keras_hub_tokenizers().SentencePieceTokenizer(proto=proto, dtype="int32"))
 
 
 def is_sentence_piece(content):

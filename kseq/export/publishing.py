@@ -59,7 +59,7 @@ def write_servable(export_dir, endpoints, resources, version=None, assets=None, 
             saves its lookup tables and tensorflow_text resources (a keras-hub
             layer's too), so the SavedModel holds the vocabulary. A bare
             keras-hub tokenizer is refused (its ids are not kseq's: wrap it
-            with `kseq.data.tokenizers.from_keras_hub`).
+            with `kseq.data.KerasHubTokenizer`).
         version: an int >= 0 whose folder is absent or empty (a version is
             never overwritten: a non-empty one raises ValueError before
             anything is written). Default None: the next free version.
@@ -132,7 +132,7 @@ def _check_exportable(resource):
     if type(resource).__module__.startswith("keras_hub") and hasattr(resource, "detokenize"):
         raise ValueError(
             f"Got a bare keras-hub {type(resource).__name__} as a tokenizer; wrap it with "
-            "kseq.data.tokenizers.from_keras_hub(tokenizer) (the same wrapper the model's "
+            "kseq.data.KerasHubTokenizer(tokenizer) (the same wrapper the model's "
             "training data went through) so that ids 0-3 are kseq's PAD, BOS, EOS, UNK."
         )
     if isinstance(resource, keras.layers.Layer) and not resource.built:

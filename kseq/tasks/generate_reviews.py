@@ -46,7 +46,6 @@ import kseq
 from kseq.data.labelled_texts import bucketed_generation_batches, generation_examples, held_out_generation_batches
 from kseq.data.labelled_texts import labelled_dataset
 from kseq.data.tokenizers import tokenizer_files
-from kseq.decoding import Sampler
 from kseq.decoding.output import decoded_text
 from kseq.export import export_conditioned_generator, latest_version
 from kseq.tasks import classify
@@ -72,6 +71,10 @@ class Options(TsvFilesOptions, RNNOptions, TrainingOptions, SamplingOptions, Cad
     no_repeat_ngram: int = option(3, "no n pieces twice in a sample (0: no limit)", minimum=0)
     classifier_export: str = option("savedmodels/classify", "the classifier's exports (trained here if none)")
     classifier_args: str = option("--epochs 1", "kseq-train classify's options when it trains one here")
+
+    def sampler(self, **search_options):
+        """The export's and the monitor's search: seeded top-k sampling, no n-gram twice (loops are cut)."""
+        return super().sampler(no_repeat_ngram_size=self.no_repeat_ngram, **search_options)
 
     def problems(self):
         try:
@@ -116,7 +119,7 @@ def main(argv=None):
 
     trained = run.train_once("trained", fit, lambda: train(run, fit, build, datasets, tokenizer, names), build)
     path = run.export(lambda: export_conditioned_generator(
-        trained.model, tokenizer, options.export_dir, search=sampler(options), labels=names,
+        trained.model, tokenizer, options.export_dir, search=options.sampler(), labels=names,
         assets=tokenizer_files(tokenizer)), {"label": names[-1:]})
     scores = run.phases.once("scores", lambda: score_samples(
         path, classifier, names, options.samples_per_class, data["train"], data["test"][0], options.logdir,
@@ -235,24 +238,6 @@ def build_model(options, vocab_size, num_classes, precision="float32"):
     )
 
 
-def sampler(options):
-    """Makes the export's search: seeded top-k sampling without repeated n-grams.
-
-    Every row differs (greedy would give one snippet per label), and loops
-    are cut.
-
-    Args:
-        options: the task's options (--sample-length, --temperature,
-            --top-k, --seed, --no-repeat-ngram).
-
-    Returns:
-        A `Sampler`.
-    """
-    return Sampler(options.sample_length, temperature=options.temperature,
-                   top_k=options.top_k, seed=options.seed,
-                   no_repeat_ngram_size=options.no_repeat_ngram)
-
-
 def sample_writer(model, tokenizer, names, options):
     """Makes a function sampling a snippet for each label, with the export's search.
 
@@ -260,12 +245,12 @@ def sample_writer(model, tokenizer, names, options):
         model: the generator.
         tokenizer: the text tokenizer.
         names: the label names, in class id order.
-        options: the task's options, for `sampler`.
+        options: the task's options, for their `sampler`.
 
     Returns:
         A function of a list of label strings giving a list of snippets.
     """
-    search = sampler(options)
+    search = options.sampler()
 
     def write(labels):
         class_ids = tf.constant([names.index(label) for label in labels], tf.int32)

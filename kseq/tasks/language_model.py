@@ -37,7 +37,6 @@ from kseq.data.splits import read_splits
 from kseq.data.streaming import windows_per_epoch
 from kseq.data.streams import join_documents, stream_batches, streamed_stream_batches
 from kseq.data.tokenizers import tokenizer_files
-from kseq.decoding import Sampler
 from kseq.decoding.output import decoded_text
 from kseq.export import export_language_model
 from kseq.training import task
@@ -201,8 +200,7 @@ def make_continuer(model, tokenizer, options):
     Returns:
         (a function of a list of prompts giving their continuations, the `Sampler`).
     """
-    search = Sampler(options.sample_length, temperature=options.temperature,
-                     top_k=options.top_k, seed=options.seed)
+    search = options.sampler()
 
     def continue_texts(prompts):
         ids = tokenizer.tokenize(list(prompts)).to_tensor()

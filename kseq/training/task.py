@@ -36,9 +36,9 @@ from kseq.training.devices.distribution import clip_after_all_reduce, is_chief, 
 from kseq.training.devices.precision import describe_precision, resolve_precision
 from kseq.training.devices.xla import check_replicas, enable_persistent_cache, jit_decision
 from kseq.training.devices.xla_compile_flags import configure_compilation, describe as describe_compilation
-from kseq.training.loop.cadenced_fit import Trained
-from kseq.training.loop.fit import Fit, train_once
+from kseq.training.loop.fit import Fit
 from kseq.training.loop.periods import StepTensorBoard
+from kseq.training.loop.trained import Trained, train_once
 from kseq.training.objectives.losses import MaskedSparseCategoricalCrossentropy
 from kseq.training.objectives.optimizers import FusedAdam
 from kseq.training.reporting.decisions import as_hparams

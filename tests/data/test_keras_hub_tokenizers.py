@@ -14,7 +14,7 @@ import tensorflow as tf
 from kseq.data.character_tokenizer import CharacterTokenizer
 from kseq.data.keras_hub_tokenizer import KerasHubTokenizer
 from kseq.data.subword_tokenizer import SubwordTokenizer
-from kseq.data.tokenizers import byte_pair_tokenizer, from_keras_hub, load_tokenizer, word_piece_tokenizer
+from kseq.data.tokenizers import byte_pair_tokenizer, load_tokenizer, word_piece_tokenizer
 from kseq.errors import UsageError
 from kseq.export import export_classifier
 from kseq.models import SequenceClassifier
@@ -131,7 +131,7 @@ def test_word_piece_vocabulary_with_shifted_ids(word_piece_file, texts, tmp_path
 def test_vocabulary_holding_kseqs_special_tokens_keeps_its_ids(texts, tmp_path):
     vocabulary = word_piece_vocabulary(texts, SPECIALS)
     hub = keras_hub.tokenizers.WordPieceTokenizer(vocabulary)
-    tokenizer = from_keras_hub(hub, special_tokens=SPECIALS)
+    tokenizer = KerasHubTokenizer(hub, special_tokens=SPECIALS)
     assert tokenizer.id_offset == 0 and tokenizer.vocab_size == len(vocabulary)
     assert tokenizer.tokenize([texts[2] + " zzz"]).to_list() == [list(hub.tokenize(texts[2] + " zzz"))]
     assert decoded(tokenizer.detokenize([[1, 3, 2]])) == ["[UNK]"]
@@ -194,11 +194,11 @@ def test_bad_vocabularies_name_the_argument(word_piece_file, byte_pair_files, tm
     with pytest.raises(ValueError, match="`vocabulary_file` .*no_unk.txt has no '\\[UNK\\]' token.*`unknown_token`"):
         load_tokenizer(str(tmp_path / "no_unk.txt"))
     with pytest.raises(ValueError, match="`unknown_token` '<unk>' is not in the vocabulary"):
-        from_keras_hub(keras_hub.tokenizers.BytePairTokenizer({"a": 0, "b": 1, "ab": 2}, ["a b"]),
-                       unknown_token="<unk>")
+        KerasHubTokenizer(keras_hub.tokenizers.BytePairTokenizer({"a": 0, "b": 1, "ab": 2}, ["a b"]),
+                          unknown_token="<unk>")
     with pytest.raises(ValueError, match=r"`special_tokens` .* must be the vocabulary's ids 0, 1, 2, 3.*\(0, None, None, 3\)"):
-        from_keras_hub(keras_hub.tokenizers.WordPieceTokenizer(["[PAD]", "a", "b", "[UNK]"]),
-                       special_tokens=SPECIALS)
+        KerasHubTokenizer(keras_hub.tokenizers.WordPieceTokenizer(["[PAD]", "a", "b", "[UNK]"]),
+                          special_tokens=SPECIALS)
     with pytest.raises(ValueError, match="`special_tokens` must name 4 tokens"):
         word_piece_tokenizer(word_piece_file, special_tokens=["[PAD]"])
     vocabulary, merges = byte_pair_files
@@ -215,11 +215,24 @@ def test_bad_vocabularies_name_the_argument(word_piece_file, byte_pair_files, tm
     with pytest.raises(ValueError, match="`path` .*binary.bin is no tokenizer kseq reads"):
         load_tokenizer(str(tmp_path / "binary.bin"))
     with pytest.raises(ValueError, match="`tokenizer` must be a keras_hub.tokenizers.Tokenizer"):
-        from_keras_hub(CharacterTokenizer("ab"))
+        KerasHubTokenizer(CharacterTokenizer("ab"))
     with pytest.raises(ValueError, match="`tokenizer` must return ragged ids"):
-        from_keras_hub(keras_hub.tokenizers.WordPieceTokenizer(["[UNK]"], sequence_length=8))
+        KerasHubTokenizer(keras_hub.tokenizers.WordPieceTokenizer(["[UNK]"], sequence_length=8))
     with pytest.raises(ValueError, match="`tokenizer` must output integer ids"):
-        from_keras_hub(keras_hub.tokenizers.WordPieceTokenizer(["[UNK]"], dtype="string"))
+        KerasHubTokenizer(keras_hub.tokenizers.WordPieceTokenizer(["[UNK]"], dtype="string"))
+
+
+def test_the_deprecated_from_keras_hub_warns_and_gives_the_same_tokenizer(texts):
+    """`from_keras_hub`, a second name for `KerasHubTokenizer(...)`, still
+    works for code that calls it, and warns."""
+    from kseq.data import from_keras_hub
+
+    hub = keras_hub.tokenizers.WordPieceTokenizer(word_piece_vocabulary(texts, SPECIALS))
+    with pytest.warns(DeprecationWarning, match="use `kseq.data.KerasHubTokenizer"):
+        old = from_keras_hub(hub, special_tokens=SPECIALS)
+    new = KerasHubTokenizer(hub, special_tokens=SPECIALS)
+    assert type(old) is KerasHubTokenizer and old.special_tokens == new.special_tokens == tuple(SPECIALS)
+    assert old.tokenize(texts[:3]).to_list() == new.tokenize(texts[:3]).to_list()
 
 
 def test_export_refuses_a_bare_keras_hub_tokenizer(word_piece_file, tmp_path):
@@ -227,7 +240,7 @@ def test_export_refuses_a_bare_keras_hub_tokenizer(word_piece_file, tmp_path):
     a wrapped one: tests/export/test_serving_load.py)."""
     tokenizer = load_tokenizer(word_piece_file)
     model = SequenceClassifier(tokenizer.vocab_size, 2, embed_dim=8, units=8)
-    with pytest.raises(ValueError, match="bare keras-hub WordPieceTokenizer.*from_keras_hub"):
+    with pytest.raises(ValueError, match="bare keras-hub WordPieceTokenizer.*KerasHubTokenizer"):
         export_classifier(model, tokenizer.tokenizer, ["no", "yes"], str(tmp_path / "bare"))
     assert not os.path.exists(tmp_path / "bare" / "1")
 

@@ -13,7 +13,7 @@ import tensorflow as tf
 from kseq.data import CharacterTokenizer
 from kseq.data.corpus import MAX_LABELS, HoldOut, scan_corpus, training_pairs
 from kseq.data.labelled_texts import describe_epoch, labelled_dataset, padded_batches
-from kseq.training.loop.cadenced_fit import counted
+from kseq.training.loop.fit import counted
 from kseq.training.checkpoints.resume import TrainingPosition
 
 TOKENIZER = CharacterTokenizer(string.ascii_lowercase + " ")

@@ -178,6 +178,7 @@ def test_several_epochs_in_one_pass_follow_the_position(tokenizer):
                                           epochs=3, position=position)
     per_epoch = report.batches_per_epoch
     assert position.steps_per_epoch == per_epoch and int(three.cardinality()) == 3 * per_epoch
+    assert position.epochs == 3, "what `Fit` reads: the pass holds every epoch"
     every = ids(three)
     single = TrainingPosition()
     one, _ = bucketed_pair_dataset(sources, targets, tokenizer, tokenizer, 1024, 64, seed=4, position=single)

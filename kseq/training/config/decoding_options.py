@@ -5,6 +5,7 @@ seeded sampling of generated text."""
 import dataclasses
 
 from kseq.decoding.limits import DEFAULT_LENGTH_SLACK
+from kseq.decoding.sampling import Sampler
 from kseq.training.config.options import AUTO, Auto, TaskOptions, option
 
 
@@ -41,3 +42,18 @@ class SamplingOptions(TaskOptions):
     sample_length: int = option(64, "pieces per sample at most", minimum=1)
     temperature: float = option(1.0, "sampling temperature")
     top_k: int = option(10, "sample among the k likeliest pieces", minimum=1)
+
+    def sampler(self, **search_options):
+        """Makes the seeded top-k sampler these options ask for: every row
+        differs (greedy decoding would give one text per prompt or label).
+
+        Args:
+            **search_options: options every search takes, such as
+                `no_repeat_ngram_size`.
+
+        Returns:
+            A `kseq.decoding.Sampler` of --sample-length, --temperature,
+            --top-k and --seed.
+        """
+        return Sampler(self.sample_length, temperature=self.temperature, top_k=self.top_k, seed=self.seed,
+                       **search_options)

@@ -1,15 +1,18 @@
 """The fit loop: `Fit`, the one driver every task calls (`model.fit` on a
-cadence of evaluations and saves that a kill cannot undo), `CadencedFit`
-under it, the evaluation periods and progress lines, the callbacks that log
-samples and attention, the captioner's monitor (`caption_images`,
-`CaptionMonitor`), and stopping (patience, the best weights)."""
+cadence of evaluations and saves that a kill cannot undo), what training
+gives and a phase trained once (`Trained`, `train_once`), the evaluation
+periods and progress lines, the callbacks that log samples and attention,
+the captioner's monitor (`caption_images`, `CaptionMonitor`), and stopping
+(patience, the best weights). `CadencedFit` is `Fit`'s deprecated former
+loop, kept for code that calls it."""
 
-from kseq.training.loop.cadenced_fit import CadencedFit, Trained, counted
+from kseq.training.loop.cadenced_fit import CadencedFit
 from kseq.training.loop.caption_monitor import CaptionMonitor, caption_images
 from kseq.training.loop.callbacks import AttentionMaps, GenerationMonitor, translator_callbacks
-from kseq.training.loop.fit import Fit, train_once
+from kseq.training.loop.fit import Fit, counted
 from kseq.training.loop.periods import EvaluationPeriods, StepTensorBoard
 from kseq.training.loop.stopping import KeepBest, keep_best
+from kseq.training.loop.trained import Trained, train_once
 
 __all__ = [
     "AttentionMaps",

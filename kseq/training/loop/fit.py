@@ -1,19 +1,19 @@
 """`Fit`: the one fit driver every task uses, `model.fit` that a kill
 cannot undo.
 
-Evaluation runs every data epoch's end, or every so many steps or minutes
-(`eval_every`), so that an epoch of hours is evaluated and logged inside
-the epoch; saves (`ResumableBackup`: the weights, the optimizer, the
-stopping callbacks' state and the data position, published together) come
-at every evaluation and every `save_every` steps. The same command started
-again goes on from the last save and ends as the uninterrupted run would,
-because the data's order comes from the position (`fit.position`, which
-the training pipeline reads) and the batches already trained are skipped.
-SIGTERM saves and exits (`SaveOnPreemption`). `train_once` records a
-model's training as done (`kseq.training.checkpoints.phases`) once the
-weights the later steps use are written, and only then deletes the
-backup: a restart after training loads those weights instead of training
-again. Under it, `CadencedFit` cuts one `model.fit` into the periods.
+One pass of `model.fit` over a pipeline of all epochs, cut into
+evaluation periods (`EvaluationPeriods`): evaluation runs every data
+epoch's end, or every so many steps or minutes (`eval_every`), so that an
+epoch of hours is evaluated and logged inside the epoch; saves
+(`ResumableBackup`: the weights, the optimizer, the stopping callbacks'
+state and the data position, published together) come at every evaluation
+and every `save_every` steps. The same command started again goes on from
+the last save and ends as the uninterrupted run would, because the data's
+order comes from the position (`fit.position`, which the training pipeline
+reads) and the batches already trained are skipped. SIGTERM saves and
+exits (`SaveOnPreemption`). `kseq.training.loop.trained.train_once` records
+a model's training as done once the weights the later steps use are
+written, and only then releases the backup.
 """
 
 import os
@@ -24,14 +24,18 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from kseq.training.checkpoints.preemption import SaveOnPreemption
 from kseq.training.checkpoints.resume import ResumableBackup, TrainingPosition
-from kseq.training.config.warm_start import TRAINED_WEIGHTS, keep_trained
-from kseq.training.loop.cadenced_fit import CadencedFit, Trained
+from kseq.training.devices.distribution import WorkersAgree, workers
+from kseq.training.devices.xla import StableFunctionNames
+from kseq.training.loop.callbacks import NonFiniteLoss, StopOnNonFiniteLoss, TimeLimit
+from kseq.training.loop.periods import DataEpochsCurve, EvaluationPeriods, FirstStepLine, ProgressLine, StepTimer
 from kseq.training.loop.stopping import KeepBest
-from kseq.training.progress import Cadence, batches_trained, parse_cadence
-from kseq.training.reporting.decisions import as_metrics
+from kseq.training.progress import Cadence, batches_trained, data_epochs, global_step, parse_cadence
 
 NON_FINITE_HINT = "lower --learning-rate, or clip gradients with --clipnorm"
+# fit's epochs and steps for data of unknown length.
+UNBOUNDED = 2**31 - 1
 
 
 class Fit:
@@ -41,7 +45,8 @@ class Fit:
     without a better one (0: never).
 
     Build the training data from `fit.position`: `epoch_ordered_batches(...,
-    position, ..., epochs=epochs)`, a stream from files
+    position, ..., epochs=epochs)`, `bucketed_pair_dataset(..., position=,
+    epochs=)`, a stream from files
     (`kseq.data.streaming.streamed_examples(..., position, epochs=epochs)`,
     `streamed_pair_dataset`, a language model's
     `kseq.data.streams.streamed_stream_batches`), or one epoch's batches in
@@ -60,6 +65,8 @@ class Fit:
         mode: "min" (a loss) or "max" (a score).
         patience: evaluations without improvement before stopping.
     """
+
+    non_finite_hint = NON_FINITE_HINT  # what the error on a non-finite loss suggests
 
     def __init__(self, workdir: str, eval_every: str | Cadence = "epoch", save_every: int | str = "epoch",
                  max_minutes: float | None = None, monitor: str | None = None, mode: str = "min",
@@ -81,7 +88,8 @@ class Fit:
         state is saved with the backup's). `batches` describes an epoch's
         batches in the opening line; `verbose` False prints no line per
         evaluation. With a `monitor` the model ends with the best
-        evaluation's weights. `fit.history` holds keras' history.
+        evaluation's weights. `fit.history` holds keras' history; the backup
+        stays until `release()`.
 
         Args:
             model: the compiled model.
@@ -100,11 +108,11 @@ class Fit:
         Raises:
             ValueError: the data's epochs differ from `epochs`, or one epoch
                 of it has no known length.
+            SystemExit: the loss was not finite; the last save is kept.
         """
         train = self._all_epochs(train, epochs)
         per_epoch = self.position.steps_per_epoch  # None for streamed data: it ends when the position says so
-        run = CadencedFit(self.workdir, self.position, self.cadence, per_epoch and per_epoch * epochs, per_epoch,
-                          self.save_every, self.max_minutes, self.resuming, NON_FINITE_HINT, show=bool(verbose))
+        self._new_callbacks(per_epoch and per_epoch * epochs, per_epoch, show=bool(verbose))
         saves = "" if self.save_every == "epoch" else f", saves every {self.save_every} steps"
         batches = batches or (per_epoch and f"{per_epoch} batches")
         print(f"evaluation and checkpoints {self.cadence}{saves}; at most {epochs} epochs"
@@ -112,10 +120,77 @@ class Fit:
         carries = getattr(model, "carry_state", False) and hasattr(model, "carried_state")
         carried = [CarriedStreams(self.position)] if carries else []
         best = [self.best] if self.best else []
-        self.history = run.fit(model, train, valid, logging=logging, stopping=[*best, *stopping, *carried])
-        self.resuming = run.resuming
-        return {**run.report(model), **self._best_entries(),
+        self.history = self._fit_periods(model, train, valid, logging, [*best, *stopping, *carried])
+        return {**self._training_entries(model), **self._best_entries(),
                 "resumed_from_epoch": self.resuming["epoch"] if self.resuming else None}
+
+    def _new_callbacks(self, total_steps, steps_per_epoch, show):
+        """This call's backup, timer, periods, limits and curve: `total_steps`
+        is the batches of all epochs, None (with `steps_per_epoch`) for
+        streamed data, which ends when the position says so."""
+        self.backup = ResumableBackup(self.backup_dir, self.position, save_freq=self.save_every,
+                                      steps_position=True, delete_at_end=False)
+        self.timer = StepTimer()
+        self.periods = EvaluationPeriods(self.cadence, total_steps, show=show, steps_per_epoch=steps_per_epoch,
+                                         position=self.position)
+        self.total_steps, self.steps_per_epoch = total_steps, steps_per_epoch
+        spent = self.resuming["train_seconds"] if self.resuming else 0.0
+        self.limits = [TimeLimit(self.max_minutes, spent_seconds=spent), StopOnNonFiniteLoss(self.non_finite_hint),
+                       ProgressLine(budget_minutes=self.max_minutes, spent_seconds=spent, position=self.position,
+                                    steps_per_epoch=steps_per_epoch)]
+        self.curve = DataEpochsCurve(self.position, steps_per_epoch)
+
+    def _fit_periods(self, model, train, valid, logging, stopping):
+        """Runs `model.fit` over the periods with the callbacks in the order they must run.
+
+        Stopping runs after logging (a period's line shows its scores) and
+        before the periods end and the backup saves (a period counts as
+        saved once its logs are written); with several workers their
+        decisions are made one after every other decision of a step
+        (`WorkersAgree`); nothing traces after that before the steps
+        compile (`StableFunctionNames`). Returns keras' `History`.
+        """
+        several = workers(model.distribute_strategy) > 1
+        agreement = [WorkersAgree(self.position, self.limits[0])] if several else []
+        callbacks = [self.timer, *self.limits, FirstStepLine(), self.curve, *logging, *stopping, self.periods,
+                     *agreement, self.backup, SaveOnPreemption(self.backup, self.workdir), StableFunctionNames()]
+        self.backup.participants = [callback for callback in stopping if hasattr(callback, "save_state")]
+        self.backup.restore(model.distribute_strategy)
+        self.resuming = self.backup.restored  # the workers may have agreed on an older save
+        self.limits[0].spent_seconds = self.limits[-1].spent_seconds = (
+            self.resuming["train_seconds"] if self.resuming else 0.0)
+        # keras epochs are evaluation periods, each ended by `EvaluationPeriods`,
+        # which also ends fit; streamed data has no known length, hence the bound.
+        bound = self.total_steps or UNBOUNDED
+        # A save made after the last batch: fit restores it and runs no epoch (an
+        # epoch over data with nothing left would still count a step).
+        epochs = self.resuming["epoch"] if self._saved_at_the_end() else bound
+        try:
+            return model.fit(train, validation_data=counted(valid), epochs=epochs, steps_per_epoch=bound,
+                             callbacks=callbacks, verbose=0, shuffle=False)
+        except NonFiniteLoss as error:
+            raise SystemExit(f"{error}\nThe last save is kept in {self.backup_dir}; delete it to start over.")
+
+    def _saved_at_the_end(self):
+        if not self.resuming:
+            return False
+        if self.total_steps is not None:
+            return self.resuming.get("batches", self.resuming["step"]) >= self.total_steps
+        place = self.resuming.get("data")
+        return bool(place) and self.position.epochs is not None and place["epoch"] >= self.position.epochs
+
+    def _training_entries(self, model):
+        """metrics.json's entries on how training went: {"train_seconds", "steps", "epochs_run",
+        "evaluations", "resumed_from_step", "train_step_seconds", "fit_seconds"}."""
+        return {
+            "train_seconds": round(self.backup.train_seconds, 1),
+            "steps": global_step(model),
+            "epochs_run": round(data_epochs(model, self.position, self.steps_per_epoch), 3),
+            "evaluations": self.periods.periods,
+            "resumed_from_step": self.resuming["step"] if self.resuming else None,
+            "train_step_seconds": round(self.timer.train_step_seconds, 1),
+            "fit_seconds": round(self.timer.fit_seconds, 1),
+        }
 
     def _best_entries(self):
         if not self.best:
@@ -215,45 +290,19 @@ def valid(key):
     return key.replace("val_", "valid_", 1)
 
 
-def train_once(phases, name, fit, train, options=None, build=None, chief=True, clock=None):
-    """The `Trained` of phase `name`, trained once.
+def counted(dataset):
+    """Makes a dataset's length known, counting it once where tf.data cannot tell it.
 
-    The first time, `train()` returns it; with `options`, the chief writes
-    its weights to the logdir (`keep_trained`, what `--init-from` reads);
-    then the phase is recorded with its metrics (the decisions among them),
-    whether it decodes with XLA and, with a `clock`, the run's seconds so
-    far; then `fit`'s backup is released. After a restart, the record's
-    metrics come back with the model `build()` makes, loaded with those
-    weights (or no model, without `options`).
+    keras reads a dataset of unknown length (bucketed batches) to its end
+    and then warns that the input "ran out of data", at every evaluation.
 
     Args:
-        phases: the run's `kseq.training.checkpoints.Phases`.
-        name: the phase's name.
-        fit: the `Fit` that trains it (its backup is released here).
-        train: `() -> Trained`.
-        options: the task's options (their `logdir` holds the weights), or
-            None to keep no weights.
-        build: `() -> model` (compiled) to load the weights into.
-        chief: whether this process writes the logdir.
-        clock: `() -> seconds` recorded as `wall_seconds`.
+        dataset: a `tf.data.Dataset`, a distributed dataset, or None.
 
     Returns:
-        `Trained`, its decisions folded into its metrics.
+        `dataset` with its cardinality asserted; a distributed dataset or
+        None as it is.
     """
-    record = phases.get(name)
-    if record is None:
-        trained = train()
-        if options is not None and chief:
-            keep_trained(options, trained.model)
-        metrics = {**trained.metrics, **as_metrics(trained.decisions)}
-        entry = {"metrics": metrics, "decode_xla": trained.decode_xla}
-        phases.record(name, {**entry, "wall_seconds": clock()} if clock else entry)
-        fit.release()  # only now: a kill before the record resumes from the backup
-        return Trained(trained.model, [], metrics, trained.decode_xla)
-    fit.release()  # killed between the record and the release
-    model = None
-    if options is not None:
-        model = build()
-        model.load_weights(os.path.join(options.logdir, TRAINED_WEIGHTS))
-    print(f"training: done before this run; {name}: trained before this run (recorded in {phases.path})")
-    return Trained(model, [], record["metrics"], record.get("decode_xla", False))
+    if isinstance(dataset, tf.data.Dataset) and int(dataset.cardinality()) == tf.data.UNKNOWN_CARDINALITY:
+        return dataset.apply(tf.data.experimental.assert_cardinality(sum(1 for _ in dataset)))
+    return dataset

@@ -120,7 +120,7 @@ def test_progress_lines_show_the_step_loss_speed_and_time_left(capsys):
 
 
 def test_a_streamed_run_ends_with_its_data_and_resumed_after_its_last_batch_trains_nothing(tmp_path):
-    """CadencedFit on streamed files (total unknown): training stops at the
+    """Fit on streamed files (total unknown): training stops at the
     end of the last epoch; a run resumed from the save made there ends at
     once, with the same weights."""
     from kseq.data import CharacterTokenizer
@@ -129,11 +129,10 @@ def test_a_streamed_run_ends_with_its_data_and_resumed_after_its_last_batch_trai
     from kseq.data.bucketing import bucketed_pair_dataset
     from kseq.models import RNNSeq2Seq
     from kseq.training.task import compile_model
-    from kseq.training.loop.cadenced_fit import CadencedFit
+    from kseq.training.loop.fit import Fit
     from kseq.training.devices.distribution import weights_fingerprint
     from kseq.training.objectives.losses import MaskedSparseCategoricalCrossentropy
     from kseq.training.objectives.optimizers import FusedAdam
-    from kseq.training.checkpoints.resume import ResumableBackup, TrainingPosition
 
     letters = "abcdefgh"
     rng = np.random.default_rng(0)
@@ -143,7 +142,8 @@ def test_a_streamed_run_ends_with_its_data_and_resumed_after_its_last_batch_trai
     tokenizer = CharacterTokenizer(letters)
 
     def run():
-        position = TrainingPosition()
+        fit = Fit(str(tmp_path / "run"), Cadence(steps=7), save_every=5)
+        position = fit.position
         train = streamed_pair_dataset(scan, tokenizer, tokenizer, position, token_budget=60, max_length=12,
                                       epochs=2, seed=1)
         valid, _ = bucketed_pair_dataset(words[:10], [w[::-1] for w in words[:10]], tokenizer, tokenizer,
@@ -152,11 +152,7 @@ def test_a_streamed_run_ends_with_its_data_and_resumed_after_its_last_batch_trai
         model = RNNSeq2Seq(tokenizer.vocab_size, tokenizer.vocab_size, embed_dim=8, units=8)
         model.build()
         compile_model(model, FusedAdam(1e-2), MaskedSparseCategoricalCrossentropy())
-        fit = CadencedFit(str(tmp_path / "run"), position, Cadence(steps=7), None, None, save_every=5,
-                          max_minutes=None, resuming=ResumableBackup.saved_state(str(tmp_path / "run" / "backup")),
-                          non_finite_hint="")
-        fit.fit(model, train, valid)
-        return model, fit.report(model), position
+        return model, fit.fit(model, train, valid, 2), position
 
     model, report, position = run()
     per_epoch = sum(count for (epoch, _), count in position._windows.items() if epoch == 0)

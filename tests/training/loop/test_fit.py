@@ -1,6 +1,6 @@
 """Fit: the best epoch kept, and a killed fit resumed to the uninterrupted
 one's weights and metrics; without a monitor its stopping callbacks decide;
-train_once trains a phase once."""
+the deprecated CadencedFit trains as Fit does; train_once trains a phase once."""
 
 import os
 
@@ -11,8 +11,8 @@ import tensorflow as tf
 
 from kseq.data.epoch_order import epoch_ordered_batches
 from kseq.data.streams import stream_batches
-from kseq.training.loop.cadenced_fit import Trained
-from kseq.training.loop.fit import Fit, train_once
+from kseq.training.loop.fit import Fit
+from kseq.training.loop.trained import Trained, train_once
 from kseq.training.checkpoints.phases import Phases
 from kseq.training.objectives import FusedAdam
 from support import KillAt
@@ -161,6 +161,35 @@ def test_a_language_model_resumed_mid_epoch_goes_on_with_its_carried_streams(tmp
     for got, want in zip(model.get_weights(), whole.get_weights()):
         np.testing.assert_array_equal(got, want)
     assert metrics["valid_loss_by_epoch"] == expected["valid_loss_by_epoch"]
+
+
+def test_the_deprecated_cadenced_fit_warns_and_trains_as_fit_does(tmp_path):
+    """`CadencedFit`, the loop `Fit` built on every call before it did the
+    job itself, keeps its arguments and calls for code written against it:
+    it warns, and ends with Fit's weights and report, its backup kept
+    until `release`."""
+    from kseq.training.checkpoints.resume import TrainingPosition
+    from kseq.training.loop import CadencedFit
+    from kseq.training.progress import Cadence
+
+    fit = Fit(str(tmp_path / "fit"), eval_every="3", save_every=2)
+    model, data = regression(fit.position, epochs=2)
+    expected = fit.fit(model, data["train"], data["valid"], 2, verbose=False)
+    position = TrainingPosition()
+    old_model, old_data = regression(position, epochs=2)
+    with pytest.warns(DeprecationWarning, match="use `kseq.training.loop.Fit"):
+        old = CadencedFit(str(tmp_path / "old"), position, Cadence(steps=3), 16, 8, save_every=2, max_minutes=None,
+                          resuming=None, non_finite_hint="", show=False)
+    history = old.fit(old_model, old_data["train"], old_data["valid"])
+    report = old.report(old_model)
+    for got, want in zip(old_model.get_weights(), model.get_weights()):
+        np.testing.assert_array_equal(got, want)
+    assert {k: v for k, v in report.items() if k not in TIMES} == {
+        k: expected[k] for k in report if k not in TIMES}
+    assert len(history.history["val_loss"]) == report["evaluations"] == 6 and report["steps"] == 16
+    assert os.path.exists(tmp_path / "old" / "backup" / "latest.json")
+    old.release()
+    assert not os.path.exists(tmp_path / "old" / "backup")
 
 
 def test_train_once_trains_a_phase_once_and_a_restart_reloads_its_weights(tmp_path):
