@@ -74,7 +74,7 @@ def load_signatures(folder):
     """
     import tensorflow as tf
 
-    from kseq.export.saved_model_writer import load_saved_model
+    from kseq._saved_model import load_saved_model
 
     importlib.import_module("tensorflow_text")  # registers the text ops the exports' graphs hold
 
