@@ -10,8 +10,8 @@ import importlib
 import os
 import re
 
-from kseq._quiet_start import held_to_log_level
 from kseq.cli.errors import Failure, UsageError
+from kseq.cli.quiet_start import held_to_log_level
 
 # What each kind of export's `serving_default` takes, and the command that serves it.
 KINDS = {
