@@ -9,36 +9,27 @@ decoder protocol), `kseq.data` (tokenizers, pipelines, data sets),
 distribution, precision, XLA, evaluation, task plumbing) and `kseq.export`.
 """
 
+import importlib
+import importlib.util
 import os
 
 # kseq builds on tf.data, tf.function and SavedModel: it needs the TensorFlow
-# backend, so choose it unless the user already picked one.
+# backend, so choose it unless the user already picked one. The check that
+# the user's choice is TensorFlow is kseq._backend's, where keras first loads.
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
-# TensorFlow's C++ start-up lines (oneDNN, CUDA probing, CPU features) would
-# bury the commands' and tasks' own output; setting TF_CPP_MIN_LOG_LEVEL
-# before importing kseq brings them back. absl logs the first of them before
-# it honours the level, so the import's stderr is filtered here.
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-
-from kseq._quiet_start import quiet_tensorflow_start  # noqa: E402
-
-with quiet_tensorflow_start():
-    import keras  # noqa: E402
-
-if keras.backend.backend() != "tensorflow":
-    raise ImportError(
-        "kseq needs the Keras TensorFlow backend; KERAS_BACKEND is "
-        f"{keras.backend.backend()!r}. Set KERAS_BACKEND=tensorflow."
-    )
 
 from kseq.special_ids import BOS_ID, EOS_ID, PAD_ID, UNK_ID  # noqa: E402
-from kseq import data, decoding, export, layers, models, training  # noqa: E402,I001
-
-# The training pieces users reach for most, also as kseq.losses, kseq.metrics, ...
-from kseq.training.loop import callbacks  # noqa: E402
-from kseq.training.objectives import losses, metrics, optimizers, schedules  # noqa: E402
 
 __version__ = "0.2.0"
+
+# The training pieces users reach for most, as kseq.losses, kseq.metrics, ...
+_SHORTCUTS = {
+    "callbacks": "kseq.training.loop.callbacks",
+    "losses": "kseq.training.objectives.losses",
+    "metrics": "kseq.training.objectives.metrics",
+    "optimizers": "kseq.training.objectives.optimizers",
+    "schedules": "kseq.training.objectives.schedules",
+}
 
 __all__ = [
     "PAD_ID",
@@ -58,3 +49,20 @@ __all__ = [
     "training",
     "__version__",
 ]
+
+
+def __getattr__(name):
+    """Imports a subpackage (or a shortcut's module) when it is first asked
+    for, as `kseq.models`: `import kseq` alone loads neither keras nor
+    TensorFlow, so the commands start TensorFlow themselves, quietly
+    (kseq.cli.quiet_start), and `--help` answers at once."""
+    target = _SHORTCUTS.get(name, f"kseq.{name}")
+    if name.startswith("__") or not name.isidentifier() or importlib.util.find_spec(target) is None:
+        raise AttributeError(f"module 'kseq' has no attribute {name!r}")
+    module = importlib.import_module(target)
+    globals()[name] = module
+    return module
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))

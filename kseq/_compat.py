@@ -6,6 +6,8 @@ holds a test per entry that fails once upstream changes, so an upgrade says
 which entry to revisit.
 """
 
+from kseq import _backend  # noqa: F401  (first: the TensorFlow backend checked before keras loads)
+
 import importlib
 
 import keras

@@ -1,5 +1,7 @@
 """A tensor's dimensions for code that runs in traced graphs."""
 
+from kseq import _backend  # noqa: F401  (first: the TensorFlow backend checked before keras loads)
+
 import tensorflow as tf
 from keras import ops
 

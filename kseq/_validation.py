@@ -4,6 +4,8 @@ Every public entry point runs its inputs through these so that a user sees
 "`source_ids` must ..." instead of a TensorFlow trace from deep inside a graph.
 """
 
+from kseq import _backend  # noqa: F401  (first: the TensorFlow backend checked before keras loads)
+
 import keras
 import numpy as np
 import tensorflow as tf

@@ -24,4 +24,8 @@ input or a run that fails (one line naming the file and line), 0 otherwise.
 
 Only TensorFlow and tensorflow_text's ops serve the requests: the graph is
 the one TF Serving runs, so the commands answer what a server would.
+TensorFlow loads once the command line is parsed (`--help` and a usage
+error need none of it), with the commands' quiet start
+(kseq.cli.quiet_start): its start-up lines held to TF_CPP_MIN_LOG_LEVEL,
+2 unless the user set one.
 """

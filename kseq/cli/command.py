@@ -5,9 +5,9 @@ import argparse
 import os
 import sys
 
-from kseq._quiet_start import probe_gpus_quietly
 from kseq.cli import lines, servable
 from kseq.cli.errors import Failure, UsageError
+from kseq.cli.quiet_start import probe_gpus_quietly, quiet_tensorflow_start
 from kseq.errors import CommandParser
 
 # Lines read at a time, in batches: sorted by length, a window's batches
@@ -101,6 +101,8 @@ def run(arguments, command, argv=None):
     try:
         lines.check_input(args.input)
         lines.check_output(args.output)
+        with quiet_tensorflow_start():
+            import tensorflow  # noqa: F401  (the first import, quietly; --help and usage errors need none)
         probe_gpus_quietly()
         command(args)
     except UsageError as error:

@@ -10,8 +10,8 @@ import importlib
 import os
 import re
 
-from kseq._quiet_start import held_to_log_level
 from kseq.cli.errors import Failure, UsageError
+from kseq.cli.quiet_start import held_to_log_level
 
 # What each kind of export's `serving_default` takes, and the command that serves it.
 KINDS = {
@@ -74,7 +74,7 @@ def load_signatures(folder):
     """
     import tensorflow as tf
 
-    from kseq.export.saved_model_writer import load_saved_model
+    from kseq._saved_model import load_saved_model
 
     importlib.import_module("tensorflow_text")  # registers the text ops the exports' graphs hold
 

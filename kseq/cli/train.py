@@ -58,6 +58,8 @@ def run(task, argv):
     The one place a user's mistake (`kseq.errors.UsageError`) becomes the
     task's usage error: what the run had begun to write is taken away
     (`kseq.training.checkpoints.failed_start`), then one line is printed.
+    TensorFlow is first loaded here, with the commands' quiet start
+    (`kseq.cli.quiet_start`): `kseq-train --help` needs none of it.
 
     Args:
         task: a name in TASKS, with underscores.
@@ -68,7 +70,10 @@ def run(task, argv):
             <message>` on stderr, as argparse's errors for the same
             command; the task's own exits otherwise.
     """
-    from kseq._quiet_start import probe_gpus_quietly
+    from kseq.cli.quiet_start import probe_gpus_quietly, quiet_tensorflow_start
+
+    with quiet_tensorflow_start():
+        from kseq import _backend  # noqa: F401  (keras and TensorFlow, the backend checked)
     from kseq.errors import UsageError, refuse
     from kseq.training.checkpoints.failed_start import undone_on_usage_error
     from kseq.training.devices.runtime import tune_cpu_runtime

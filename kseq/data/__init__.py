@@ -1,5 +1,7 @@
 """Data: tokenizers, tf.data pipelines and generated tasks."""
 
+from kseq import _backend  # noqa: F401  (first: the TensorFlow backend checked before keras loads)
+
 from kseq.data.bible import load_bible_pairs
 from kseq.data.bucketing import bucketed_pair_dataset, padding_fraction
 from kseq.data.character_tokenizer import CharacterTokenizer

@@ -11,6 +11,8 @@ into text: the best hypothesis, PAD columns cut, detokenized. `Decoder` (kseq.de
 is what a model implements to be driven by them.
 """
 
+from kseq import _backend  # noqa: F401  (first: the TensorFlow backend checked before keras loads)
+
 from kseq.decoding.beam_search import BeamSearch, length_penalty
 from kseq.decoding.factory import make_search
 from kseq.decoding.output import trim_padding

@@ -5,6 +5,8 @@ time: no kseq, no keras, no Python functions, so TF Serving can load it.
 `publishing` writes versions atomically; one module a kind of servable.
 """
 
+from kseq import _backend  # noqa: F401  (first: the TensorFlow backend checked before keras loads)
+
 from kseq.export.captioner import IMAGE_SPEC, caption_function, export_captioner
 from kseq.export.classifier import TEXT_SPEC, classify_function, export_classifier
 from kseq.export.ctranslate2_model import export_ctranslate2

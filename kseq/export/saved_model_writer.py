@@ -10,8 +10,6 @@ trace nearly doubles an export's time. Here the variables come from the
 tracked models instead, and the only trace is the save's.
 """
 
-import logging
-
 import keras
 import tensorflow as tf
 from tensorflow.saved_model.experimental import TrackableResource
@@ -19,36 +17,9 @@ from tensorflow.saved_model.experimental import TrackableResource
 # Without the gradient functions of kseq's custom-gradient ops (layer norm,
 # dropout, the loss): a servable is never differentiated (fine-tuning starts
 # from a run's weights, `--init-from`), and they made an export slower to
-# write and to load (benchmarks/export_time.py).
+# write and to load (benchmarks/export_time.py). kseq._saved_model's loader
+# quiets the warning TensorFlow logs for them.
 SAVE_OPTIONS = tf.saved_model.SaveOptions(experimental_custom_gradients=False)
-
-
-class _WithoutGradientNotice(logging.Filter):
-    """Drops TensorFlow's "Importing a function ... with ops with unsaved
-    custom gradients" warning, logged once a function of such an export
-    (seven for a translator), which SAVE_OPTIONS leaves out on purpose."""
-
-    def filter(self, record):
-        return "with ops with unsaved custom gradients" not in record.getMessage()
-
-
-def load_saved_model(folder):
-    """`tf.saved_model.load(folder)` without the warnings SAVE_OPTIONS brings
-    about: kseq's own loads serve, and never ask for a gradient.
-
-    Args:
-        folder: a SavedModel folder.
-
-    Returns:
-        The loaded object.
-    """
-    notice = _WithoutGradientNotice()
-    logger = logging.getLogger("absl")
-    logger.addFilter(notice)
-    try:
-        return tf.saved_model.load(folder)
-    finally:
-        logger.removeFilter(notice)
 
 
 def write_saved_model(folder, endpoints, resources):

@@ -1,5 +1,7 @@
 """kseq layers: embeddings, attention, Transformer blocks, RNN encoder/decoder."""
 
+from kseq import _backend  # noqa: F401  (first: the TensorFlow backend checked before keras loads)
+
 from kseq.layers.bahdanau_attention import BahdanauAttention
 from kseq.layers.cached_multi_head_attention import CachedMultiHeadAttention
 from kseq.layers.feed_forward import PositionwiseFeedForward

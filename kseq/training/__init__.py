@@ -16,6 +16,8 @@ names (one import path each), depending one way (from the bottom):
   fit, train once, metrics, export).
 """
 
+from kseq import _backend  # noqa: F401  (first: the TensorFlow backend checked before keras loads)
+
 from kseq.training import (
     checkpoints,
     config,

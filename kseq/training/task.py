@@ -24,7 +24,7 @@ import tensorflow as tf
 
 from kseq._atomic import write_json_atomic
 from kseq._compat import accumulate_after_all_reduce
-from kseq.export.saved_model_writer import load_saved_model
+from kseq._saved_model import load_saved_model
 from kseq.training.checkpoints import failed_start
 from kseq.training.checkpoints.phases import Phases
 from kseq.training.config.config_files import write_config

@@ -10,7 +10,7 @@ import tensorflow as tf
 
 from kseq.data.corpus import training_pairs
 from kseq.errors import UsageError
-from kseq.export.saved_model_writer import load_saved_model
+from kseq._saved_model import load_saved_model
 
 WORD = re.compile(r"[a-z']+")
 
