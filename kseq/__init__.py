@@ -12,6 +12,7 @@ distribution, precision, XLA, evaluation, task plumbing) and `kseq.export`.
 import importlib
 import importlib.util
 import os
+import sys
 
 # kseq builds on tf.data, tf.function and SavedModel: it needs the TensorFlow
 # backend, so choose it unless the user already picked one. The check that
@@ -66,3 +67,13 @@ def __getattr__(name):
 
 def __dir__():
     return sorted(set(globals()) | set(__all__))
+
+
+# Where keras is loaded already (`import keras` before `import kseq`, as
+# sorted imports put it), kseq's Keras classes cost little more to import
+# now, and keras.saving.load_model then finds them in a .keras file, as it
+# did when `import kseq` loaded everything. Without keras loaded, a .keras
+# file of a kseq model needs `kseq.models` (or any of its classes) first.
+if "keras" in sys.modules:
+    for _package in ("layers", "models", "training"):
+        __getattr__(_package)

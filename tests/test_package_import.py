@@ -8,6 +8,7 @@ import json
 import subprocess
 import sys
 
+import keras
 import pytest
 
 import kseq
@@ -100,3 +101,27 @@ def test_a_backend_other_than_tensorflow_is_refused_where_kseqs_keras_code_loads
     assert done.returncode == 0, done.stderr[-3000:]
     message = "kseq needs the Keras TensorFlow backend; KERAS_BACKEND is 'jax'. Set KERAS_BACKEND=tensorflow."
     assert done.stdout.splitlines() == [message] * 3
+
+
+# A .keras file saved by one process, loaded by another that imports keras,
+# then kseq, as sorted imports do, and touches nothing of kseq before loading.
+LOAD_AFTER_KERAS = """
+import sys
+import keras
+import kseq
+
+model = keras.saving.load_model(sys.argv[1])
+print(type(model).__module__, type(model).__name__)
+"""
+
+
+def test_a_keras_file_loads_after_import_keras_then_kseq(tmp_path):
+    model = kseq.models.RNNSeq2Seq(8, 8, embed_dim=4, units=4, attention="dot")
+    model.build()
+    model.compile(keras.optimizers.Adam(1e-3), kseq.losses.MaskedSparseCategoricalCrossentropy())
+    path = str(tmp_path / "model.keras")
+    model.save(path)
+    done = subprocess.run([sys.executable, "-c", LOAD_AFTER_KERAS, path], capture_output=True, text=True,
+                          env=users_environment(), timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split() == ["kseq.models.rnn_seq2seq", "RNNSeq2Seq"]
