@@ -9,9 +9,11 @@ Output formats:
 - `--scores`: `score<TAB>translation`, the search's score (a beam
   search's length-penalised log-probability, else the summed token
   log-probabilities), 4 decimals;
-- `--n-best K`: K lines an input, best first (the `n_best` signature), as
-  OpenNMT-py's `-n_best` writes them: input i's hypotheses are output
-  lines i*K+1 .. i*K+K; with `--scores`, `score<TAB>hypothesis`;
+- `--n-best K`: K lines an input (the `n_best` signature), as OpenNMT-py's
+  `-n_best` writes them: input i's hypotheses are output lines i*K+1 ..
+  i*K+K, the first the translation the default prints (the same search,
+  the same score), then the export's other hypotheses, best first; with
+  `--scores`, `score<TAB>hypothesis`, every score on one scale;
 - `--score-pairs`: input lines are `source<TAB>target`, each answered with
   the target's log-probability given the source (the `score` signature),
   to rank or filter given translations.
@@ -38,7 +40,7 @@ def parser():
     arguments = command.parser(NAME, "Translate lines with a kseq translator export.", "source sentences",
                                epilog=command.epilog(__doc__))
     arguments.add_argument("--n-best", type=command.positive, default=1, metavar="K",
-                           help="K hypotheses an input, best first, K lines (default: 1)")
+                           help="K hypotheses an input, K lines: the translation, then the best others (default: 1)")
     arguments.add_argument("--scores", action="store_true", help="prefix each line with its score and a tab")
     arguments.add_argument("--score-pairs", action="store_true",
                            help="read source<TAB>target lines; print each target's log-probability")
@@ -153,7 +155,8 @@ def n_best(signature, k, with_scores):
         with_scores: prefix each hypothesis with its score.
 
     Returns:
-        A function of a list of sources giving, for each, its `k` lines, best first.
+        A function of a list of sources giving, for each, its `k` lines: the
+        translation `serving_default` gives, then the best others.
     """
     def answer(sources):
         out = servable.call(signature, source=sources)

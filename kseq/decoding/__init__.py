@@ -14,7 +14,7 @@ is what a model implements to be driven by them.
 from kseq import _backend  # noqa: F401  (first: the TensorFlow backend checked before keras loads)
 
 from kseq.decoding.beam_search import BeamSearch, length_penalty
-from kseq.decoding.factory import make_search
+from kseq.decoding.factory import make_search, n_best_search
 from kseq.decoding.output import trim_padding
 from kseq.decoding.greedy import GreedySearch
 from kseq.decoding.limits import Limits
@@ -22,4 +22,4 @@ from kseq.decoding.protocol import Decoder
 from kseq.decoding.sampling import Sampler
 
 __all__ = ["BeamSearch", "Decoder", "GreedySearch", "Limits", "Sampler", "length_penalty", "make_search",
-           "trim_padding"]
+           "n_best_search", "trim_padding"]

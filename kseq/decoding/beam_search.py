@@ -70,6 +70,9 @@ class BeamSearch:
             `kseq.decoding.Limits`; `eos_id` -1: none ever ends).
         limits: a `kseq.decoding.Limits` instead of `max_length` and the
             limits above.
+        patience: in (0, 1]: a row ends once ceil(patience x `beam_size`)
+            hypotheses, at least `num_return`, have finished (CTranslate2's
+            rule). Defaults to None: once no alive hypothesis can win.
 
     Example:
     >>> import tensorflow as tf
@@ -108,6 +111,7 @@ class BeamSearch:
         self.bos_id, self.pad_id = int(bos_id), int(pad_id)
         if patience is not None and not 0 < patience <= 1:
             raise ValueError(f"`patience` must be in (0, 1] or None; got {patience!r}.")
+        self.patience = patience
         # The finished hypotheses that end a row's search (None: the bound alone).
         self.finished_to_stop = None if patience is None else max(self.num_return, math.ceil(patience * self.beam_size))
 

@@ -60,7 +60,7 @@ def label_lookup(labels):
     )
 
 
-def generate_from_label_function(model, tokenizer, search, labels, table):
+def generate_from_label_function(model, tokenizer, search, labels, table, from_class_id=None):
     """Makes the function that generates text from label strings, read as training read text.
 
     A label not in `labels` fails the whole call with an InvalidArgumentError
@@ -73,12 +73,15 @@ def generate_from_label_function(model, tokenizer, search, labels, table):
         search: a kseq.decoding search.
         labels: the class names, in id order.
         table: `label_lookup(labels)`.
+        from_class_id: the generation from class ids it calls, e.g. the
+            traced one the `by_class_id` signature serves. Default None:
+            `generate_from_condition_function` with `search`.
 
     Returns:
         A function `(label (B,) tf.string) -> {"text": (B,) strings,
         "token_ids": (B, T) int32, "class_id": (B,) int32}`.
     """
-    from_class_id = generate_from_condition_function(model, tokenizer, search, "class_id")
+    from_class_id = from_class_id or generate_from_condition_function(model, tokenizer, search, "class_id")
     known = ", ".join(labels)  # no quotes: the assertion message would escape them
 
     def generate(label):
@@ -112,7 +115,8 @@ def export_conditioned_generator(
       mapped by an in-graph lookup table (exact match; an unknown label
       fails the request with an error listing the known labels), and
       `by_class_id` {"class_id": int32 (None,)} -> {"text", "token_ids"}
-      (an id outside [0, K) fails the request).
+      (an id outside [0, K) fails the request). Both decode with `search`,
+      traced once: a label's text is its class id's.
 
     Written atomically (see `write_servable`).
 
@@ -144,11 +148,13 @@ def export_conditioned_generator(
             f"{None if labels is None else list(labels)}."
         )
     table = label_lookup(list(labels))
+    # One generation from class ids, its search traced once: both signatures serve it.
+    by_class_id = tf.function(generate_from_condition_function(model, tokenizer, search, "class_id"),
+                              input_signature=[CLASS_ID_SPEC], autograph=False)
     endpoints = {
-        "serving_default": (generate_from_label_function(model, tokenizer, search, labels, table),
+        "serving_default": (generate_from_label_function(model, tokenizer, search, labels, table, by_class_id),
                             [LABEL_SPEC]),
-        "by_class_id": (generate_from_condition_function(model, tokenizer, search, "class_id"),
-                        [CLASS_ID_SPEC]),
+        "by_class_id": (by_class_id, [CLASS_ID_SPEC]),
     }
     warmup = {"serving_default": {"label": [labels[0]]}, "by_class_id": {"class_id": tf.constant([0], tf.int32)}}
     return write_servable(export_dir, endpoints, (model, tokenizer, table), version, assets, warmup=warmup)

@@ -2,11 +2,12 @@
 
 import tensorflow as tf
 
-from kseq.decoding import BeamSearch, GreedySearch
-from kseq.decoding.output import best_hypotheses, decoded_text
+from kseq.decoding import GreedySearch, n_best_search, trim_padding
+from kseq.decoding.output import decoded_text
 from kseq.export.compute_dtype import in_compute_dtype
 from kseq.export.publishing import write_servable
 from kseq.export.requests import few_shapes, id_matrix, length_within, normalized
+from kseq.special_ids import PAD_ID
 
 SOURCE_SPEC = tf.TensorSpec([None], tf.string, name="source")
 TARGET_SPEC = tf.TensorSpec([None], tf.string, name="target")
@@ -95,57 +96,90 @@ def source_ids(tokenizer, source, max_source_length, few=False):
     return (few_shapes(ids, max_source_length) if few else ids), rows
 
 
-def n_best_function(model, source_tokenizer, target_tokenizer, search, n_best, max_source_length=256):
-    """Makes the function that gives the `n_best` best translations of each string, best first.
+def n_best_function(model, source_tokenizer, target_tokenizer, search, n_best, max_source_length=256,
+                    translate=None):
+    """Makes the function that gives `n_best` translations of each string: the translation first, then its rivals.
 
-    They come from a beam search with `search`'s limits and length penalty
-    (0.6 if it has none) and at least `n_best` beams.
+    The first hypothesis is `translate`'s translation and score, as the
+    translation signature serves them, whatever search the others need. The
+    others are the best hypotheses of `n_best_search(search, n_best)` (the
+    same limits, length penalty and patience, at least `n_best` beams) that
+    are not the first, best first. Every score is on the scale of the
+    translation's: a beam search's length-penalised log-probability, else
+    the summed log-probability. A rival may score above the first where the
+    wider search found one (a greedy translation, or fewer beams than `n_best`).
 
     Args:
         model: a built kseq seq2seq model.
         source_tokenizer: the kseq tokenizer of its sources.
         target_tokenizer: the kseq tokenizer of its targets.
-        search: the kseq.decoding search whose limits, beams and length penalty are taken.
-        n_best: N, the hypotheses given per source.
+        search: the kseq.decoding search of the translation.
+        n_best: N >= 1, the hypotheses given per source.
         max_source_length: source tokens read from each request. Default 256.
+        translate: the translation signature's function (`translate_function`'s)
+            with `search`. Default None: `translate_function` with `search`.
 
     Returns:
         A function `(source (B,) tf.string) -> {"translations": (B, N) strings,
         "scores": (B, N) float32, "token_ids": (B, N, T) int32}`.
 
     Raises:
-        ValueError: `max_source_length` is not an int >= 1.
+        ValueError: `max_source_length` or `n_best` is not an int >= 1.
     """
-    beams = BeamSearch(limits=search.limits, beam_size=max(n_best, getattr(search, "beam_size", 1)),
-                       length_penalty=getattr(search, "length_penalty", 0.6), num_return=n_best)
+    rivals = n_best_search(search, n_best)
     max_source_length = length_within(model.length_limit, max_source_length, "max_source_length")
+    translate = translate or translate_function(model, source_tokenizer, target_tokenizer,
+                                                max_source_length=max_source_length, search=search)
 
     def translate_n_best(source):
+        first = translate(source)
+        if n_best == 1:
+            return {"translations": first["translation"][:, None], "scores": first["score"][:, None],
+                    "token_ids": first["token_ids"][:, None]}
         ids, _ = source_ids(source_tokenizer, source, max_source_length)
-        generated, scores = model.search(ids, beams)  # (B, N, L)
-        shape = tf.shape(generated)
-        flat, token_ids = decoded_text(target_tokenizer, tf.reshape(generated, [-1, shape[2]]))
-        return {"translations": tf.reshape(flat, shape[:2]), "scores": scores,
-                "token_ids": tf.reshape(token_ids, tf.concat([shape[:2], [-1]], 0))}
+        generated, scores = model.search(ids, rivals)  # (B, N, L)
+        return _first_then_rivals(target_tokenizer, first, generated, scores)
 
     return translate_n_best
 
 
-def alignment_function(model, source_tokenizer, target_tokenizer, search, max_source_length=256, run_search=None):
+def _first_then_rivals(tokenizer, first, generated, scores):
+    """`n_best_function`'s outputs: the translation `first` (`translate`'s
+    outputs), then the N - 1 best of a search's (B, N, L) hypotheses that
+    are not it, with their (B, N) `scores`."""
+    count, length = generated.shape[1], generated.shape[2]
+    first_ids = _full_width(first["token_ids"], length)
+    same = tf.reduce_all(tf.equal(generated, first_ids[:, None]), axis=2)
+    rank = tf.range(count)[None, :]
+    rivals = tf.argsort(tf.where(same, count + rank, rank), axis=1, stable=True)[:, : count - 1]
+    rival_ids = tf.gather(generated, rivals, batch_dims=1)
+    texts, _ = decoded_text(tokenizer, tf.reshape(rival_ids, [-1, length]))
+    return {"translations": tf.concat([first["translation"][:, None], tf.reshape(texts, [-1, count - 1])], 1),
+            "scores": tf.concat([first["score"][:, None], tf.gather(scores, rivals, batch_dims=1)], 1),
+            "token_ids": trim_padding(tf.concat([first_ids[:, None], rival_ids], 1))}
+
+
+def _full_width(token_ids, length):
+    """A translation's (B, T) `token_ids` padded with PAD to `length` >= T columns, a static width (B, length)."""
+    padded = tf.pad(token_ids, [[0, 0], [0, length - tf.shape(token_ids)[1]]], constant_values=PAD_ID)
+    return tf.ensure_shape(padded, [None, length])
+
+
+def alignment_function(model, source_tokenizer, target_tokenizer, search, max_source_length=256, translate=None):
     """Makes the function that translates strings and aligns each output token with a source position.
 
-    The position is the source token the output token attends to most
+    The translation is `translate`'s, as the translation signature serves
+    it; the position is the source token each output token attends to most
     (`Seq2Seq.alignment`), -1 on padding.
 
     Args:
         model: a built kseq seq2seq model with attention.
         source_tokenizer: the kseq tokenizer of its sources.
         target_tokenizer: the kseq tokenizer of its targets.
-        search: a kseq.decoding search; a beam search gives its best hypothesis.
+        search: the kseq.decoding search of the translation.
         max_source_length: source tokens read from each request. Default 256.
-        run_search: ids (B, S) -> `search`'s (ids, scores), e.g. the traced
-            function the translation signature calls (`_search_function`).
-            Default None: `model.search` with `search`.
+        translate: the translation signature's function (`translate_function`'s)
+            with `search`. Default None: `translate_function` with `search`.
 
     Returns:
         A function `(source (B,) tf.string) -> {"translation": (B,) strings,
@@ -155,15 +189,15 @@ def alignment_function(model, source_tokenizer, target_tokenizer, search, max_so
         ValueError: `max_source_length` is not an int >= 1.
     """
     max_source_length = length_within(model.length_limit, max_source_length, "max_source_length")
-    run_search = run_search or (lambda ids: model.search(ids, search))
+    translate = translate or translate_function(model, source_tokenizer, target_tokenizer,
+                                                max_source_length=max_source_length, search=search)
 
     def align(source):
         ids, _ = source_ids(source_tokenizer, source, max_source_length)
-        generated, _ = run_search(ids)
-        generated = best_hypotheses(generated)
-        text, token_ids = decoded_text(target_tokenizer, generated)
-        alignment = model.alignment(ids, generated)[:, : tf.shape(token_ids)[1]]
-        return {"translation": text, "token_ids": token_ids, "alignment": alignment}
+        translated = translate(source)
+        token_ids = translated["token_ids"]
+        alignment = model.alignment(ids, _full_width(token_ids, search.max_length))[:, : tf.shape(token_ids)[1]]
+        return {"translation": translated["translation"], "token_ids": token_ids, "alignment": alignment}
 
     return align
 
@@ -216,17 +250,18 @@ def export_translator(
 ) -> str:
     """Writes `export_dir/<version>/`, a SavedModel whose signatures translate `source` tf.string (None,).
 
-    Sources are read as training read text. The signatures:
+    Sources are read as training read text. The signatures (docs/SERVING.md):
 
     - `serving_default` -> `translation` tf.string (None,), `token_ids`
-      int32 (None, None), `score` float32 (None,), decoding with `search`
-      (see `translate_function`; `jit_compile` serves the search compiled by
+      int32 (None, None), `score` float32 (None,): `search`'s translation
+      (`translate_function`; `jit_compile` serves the search compiled by
       XLA, as TF Serving does on a GPU or a CPU build with XLA);
-    - `n_best` -> `translations` (None, N), `scores`, `token_ids`: the
-      `n_best` best hypotheses of a beam search (0: no such signature);
-    - `alignment` (models with attention) -> `translation`, `token_ids`,
-      `alignment` int32 (None, None): the source position each output
-      token attends to most;
+    - `n_best` -> `translations` (None, N), `scores`, `token_ids`: that
+      translation first, then the best others of `search` widened to
+      `n_best` hypotheses (`n_best_function`; 0: no such signature);
+    - `alignment` (models with attention) -> that `translation` and
+      `token_ids`, and `alignment` int32 (None, None): the source position
+      each output token attends to most;
     - `score`, also taking `target` tf.string (None,) -> `log_probability`
       float32 (None,): the target's log-probability given the source.
 
@@ -253,21 +288,30 @@ def export_translator(
 
     Raises:
         ValueError: the search generates more tokens than the model allows,
-            or a bad `max_source_length`, `export_dir` or `version`.
+            or a bad `max_source_length`, `n_best`, `export_dir` or `version`.
     """
     model = in_compute_dtype(model)
-    search = search or GreedySearch(max_length)
-    tokenizers = (source_tokenizer, target_tokenizer)
-    source_length = _checked_source_length(model, search, max_source_length)
-    run_search = _search_function(model, search, jit_compile)
-    endpoints = {"serving_default": (_translating(*tokenizers, source_length, run_search, few=jit_compile),
-                                     [SOURCE_SPEC]),
+    endpoints = _endpoints(model, (source_tokenizer, target_tokenizer), search or GreedySearch(max_length),
+                           max_source_length, n_best, jit_compile)
+    warmup = {name: {spec.name: ["warm-up"] for spec in specs} for name, (_, specs) in endpoints.items()}
+    return write_servable(export_dir, endpoints, (model, source_tokenizer, target_tokenizer), version, assets,
+                          warmup=warmup)
+
+
+def _endpoints(model, tokenizers, search, max_source_length, n_best, jit_compile):
+    """`export_translator`'s {signature name: (function, input specs)}.
+
+    One translation function, its search traced once, which every signature
+    that decodes starts from: they serve the same translation.
+    """
+    translate = translate_function(model, *tokenizers, max_source_length=max_source_length, search=search,
+                                   jit_compile=jit_compile)
+    endpoints = {"serving_default": (translate, [SOURCE_SPEC]),
                  "score": (score_function(model, *tokenizers, max_source_length), [SOURCE_SPEC, TARGET_SPEC])}
     if n_best:
-        endpoints["n_best"] = (n_best_function(model, *tokenizers, search, n_best, max_source_length), [SOURCE_SPEC])
+        endpoints["n_best"] = (n_best_function(model, *tokenizers, search, n_best, max_source_length, translate),
+                               [SOURCE_SPEC])
     if model.has_attention:
-        # The translation's search, traced once for both, unless XLA's (padded to few shapes).
-        endpoints["alignment"] = (alignment_function(model, *tokenizers, search, max_source_length,
-                                                     run_search=None if jit_compile else run_search), [SOURCE_SPEC])
-    warmup = {name: {spec.name: ["warm-up"] for spec in specs} for name, (_, specs) in endpoints.items()}
-    return write_servable(export_dir, endpoints, (model, *tokenizers), version, assets, warmup=warmup)
+        endpoints["alignment"] = (alignment_function(model, *tokenizers, search, max_source_length, translate),
+                                  [SOURCE_SPEC])
+    return endpoints

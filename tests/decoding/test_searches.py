@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from kseq.decoding import BeamSearch, GreedySearch, Sampler, trim_padding
+from kseq.decoding import BeamSearch, GreedySearch, Sampler, n_best_search, trim_padding
 
 EOS, PAD = 2, 0
 VOCAB = 6  # PAD, BOS, EOS, then 3 real tokens (3, 4, 5); PAD/BOS are never chosen
@@ -127,6 +127,36 @@ def test_beam_of_one_is_greedy_without_penalty_and_never_worse_with_it(seed):
     penalised, scores = run(BeamSearch(max_length, beam_size=1, length_penalty=1.0), table)
     greedy_length = len(as_list(greedy[0]))
     assert scores[0, 0] >= greedy_scores[0] / penalty(greedy_length, 1.0) - 1e-5
+
+
+def test_n_best_search_keeps_what_decides_the_hypotheses():
+    """A beam search keeps its limits, penalty and patience, widened to N
+    beams where it has fewer; greedy becomes N beams without a penalty."""
+    beam = BeamSearch(5, beam_size=2, length_penalty=1.5, patience=1.0, no_repeat_ngram_size=2)
+    wide = n_best_search(beam, 3)
+    assert (wide.beam_size, wide.num_return, wide.length_penalty, wide.patience) == (3, 3, 1.5, 1.0)
+    assert wide.limits == beam.limits and wide.finished_to_stop == 3
+    kept = n_best_search(BeamSearch(5, beam_size=4, length_penalty=0.6, patience=0.5), 2)
+    assert (kept.beam_size, kept.num_return, kept.length_penalty, kept.finished_to_stop) == (4, 2, 0.6, 2)
+    greedy = GreedySearch(6, no_repeat_ngram_size=2, max_ngram_count=2)
+    ranked = n_best_search(greedy, 3)
+    assert (ranked.beam_size, ranked.num_return, ranked.length_penalty, ranked.patience) == (3, 3, 0.0, None)
+    assert ranked.limits == greedy.limits
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_the_n_best_of_greedy_are_scored_as_greedy_scores(seed):
+    """n_best_search of a greedy search ranks by summed log-probability,
+    greedy's own score; with one hypothesis it is greedy search."""
+    table, greedy = PrefixTable(seed, sharpness=1.0), GreedySearch(6, no_repeat_ngram_size=2)
+    ids, scores = run(n_best_search(greedy, 3), table)
+    assert all(np.isclose(score, table.sequence_log_prob(as_list(row)), atol=1e-4)
+               for row, score in zip(ids[0].numpy(), scores[0].numpy()))
+    assert np.all(np.diff(scores[0].numpy()) <= 0), "best first"
+    one, one_scores = run(n_best_search(greedy, 1), table)
+    expected, expected_scores = run(greedy, table)
+    assert np.array_equal(one[:, 0], expected)
+    assert np.allclose(one_scores[:, 0], expected_scores, atol=1e-5)
 
 
 def test_beam_stops_once_no_live_hypothesis_can_win():
@@ -302,6 +332,7 @@ def test_searches_trace_once_and_compile_under_xla(search):
         (lambda: Sampler(5, top_k=0), "`top_k` must be >= 1"),
         (lambda: Sampler(5, seed=-1), "`seed` must be >= 0"),
         (lambda: GreedySearch(0), "`max_length` must be >= 1"),
+        (lambda: n_best_search(GreedySearch(5), 0), "`n_best` must be >= 1"),
     ],
 )
 def test_bad_search_options_are_named(make, message):

@@ -159,6 +159,25 @@ def test_conditioned_generator_export_serves_what_generate_gives(tmp_path, tf_on
     assert latest_version(str(tmp_path / "gen")) == path
 
 
+def test_a_label_generators_two_signatures_serve_one_traced_search(tmp_path, monkeypatch):
+    """`serving_default` (labels) and `by_class_id` call one traced
+    generation: the search is traced once, and a label's text is its id's."""
+    tokenizer = CharacterTokenizer(string.ascii_lowercase)
+    model = ConditionedGenerator(tokenizer.vocab_size, num_classes=2, embed_dim=8, units=8)
+    traces, search_once = [], GreedySearch.__call__
+    monkeypatch.setattr(GreedySearch, "__call__",
+                        lambda *args, **kwargs: traces.append(1) or search_once(*args, **kwargs))
+    path = export_conditioned_generator(model, tokenizer, str(tmp_path / "gen"), search=GreedySearch(8),
+                                        labels=["rotten", "fresh"])
+    monkeypatch.undo()
+    assert len(traces) == 1
+    signatures = tf.saved_model.load(path).signatures
+    by_label = signatures["serving_default"](label=tf.constant(["fresh", "rotten"]))
+    by_id = signatures["by_class_id"](class_id=tf.constant([1, 0]))
+    assert by_label["token_ids"].numpy().tolist() == by_id["token_ids"].numpy().tolist()
+    assert by_label["text"].numpy().tolist() == by_id["text"].numpy().tolist()
+
+
 def test_conditioned_generator_export_checks_its_labels(tmp_path):
     tokenizer = CharacterTokenizer("abc")
     classes = ConditionedGenerator(tokenizer.vocab_size, num_classes=2, embed_dim=4, units=4)

@@ -11,7 +11,7 @@ import tensorflow as tf
 import tensorflow_text  # noqa: F401 (registers the text ops the exports use)
 
 from kseq.data import CharacterTokenizer
-from kseq.decoding import BeamSearch, Limits
+from kseq.decoding import BeamSearch, GreedySearch, Limits
 from kseq.export import export_translator
 from kseq.export.warmup import read_warmup_requests
 from support import small_model
@@ -55,6 +55,41 @@ def test_the_n_best_are_the_beams_best_first(exported):
     two = model.generate(ids(SOURCES), search=BeamSearch(limits=search.limits, beam_size=3, num_return=2),
                          return_scores=True)
     np.testing.assert_allclose(scores, two[1].numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_a_greedy_exports_n_best_starts_with_its_translation(tmp_path):
+    """serving_default greedy, n_best 3: the greedy translation and score
+    first, then the others of a beam of 3 without a length penalty, all
+    scored as greedy scores (the summed log-probability); the alignment
+    aligns the greedy translation."""
+    keras.utils.set_random_seed(5)
+    model = small_model("rnn", {"attention": "dot"}, dropout=0.0)
+    path = export_translator(model, TOKENIZER, TOKENIZER, str(tmp_path / "greedy"),
+                             search=GreedySearch(limits=Limits(10, no_repeat_ngram_size=2, max_length_ratio=0.5)),
+                             n_best=3)
+    signatures = tf.saved_model.load(path).signatures
+    sources = tf.constant(SOURCES + ["zyxwvu", "the cat sat"])
+    best, n_best, aligned = (signatures[name](source=sources) for name in ("serving_default", "n_best", "alignment"))
+    assert n_best["translations"].numpy()[:, 0].tolist() == best["translation"].numpy().tolist()
+    assert n_best["scores"].numpy()[:, 0].tolist() == best["score"].numpy().tolist()
+    assert aligned["token_ids"].numpy().tolist() == best["token_ids"].numpy().tolist()
+    ids = n_best["token_ids"].numpy()
+    blank = SOURCES.index("")  # every hypothesis of a blank source is the empty one
+    assert all(len({tuple(hypothesis) for hypothesis in row}) == 3 for row in np.delete(ids, blank, 0)), \
+        "the translation once, then two others"
+    source_ids = tf.pad(ids_of(sources.numpy()), [[0, 0], [0, 1]])  # a blank source keeps a column
+    for rank in range(3):
+        ended = (ids[:, rank] == 2).any(axis=1)  # model.score counts an EOS; the length ratio ends most rows
+        ended[blank] = False  # a blank source's empty answer scores 0
+        assert ended.sum() >= 4, rank
+        expected = model.score(source_ids, np.where(ids[:, rank] == 2, 0, ids[:, rank]))
+        np.testing.assert_allclose(n_best["scores"].numpy()[ended, rank], expected.numpy()[ended], rtol=1e-4,
+                                   atol=1e-4)
+    assert np.all(np.diff(n_best["scores"].numpy()[:, 1:], axis=1) <= 0), "the others best first"
+
+
+def ids_of(texts):
+    return TOKENIZER.tokenize([text.decode() for text in texts]).to_tensor()
 
 
 def test_the_alignment_is_the_most_attended_source_position(exported):

@@ -1,6 +1,7 @@
 """recipes/translate.py end to end on a tiny TSV: logs, metrics, export."""
 
 import contextlib
+import dataclasses
 import functools
 import importlib.util
 import io
@@ -19,7 +20,12 @@ import numpy as np
 import pytest
 from tensorboard.backend.event_processing import event_multiplexer
 
+from kseq.cli import servable, translate as translate_command  # noqa: E402
+from kseq.data.tokenizers import tokenizer_files  # noqa: E402
+from kseq.decoding import length_penalty  # noqa: E402
+from kseq.export import export_translator  # noqa: E402
 from kseq.tasks import translate  # noqa: E402
+from kseq.training.scoring import DecodingSettings  # noqa: E402
 from kseq.data.bucketing import bucketed_pair_dataset, xla_boundaries  # noqa: E402
 from kseq.training.devices.distribution import weights_fingerprint  # noqa: E402
 from kseq.training.scoring.evaluation import looping_outputs  # noqa: E402
@@ -226,6 +232,72 @@ def test_the_export_reads_requests_as_training_read_text(run, tf_only):
     a blank request: ""."""
     words = list(WORDS) + ["café", "zoë", "naïve", "Ångström"]
     check_served_text_is_normalized(tf_only, os.path.join(run["export_dir"], "1"), words, "translation")
+
+
+@pytest.fixture(scope="module")
+def penalized(run, tmp_path_factory):
+    """The run's model exported as the run exports it, with the decoding it
+    chose (its beam, patience, n-gram limit and length ratio) but the length
+    penalty the Bible run tuned, 2.0 (a penalty other than the default, with
+    which a search that drops the patience runs on to the length limit)."""
+    settings = dataclasses.replace(DecodingSettings(**run["metrics"]["decoding"]), length_penalty=2.0)
+    model, tokenizer = translate.trained_model(run["logdir"])
+    folder = str(tmp_path_factory.mktemp("penalized") / "translate")
+    export_translator(model, tokenizer, tokenizer, folder, search=settings.search(24), max_source_length=24,
+                      assets=tokenizer_files(tokenizer))
+    return dict(settings=settings, model=model, tokenizer=tokenizer, folder=folder)
+
+
+def test_every_signature_decodes_with_the_runs_settings(run, penalized, tmp_path, monkeypatch):
+    """For every test source: `n_best`'s first translation and score are
+    `serving_default`'s, `alignment` aligns that translation, and
+    `kseq-translate --n-best 2`'s first line is `--scores`'. Every
+    hypothesis keeps the run's n-gram limit, and every score is the
+    hypothesis' log-probability over the run's length penalty."""
+    import tensorflow as tf
+
+    settings, model, tokenizer = penalized["settings"], penalized["model"], penalized["tokenizer"]
+    assert settings.beam_size == 2 and settings.patience == 1.0 and settings.no_repeat_ngram > 0
+    with open(os.path.join(run["logdir"], "test_translations.tsv"), encoding="utf-8") as f:
+        tested = [line.split("\t")[0] for line in f][1:]  # outputs may hold \x1e: no splitlines
+    sources = tested + ["", "big dog " * 20]  # a blank request, an over-long one
+    monkeypatch.setattr(servable, "load_signatures", functools.cache(servable.load_signatures))  # loaded once
+    signatures = servable.load_signatures(os.path.join(penalized["folder"], "1"))  # as kseq-translate names it
+    best, n_best, aligned = ({key: value.numpy() for key, value in signature(source=tf.constant(sources)).items()}
+                             for signature in map(signatures.get, ("serving_default", "n_best", "alignment")))
+    assert n_best["translations"].shape == (len(sources), 4)
+    assert n_best["translations"][:, 0].tolist() == best["translation"].tolist()
+    assert n_best["scores"][:, 0].tolist() == best["score"].tolist()
+    assert aligned["translation"].tolist() == best["translation"].tolist()
+    assert aligned["token_ids"].tolist() == best["token_ids"].tolist()
+    # One scale: log P(hypothesis) / ((5 + |Y|) / 6) ** 2.0, |Y| counting EOS.
+    source_ids = tokenizer.tokenize(tested)[:, :24].to_tensor()
+    for rank in range(4):
+        ids = n_best["token_ids"][: len(tested), rank]
+        ended = (ids == 2).any(axis=1)  # model.score counts an EOS: the hypotheses that end with one
+        assert ended.any(), rank
+        log_p = model.score(source_ids, np.where(ids == 2, 0, ids)).numpy()
+        expected = log_p / length_penalty((ids != 0).sum(axis=1), settings.length_penalty).numpy()
+        scores = n_best["scores"][: len(tested), rank]
+        np.testing.assert_allclose(scores[ended], expected[ended], rtol=1e-4, atol=1e-4)
+        size = settings.no_repeat_ngram
+        for row in ids:
+            tokens = row[row != 0].tolist()
+            grams = [tuple(tokens[i: i + size]) for i in range(len(tokens) - size + 1)]
+            assert max(map(grams.count, grams), default=0) <= settings.max_ngram_count, (rank, tokens)
+    lines = tmp_path / "sources.txt"
+    lines.write_text("\n".join(tested) + "\n", encoding="utf-8")
+
+    def command(*options):
+        out = tmp_path / "out.txt"
+        translate_command.main(["--model", penalized["folder"], "--input", str(lines), "--output", str(out),
+                                "--scores", *options])
+        return out.read_text(encoding="utf-8").split("\n")[:-1]
+
+    scored = command()
+    assert scored == [f"{score:.4f}\t{text.decode()}" for score, text in
+                      zip(best["score"][: len(tested)], best["translation"][: len(tested)])]
+    assert command("--n-best", "2")[::2] == scored
 
 
 def free_port():
