@@ -2,7 +2,7 @@
 
 import tensorflow as tf
 
-from kseq.decoding import GreedySearch, n_best_search, trim_padding
+from kseq.decoding import BeamSearch, GreedySearch, n_best_search, trim_padding
 from kseq.decoding.output import decoded_text
 from kseq.export.compute_dtype import in_compute_dtype
 from kseq.export.publishing import write_servable
@@ -258,7 +258,9 @@ def export_translator(
       XLA, as TF Serving does on a GPU or a CPU build with XLA);
     - `n_best` -> `translations` (None, N), `scores`, `token_ids`: that
       translation first, then the best others of `search` widened to
-      `n_best` hypotheses (`n_best_function`; 0: no such signature);
+      `n_best` hypotheses (`n_best_function`; 0: no such signature), read
+      from the translation's own search where it finds the same translation
+      returning N (`_returning_n_best`: one search for both);
     - `alignment` (models with attention) -> that `translation` and
       `token_ids`, and `alignment` int32 (None, None): the source position
       each output token attends to most;
@@ -302,16 +304,53 @@ def _endpoints(model, tokenizers, search, max_source_length, n_best, jit_compile
     """`export_translator`'s {signature name: (function, input specs)}.
 
     One translation function, its search traced once, which every signature
-    that decodes starts from: they serve the same translation.
+    that decodes starts from: they serve the same translation. Where that
+    search can return the n-best list itself (`_returning_n_best`), `n_best`
+    reads it from the same traced search: one search a request, one trace.
     """
-    translate = translate_function(model, *tokenizers, max_source_length=max_source_length, search=search,
-                                   jit_compile=jit_compile)
+    max_source_length = _checked_source_length(model, search, max_source_length)
+    wide = _returning_n_best(search, n_best)
+    run_search = _search_function(model, wide or search, jit_compile)
+    translate = _translating(*tokenizers, max_source_length, run_search, jit_compile)
     endpoints = {"serving_default": (translate, [SOURCE_SPEC]),
                  "score": (score_function(model, *tokenizers, max_source_length), [SOURCE_SPEC, TARGET_SPEC])}
-    if n_best:
+    if wide:
+        endpoints["n_best"] = (_all_hypotheses(*tokenizers, max_source_length, run_search, jit_compile),
+                               [SOURCE_SPEC])
+    elif n_best:
         endpoints["n_best"] = (n_best_function(model, *tokenizers, search, n_best, max_source_length, translate),
                                [SOURCE_SPEC])
     if model.has_attention:
         endpoints["alignment"] = (alignment_function(model, *tokenizers, search, max_source_length, translate),
                                   [SOURCE_SPEC])
     return endpoints
+
+
+def _returning_n_best(search, n_best):
+    """`n_best_search(search, n_best)` where it finds the translation `search` finds, else None.
+
+    That holds for a beam search that keeps as many beams either way and
+    stops a row at as many finished hypotheses whether it returns one or N
+    (a patience: ceil(patience x beams) >= N; the exact rule waits for the
+    N-th best, which costs the translation time). Then the translation is
+    the first of the N, and one search serves both signatures.
+    """
+    if not isinstance(search, BeamSearch) or n_best < 2 or search.finished_to_stop is None:
+        return None
+    wide = n_best_search(search, n_best)
+    return wide if (wide.beam_size, wide.finished_to_stop) == (search.beam_size, search.finished_to_stop) else None
+
+
+def _all_hypotheses(source_tokenizer, target_tokenizer, max_source_length, run_search, few):
+    """The `n_best` function of a search that returns N hypotheses a row (`run_search`),
+    the translation's own: its (B, N) texts, scores and (B, N, T) ids, best first."""
+
+    def translate_n_best(source):
+        ids, rows = source_ids(source_tokenizer, source, max_source_length, few)
+        generated, scores = run_search(ids)
+        generated, shape = generated[:rows], tf.shape(generated[:rows])  # (B, N, L)
+        texts, token_ids = decoded_text(target_tokenizer, tf.reshape(generated, [-1, shape[2]]))
+        return {"translations": tf.reshape(texts, shape[:2]), "scores": scores[:rows],
+                "token_ids": tf.reshape(token_ids, tf.concat([shape[:2], [-1]], 0))}
+
+    return translate_n_best

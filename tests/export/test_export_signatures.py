@@ -145,3 +145,29 @@ def test_warmup_requests_run_against_every_signature(exported):
     for name, inputs in requests:
         outputs = signatures[name](**{key: tf.constant(value) for key, value in inputs.items()})
         assert outputs and all(value.shape[0] == 1 for value in outputs.values()), name
+
+
+def test_a_beam_that_holds_the_n_best_serves_both_from_one_search(tmp_path, monkeypatch):
+    """A beam of N that stops a row at N finished hypotheses (patience 1)
+    finds the same translation whether it returns one hypothesis or N: the
+    export traces that one search, and `n_best` reads its N."""
+    keras.utils.set_random_seed(5)
+    model = small_model("transformer", {})
+    search = BeamSearch(limits=Limits(12), beam_size=4, length_penalty=1.0, patience=1.0)
+    traces, search_once = [], BeamSearch.__call__
+    monkeypatch.setattr(BeamSearch, "__call__", lambda *args, **kwargs: traces.append(1) or search_once(*args, **kwargs))
+    path = export_translator(model, TOKENIZER, TOKENIZER, str(tmp_path / "m"), search=search, n_best=4)
+    monkeypatch.undo()
+    assert len(traces) == 1, "serving_default, n_best and alignment share one traced search"
+    signatures = tf.saved_model.load(path).signatures
+    sources = tf.constant(SOURCES)
+    best, n_best, aligned = (signatures[name](source=sources) for name in ("serving_default", "n_best", "alignment"))
+    assert n_best["translations"].numpy()[:, 0].tolist() == best["translation"].numpy().tolist()
+    assert n_best["scores"].numpy()[:, 0].tolist() == best["score"].numpy().tolist()
+    assert aligned["token_ids"].numpy().tolist() == best["token_ids"].numpy().tolist()
+    four = BeamSearch(limits=search.limits, beam_size=4, length_penalty=1.0, patience=1.0, num_return=4)
+    expected_ids, expected_scores = model.generate(ids(SOURCES), search=four, return_scores=True)
+    np.testing.assert_allclose(n_best["scores"].numpy(), expected_scores.numpy(), rtol=1e-5, atol=1e-5)
+    served = n_best["token_ids"].numpy()
+    expected = expected_ids.numpy()
+    assert served.tolist() == expected[:, :, : served.shape[2]].tolist() and not expected[:, :, served.shape[2]:].any()
