@@ -1,5 +1,5 @@
-"""A stack's Transformer blocks run through one XLA-compiled function (the
-`compiled_blocks` path of `kseq.layers.device_paths`).
+"""A stack's Transformer blocks run through one XLA-compiled function
+(`TransformerSeq2Seq(compiled_blocks=True)`, `kseq-train --jit-compile blocks`).
 
 XLA compiled a whole train step in minutes on a GPU, most of it spent on
 fusions that repeat once a layer. Here the function takes a block's weights
