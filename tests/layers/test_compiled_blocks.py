@@ -60,6 +60,42 @@ def test_outputs_and_gradients_are_the_uncompiled_blocks():
         np.testing.assert_allclose(a, e, atol=2e-5 * max(1.0, np.abs(e).max()), rtol=1e-4, err_msg=name)
 
 
+def test_under_a_strategy_each_block_runs_and_trains_its_own_weights():
+    """kseq-train's default strategy, mirrored on one device: the compiled
+    function reads each block's weights, not the first block's, in float32
+    (where keras passes variables as they are) and under mixed_bfloat16
+    (where it passes the float32 LayerNorm weights so)."""
+    batch = {name: tf.constant(ids) for name, ids in random_batch().items()}
+    labels = tf.constant(np.roll(batch["target_ids"], -1, axis=1))
+    strategy = tf.distribute.MirroredStrategy(["/cpu:0"])
+    rng = np.random.default_rng(4)
+    for policy in ("float32", "mixed_bfloat16"):
+        results = []
+        for compiled_blocks in (False, True):
+            with strategy.scope():
+                model = TransformerSeq2Seq(VOCAB, VOCAB, num_layers=2, d_model=16, num_heads=2, ff_dim=24,
+                                           dropout=0.0, max_length=32, compiled_blocks=compiled_blocks, dtype=policy)
+                model.build()
+            if not results:
+                weights = [rng.normal(size=w.shape) * 0.3 for w in model.weights]  # each block its own
+            model.set_weights(weights)
+            loss = MaskedSparseCategoricalCrossentropy()
+
+            def replica_step(batch, model=model, loss=loss):
+                with tf.GradientTape() as tape:
+                    logits = model(batch, training=True)
+                    value = loss(labels, logits)
+                return [tf.cast(logits, tf.float32)] + tape.gradient(value, model.trainable_weights)
+
+            outputs = tf.function(lambda: strategy.run(replica_step, args=(batch,)))()
+            assert all(g is not None for g in outputs), policy
+            results.append([np.asarray(tf.convert_to_tensor(t)) for t in outputs])
+        tolerance = 1e-4 if policy == "float32" else 3e-2
+        for plain, compiled, name in zip(*results, ["logits"] + [w.path for w in model.trainable_weights]):
+            np.testing.assert_allclose(compiled, plain, atol=tolerance * max(1.0, np.abs(plain).max()), rtol=tolerance,
+                                       err_msg=f"{policy}: {name}")
+
+
 def test_dropout_masks_follow_the_steps_seed():
     """XLA's Philox draws other bits than TensorFlow's kernel for a key, so
     the masks are not the uncompiled path's: they repeat with the seed."""
@@ -80,7 +116,7 @@ def test_each_stack_traces_one_function_whatever_the_depth():
     for compiled, block in ((encoder, model.encoder_blocks[-1]), (decoder, model.decoder_blocks[-1])):
         assert compiled._function.experimental_get_tracing_count() == 1
         assert compiled.template is not block
-    inputs = [v.value for v in model.encoder_blocks[1].trainable_variables]
+    inputs = [tf.convert_to_tensor(v.value) for v in model.encoder_blocks[1].trainable_variables]  # as the call reads them
     key = tf.zeros([1], tf.uint64)
     concrete = encoder._function.get_concrete_function(
         inputs, (tf.zeros((2, 5, 16)), tf.ones((2, 5), tf.bool)), key, tf.constant(1, tf.int64))
