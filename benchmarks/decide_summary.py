@@ -1,6 +1,6 @@
 """The table `gpu_suite.sh decide` ends with: every kseq row beside
-PyTorch's, each path against kseq's default of the same call, and the
-fastest configuration with its ratio to compiled PyTorch.
+PyTorch's, compiled blocks and whole-step XLA against kseq's default of the
+same call, and the fastest configuration with its ratio to compiled PyTorch.
 
 Reads benchmarks/torch_transformer.py's and benchmarks/train_step.py's JSON
 outputs (any that exist; a part stopped midway leaves what it measured) and
@@ -9,7 +9,7 @@ writes one JSON: {"torch": rows, "kseq": rows, "failed": [...],
 "ratio_to_torch_eager"}, "targets": {...}}. The standard library only, so
 that any python runs it.
 
-    python3 benchmarks/decide_summary.py --torch torch.json --kseq paths.json compiled-*.json --output decide-rows.json
+    python3 benchmarks/decide_summary.py --torch torch.json --kseq default.json compiled-*.json --output decide-rows.json
 """
 
 import argparse
@@ -42,7 +42,7 @@ def summarize(torch_paths, kseq_paths):
         kseq_rows += [dict(row, file=os.path.basename(path)) for row in data.get("rows", [])]
         failed += [dict(f, file=os.path.basename(path)) for f in data.get("failed", [])]
     torch_ms = {row["config"]: row["ms_per_step"] for row in torch_rows}
-    # kseq's default: the first row measured, no path on and no XLA.
+    # kseq's default: the first row measured without compiled blocks or XLA.
     default = next((row["ms_per_step"] for row in kseq_rows if "+" not in row["config"]
                     and not row["config"].endswith("-xla")), None)
     for row in kseq_rows:

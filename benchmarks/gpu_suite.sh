@@ -27,18 +27,19 @@
 #               so that PyTorch is off the GPU before kseq is measured
 #   trace       train_step.py --configs kseq-bfloat16 --profile: where a base step's time goes;
 #               the raw trace comes back gzipped ($OUT/trace/), trace_report.py reads it here
-#   recommended the base step in the settings a user would pick, each with the GPU paths of
-#               kseq.layers.device_paths on and off (KSEQ_GPU_PATHS=1/0), same machine and hour
+#   recommended the base step in the settings a user would pick, each by default and with compiled
+#               blocks (+compiled_blocks, --jit-compile blocks), same machine and hour
 #   xla-matrix  xla_compile.py --matrix at base size: compile time and step under XLA settings
 # The part that decides kseq's GPU defaults, one call of at most 560 s after the bundle:
 #   decide      PyTorch's compiled and eager bf16 rows in the foreground (~90 s); kseq's default
-#               base step (mixed_bfloat16, no path), then each path of kseq.layers.device_paths alone
-#               on top of it (train_step.py --group: one process, ~20 s a row); then per-block XLA
-#               (+compiled_blocks) under each compile setting of kseq.training.devices.xla_compile_flags,
-#               cheapest first, each capped at $DECIDE_CAP_S (90) s, the default setting again on its
-#               warm caches, and whole-step XLA last. Rows are written as they finish; decide_summary.py
-#               prints the table, the fastest configuration and its ratio to compiled PyTorch.
-#               Brings back decide.log, decide.json and decide-rows.json (the table).
+#               base step (mixed_bfloat16); then compiled blocks (+compiled_blocks, the model's
+#               `compiled_blocks=True`) under each compile setting of
+#               kseq.training.devices.xla_compile_flags, cheapest first, each capped at $DECIDE_CAP_S
+#               (90) s, the default setting again on its warm caches, and whole-step XLA last. Rows are
+#               written as they finish; decide_summary.py prints the table, the fastest configuration
+#               and its ratio to compiled PyTorch. Brings back decide.log, decide.json and
+#               decide-rows.json (the table). The GPU paths removed after commit 0fd0d8a are A/B'd
+#               from a checkout of that commit, whose decide part still times each alone.
 #
 # Each part writes $OUT/<part>.log (its output) and $OUT/<part>.json: {part, status, rc,
 # started_utc, ended_utc, seconds, command, python, nvidia_smi (before), gpu_after, result},
@@ -63,7 +64,7 @@
 #   2. calls 2-17, one a part, carrying .gpu/partNN:  benchmarks/gpu_suite.sh bundle
 #      (about 130 s for all 17 parts; each call's bundle part only copies until SUMS checks)
 #   3. call 18, timeout_s 600:  GPU_SUITE_BUDGET_S=560 benchmarks/gpu_suite.sh decide
-#        (PyTorch ~90 s, the default and each path ~200 s, compiled rows what is left); its table
+#        (PyTorch ~90 s, the default ~40 s, compiled rows what is left); its table
 #        decides kseq's GPU defaults. (The older `lease`, torch-collect trace recommended
 #        xla-matrix, needs torch-start in call 1 instead; trace a base step with `trace`.)
 #   4. with 7 or more minutes of the session left: benchmarks/gpu_suite.sh recipe (5 minutes of
@@ -473,24 +474,18 @@ part_trace() {
   mkdir -p "$OUT/trace" && cp "$traces"/*.xplane.pb.gz* "$OUT/trace/" 2>/dev/null
 }
 
-recommended_rows() {  # runs inside run_part: the rows with the GPU paths on, then off
-  local paths
-  for paths in 1 0; do
-    echo "# KSEQ_GPU_PATHS=$paths"
-    KSEQ_GPU_PATHS=$paths "$TF_PYTHON" benchmarks/train_step.py "$@" --output "$WORK/recommended-paths$paths.json"
-  done
-}
-
-part_recommended() {
-  local extra=()
+part_recommended() {  # each recommended config, then each with compiled blocks, in one train_step.py run
+  local extra=() configs config both=""
   tf_env
-  rm -f "$WORK"/recommended-paths*.json
+  rm -f "$WORK/recommended-rows.json"
   [ "$SMOKE" = 1 ] && extra=(--peak-size 256)
+  configs=${RECOMMENDED_CONFIGS:-kseq-bfloat16,kseq-float32}
+  for config in ${configs//,/ }; do both+="${both:+,}$config"; done
+  for config in ${configs//,/ }; do both+=",$config+compiled_blocks"; done
   # shellcheck disable=SC2046
-  RESULT_FILES="$WORK/recommended-paths1.json:$WORK/recommended-paths0.json" \
-    run_part recommended "$TF_PYTHON; $TF_FROM" recommended_rows $(step_args) \
-    --configs "${RECOMMENDED_CONFIGS:-kseq-bfloat16,kseq-float32}" \
-    --config-timeout "${TRAIN_STEP_CONFIG_TIMEOUT:-150}" "${extra[@]}"
+  RESULT_FILES="$WORK/recommended-rows.json" run_part recommended "$TF_PYTHON; $TF_FROM" \
+    "$TF_PYTHON" benchmarks/train_step.py $(step_args) --configs "$both" \
+    --config-timeout "${TRAIN_STEP_CONFIG_TIMEOUT:-150}" "${extra[@]}" --output "$WORK/recommended-rows.json"
 }
 
 part_xla_matrix() {
@@ -509,12 +504,10 @@ part_xla_matrix() {
     --workdir "$WORK/xla-matrix" --output "$result"
 }
 
-# The decide part's rows: the default and each path alone (one process), then the compiled rows
-# cheapest first (name:cache, a cache named twice is warm the second time), whole-step XLA last.
-DECIDE_PATHS=(layer_norm step_dropout loss_backward bias_gradients attention_transposes additive_masks cast_once
-  no_asserts)
+# The decide part's rows after the default: compiled blocks under each compile setting, cheapest first
+# (name:cache, a cache named twice is warm the second time), whole-step XLA last.
 DECIDE_COMPILED=(+compiled_blocks+autotune_level=0:a +compiled_blocks:b +compiled_blocks+parallel_codegen=0:c
-  +compiled_blocks+compiled_loss:d +compiled_blocks+kernel_cache=1:e +compiled_blocks:b -xla:f)
+  +compiled_blocks+kernel_cache=1:e +compiled_blocks:b -xla:f)
 
 decide_left() {  # seconds this part may still spend, less what its summary needs
   if [ "$BUDGET" -le 0 ]; then echo 100000; else echo $((BUDGET - SECONDS - 15)); fi
@@ -523,10 +516,10 @@ decide_left() {  # seconds this part may still spend, less what its summary need
 decide_rows() {  # runs inside run_part: every row of the decide part, under the budget
   local precision=bfloat16 steps="--steps ${DECIDE_STEPS:-10} --warmup ${DECIDE_WARMUP:-3}" size=base
   local cap=${DECIDE_CAP_S:-90} torch_configs=${TORCH_CONFIGS:-torch-bfloat16-compile,torch-bfloat16}
-  local kseq_files=() configs entry config cache left number=0 paths=("${DECIDE_PATHS[@]}")
+  local kseq_files=() entry config cache left number=0
   local compiled=("${DECIDE_COMPILED[@]}") extra=()
   if [ "$SMOKE" = 1 ]; then
-    steps="--steps 2 --warmup 1" size=tiny precision=float32 paths=(layer_norm) extra=(--peak-size 256)
+    steps="--steps 2 --warmup 1" size=tiny precision=float32 extra=(--peak-size 256)
     compiled=(+compiled_blocks+autotune_level=0:a +compiled_blocks:a -xla:f)
   fi
   rm -rf "$WORK/decide" && mkdir -p "$WORK/decide"
@@ -540,13 +533,11 @@ decide_rows() {  # runs inside run_part: every row of the decide part, under the
     benchmarks/torch_transformer.py --size $size $steps --clip global --configs "$torch_configs" \
     $([ "$SMOKE" = 1 ] && echo --peak-seconds 0.3 --threads 1) --output "$WORK/decide/torch.json"
   summarize
-  configs="kseq-$precision"
-  for entry in "${paths[@]}"; do configs+=",kseq-$precision+$entry"; done
-  echo "## kseq's default and each path alone: $configs"
-  kseq_files+=("$WORK/decide/paths.json")
+  echo "## kseq's default: kseq-$precision"
+  kseq_files+=("$WORK/decide/default.json")
   # shellcheck disable=SC2086
-  timeout -k 10 "$(decide_left)" "$TF_PYTHON" benchmarks/train_step.py --size $size $steps --group \
-    --configs "$configs" --config-timeout 60 "${extra[@]}" --output "$WORK/decide/paths.json"
+  timeout -k 10 "$(decide_left)" "$TF_PYTHON" benchmarks/train_step.py --size $size $steps \
+    --configs "kseq-$precision" --config-timeout 60 "${extra[@]}" --output "$WORK/decide/default.json"
   summarize
   for entry in "${compiled[@]}"; do
     config="kseq-$precision${entry%:*}" cache="$WORK/decide/cache-${entry##*:}" number=$((number + 1))

@@ -9,14 +9,15 @@ rotated from round to round, so that neighbours in time are compared. The
 figure kept is each configuration's median over rounds of its time divided
 by the first configuration's in the same round.
 
-Configurations are `train_step.py`'s (`kseq-bfloat16+cast_once`, ...)
-without XLA compile settings (`+name=value`), which are the process's: the
-paths are build-time choices, so models built with different paths live
-side by side. Those that compile (`-xla`, `+compiled_loss`) compile in
-this process, without a persistent cache, during their warm-up.
+Configurations are `train_step.py`'s (`kseq-bfloat16`, `kseq-float32-xla`,
+`kseq-bfloat16+compiled_blocks`, ...) without XLA compile settings
+(`+name=value`), which are the process's: a precision, XLA and compiled
+blocks are each model's own, so the models live side by side. Those that
+compile (`-xla`, `+compiled_blocks`) compile in this process, without a
+persistent cache, during their warm-up.
 
     .venv/bin/python benchmarks/interleaved_steps.py --size quick \\
-        --configs kseq-bfloat16,kseq-bfloat16+cast_once --rounds 6 --steps 20
+        --configs kseq-bfloat16,kseq-bfloat16+compiled_blocks,kseq-bfloat16-xla --rounds 6 --steps 20
 """
 
 import argparse

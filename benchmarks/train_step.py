@@ -13,16 +13,13 @@ fixed shape. Configurations are `<model>-<precision>[-xla]`: model `kseq`
 (TransformerSeq2Seq, shared embeddings) or `hub` (KerasHub
 TokenAndPositionEmbedding + TransformerEncoder/Decoder + Dense), precision
 `float32` (TF32 on Ampere and later GPUs unless --no-tf32), `bfloat16` or
-`float16` (keras' mixed policies). Each `+NAME` after it turns on a path of
-`kseq.layers.device_paths` for kseq's model (`kseq-bfloat16+layer_norm`),
-and each `+NAME=VALUE` sets an XLA compile setting of
-`kseq.training.devices.xla_compile_flags` (`+autotune_level=0`); configs
-that compile (`-xla`, `+compiled_blocks`, `+compiled_loss`) get kseq's
-compile flags and the persistent cache in `--xla-cache`. `--group` runs
-consecutive configs that differ only in their paths in one process (a
-TensorFlow start saved a row; each row still builds and traces its own
-model). A row's `first_step_s` counts from its process's start (or, in a
-group, from its model's build) to its first step's end.
+`float16` (keras' mixed policies). `+compiled_blocks` after it builds kseq's
+model with `compiled_blocks=True` (each stack's blocks through one XLA
+function, the step around them uncompiled), and each `+NAME=VALUE` sets an
+XLA compile setting of `kseq.training.devices.xla_compile_flags`
+(`+autotune_level=0`); configs that compile (`-xla`, `+compiled_blocks`) get
+kseq's compile flags and the persistent cache in `--xla-cache`. A row's
+`first_step_s` counts from its process's start to its first step's end.
 
 MFU counts the model's matmul FLOPs (kseq's `transformer_flops`: 3x the
 forward pass, causal self-attention counted whole) against the best of
@@ -34,7 +31,7 @@ float32 (or TF32) and bfloat16/float16 square matmuls measured first.
     .venv/bin/python benchmarks/train_step.py --configs kseq-bfloat16 --profile /tmp/trace
     .venv/bin/python benchmarks/train_step.py --size deep-tiny --configs kseq-float32 --profile /tmp/ops  # ops a step
     .venv/bin/python benchmarks/train_step.py --configs kseq-bfloat16 --profile /tmp/trace --trace-out $OUT
-    .venv/bin/python benchmarks/train_step.py --size tiny --group --configs kseq-float32,kseq-float32+layer_norm,\
+    .venv/bin/python benchmarks/train_step.py --size tiny --configs kseq-float32,\
         kseq-float32+compiled_blocks+autotune_level=0
 
 --profile DIR also traces 5 timed steps of the first configuration with the
@@ -111,16 +108,18 @@ def matmul_peaks(n, seconds=2.0):
     return peaks
 
 
-def build(model_name, size, policy):
+def build(model_name, size, policy, compiled_blocks=False):
     import keras
 
     import kseq
 
     if model_name == "kseq":
+        # The argument only where asked for: xla_compile.py builds older kseqs too.
+        blocks = dict(compiled_blocks=True) if compiled_blocks else {}
         return kseq.models.TransformerSeq2Seq(
             size["vocab"], size["vocab"], num_layers=size["layers"], d_model=size["d"],
             num_heads=size["heads"], ff_dim=size["ff"], dropout=size["dropout"],
-            max_length=max(size["source"], size["target"]) + 1, share_embeddings=True, dtype=policy)
+            max_length=max(size["source"], size["target"]) + 1, share_embeddings=True, dtype=policy, **blocks)
     import keras_hub
 
     keras.config.set_dtype_policy(policy)  # functional layers take the global policy
@@ -139,23 +138,25 @@ def build(model_name, size, policy):
 
 
 def parse_config(config):
-    """`<model>-<precision>[-xla][+path...][+setting=value...]` -> dict(model,
-    precision, xla, paths, compile): the paths and the compile settings as lists."""
+    """`<model>-<precision>[-xla][+compiled_blocks][+setting=value...]` ->
+    dict(model, precision, xla, compiled_blocks, compile): the compile
+    settings as a list."""
     head, *extras = config.split("+")
     model_name, precision, *rest = head.split("-")
-    if model_name not in ("kseq", "hub") or precision not in POLICIES or rest not in ([], ["xla"]):
-        raise SystemExit(f"--configs: expected <kseq|hub>-<{'|'.join(POLICIES)}>[-xla][+path][+setting=value]; "
-                         f"got {config!r}")
-    paths = [extra for extra in extras if "=" not in extra]
-    settings = [extra for extra in extras if "=" in extra]
-    if paths and model_name != "kseq":
-        raise SystemExit(f"--configs {config!r}: device paths are kseq's model's")
-    return dict(model=model_name, precision=precision, xla=bool(rest), paths=paths, compile=settings)
+    names = [extra for extra in extras if "=" not in extra]
+    if (model_name not in ("kseq", "hub") or precision not in POLICIES or rest not in ([], ["xla"])
+            or names not in ([], ["compiled_blocks"])):
+        raise SystemExit(f"--configs: expected <kseq|hub>-<{'|'.join(POLICIES)}>[-xla][+compiled_blocks]"
+                         f"[+setting=value]; got {config!r}")
+    if names and model_name != "kseq":
+        raise SystemExit(f"--configs {config!r}: compiled blocks are kseq's model's")
+    return dict(model=model_name, precision=precision, xla=bool(rest), compiled_blocks=bool(names),
+                compile=[extra for extra in extras if "=" in extra])
 
 
 def compiles(parsed):
     """Whether a parsed config compiles anything with XLA."""
-    return parsed["xla"] or bool({"compiled_blocks", "compiled_loss"} & set(parsed["paths"]))
+    return parsed["xla"] or parsed["compiled_blocks"]
 
 
 def compiled_model(config, size, clip="global"):
@@ -168,10 +169,7 @@ def compiled_model(config, size, clip="global"):
     import keras
 
     import kseq
-    from kseq.layers import device_paths
     from kseq.training.devices.distribution import clip_after_all_reduce
-
-    device_paths.FORCE = parsed["paths"]  # before the model and the loss choose theirs
 
     keras.utils.set_random_seed(0)
     rng = np.random.default_rng(0)
@@ -179,7 +177,7 @@ def compiled_model(config, size, clip="global"):
              "target_ids": rng.integers(4, size["vocab"], (size["batch"], size["target"]), dtype="int32")}
     labels = rng.integers(4, size["vocab"], (size["batch"], size["target"]), dtype="int32")
     data = tf.data.Dataset.from_tensors((batch, labels)).repeat().prefetch(2)
-    model = build(parsed["model"], size, POLICIES[parsed["precision"]])
+    model = build(parsed["model"], size, POLICIES[parsed["precision"]], parsed["compiled_blocks"])
     # kseq's models train with its FusedAdam, as the recipe does; KerasHub's with keras' Adam.
     adam = kseq.optimizers.FusedAdam if parsed["model"] == "kseq" else keras.optimizers.Adam
     clipping = {"variable": dict(clipnorm=1.0), "global": dict(global_clipnorm=1.0), "none": {}}[clip]
@@ -207,7 +205,7 @@ def timed_steps(model, data, steps):
     return (ends[-1][1] - ends[0][1]) / steps, ends[-1][0]
 
 
-def child(config, size, steps, warmup, profile, clip="global", trace_out=None, trace_name=None, started=START):
+def child(config, size, steps, warmup, profile, clip="global", trace_out=None, trace_name=None):
     import keras
     import tensorflow as tf
 
@@ -223,8 +221,8 @@ def child(config, size, steps, warmup, profile, clip="global", trace_out=None, t
     result = dict(config=config, optimizer=type(optimizer).__name__, jit_compile=bool(model.jit_compile), ms_per_step=round(1000 * seconds, 2),
                   target_tokens_per_s=round(size["batch"] * size["target"] / seconds),
                   model_tflops=round(transformer_flops(size) / seconds / 1e12, 2),
-                  warmup_s=round(warmup_seconds, 1), first_step_s=round(first[0] - started, 1),
-                  final_loss=round(loss, 4), parameters=model.count_params(), paths=parsed["paths"],
+                  warmup_s=round(warmup_seconds, 1), first_step_s=round(first[0] - START, 1),
+                  final_loss=round(loss, 4), parameters=model.count_params(), compiled_blocks=parsed["compiled_blocks"],
                   compile_settings=parsed["compile"], xla_flags=os.environ.get("XLA_FLAGS", ""))
     if profile:
         tf.profiler.experimental.start(profile)
@@ -304,21 +302,6 @@ def print_profile(row):
     sys.stdout.flush()
 
 
-def config_groups(configs, group):
-    """The configs in runs of one process: with `group`, consecutive configs
-    of one model and precision that compile nothing share one; else one each."""
-    groups = []
-    for config in configs:
-        parsed = parse_config(config)
-        key = (parsed["model"], parsed["precision"])
-        if (group and groups and not compiles(parsed) and not parsed["compile"]
-                and groups[-1][0] == key and groups[-1][1]):
-            groups[-1][2].append(config)
-        else:
-            groups.append((key, not compiles(parsed) and not parsed["compile"], [config]))
-    return [configs for _, _, configs in groups]
-
-
 def child_environment(config, xla_cache):
     """The environment of a config's process: for a config that compiles,
     its compile settings, kseq's XLA compile flags (`configure_compilation`)
@@ -337,15 +320,15 @@ def child_environment(config, xla_cache):
     return environment
 
 
-def run_children(group, args, profile):
-    """Runs one process for `group`'s configs: ([(config, row)], [failure])."""
-    command = [sys.executable, __file__, "--child", ",".join(group), "--size", args.size, "--steps", str(args.steps),
+def run_child(config, args, profile):
+    """Runs `config` in a process of its own: ([(config, row)], [failure]), one of them empty."""
+    command = [sys.executable, __file__, "--child", config, "--size", args.size, "--steps", str(args.steps),
                "--warmup", str(args.warmup), "--clip", args.clip] + (["--no-tf32"] if args.no_tf32 else [])
-    environment = child_environment(group[0], args.xla_cache)
+    environment = child_environment(config, args.xla_cache)
     if profile:
         command += ["--profile", args.profile] + (["--trace-out", args.trace_out] if args.trace_out else [])
         environment["TF_CPP_MIN_LOG_LEVEL"] = "0"  # the profiler's own messages
-    timeout = args.config_timeout * len(group) if args.config_timeout else None
+    timeout = args.config_timeout
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=environment)
         stdout, error, returncode = done.stdout, done.stderr, done.returncode
@@ -355,16 +338,14 @@ def run_children(group, args, profile):
                          for text in (stopped.stdout, stopped.stderr))
         returncode = f"stopped after {timeout} s (start, warm-up and compilation included)"
     rows = [json.loads(line[7:]) for line in stdout.splitlines() if line.startswith("RESULT ")]
-    results = list(zip(group, rows))
-    failures = []
-    for config in group[len(rows):]:
+    if not rows:
         failure = dict(config=config, returncode=returncode, error=error[-3000:])
         if isinstance(returncode, str):
             failure = dict(config=config, stopped_after_s=timeout, error=error[-1500:])
         print(f"{config}: failed ({returncode})\n{error[-1500:]}", flush=True)
-        failures.append(failure)
-    if profile and results:
-        row = results[0][1]
+        return [], [failure]
+    row = rows[0]
+    if profile:
         # Why a trace holds no GPU events (CUPTI not found, say) is only in the child's log.
         row["profiler_messages"] = [line[-300:] for line in error.splitlines()
                                     if any(word in line.lower() for word in ("cupti", "profiler", "tracer"))][-20:]
@@ -373,23 +354,7 @@ def run_children(group, args, profile):
                 saved = json.load(f)
             with open(row["trace_report"], "w") as f:
                 json.dump(dict(saved, profiler_messages=row["profiler_messages"]), f, indent=1)
-    return results, failures
-
-
-def run_child_configs(args, size):
-    """The child's side: each config of `--child` in turn, a RESULT line each."""
-    import gc
-
-    import keras
-
-    configs = args.child.split(",")
-    for index, config in enumerate(configs):
-        started = START if index == 0 else time.perf_counter()
-        profile = args.profile if index == 0 else None
-        print("RESULT " + json.dumps(child(config, size, args.steps, args.warmup, profile, args.clip,
-                                           args.trace_out, f"train-step-{config}-{args.size}", started)), flush=True)
-        keras.backend.clear_session()
-        gc.collect()
+    return [(config, row)], []
 
 
 def main():
@@ -410,9 +375,6 @@ def main():
                                             "where larger) with its report as JSON, named by configuration")
     parser.add_argument("--config-timeout", type=float,
                         help="stop a configuration after this many seconds and go on with the next")
-    parser.add_argument("--group", action="store_true",
-                        help="run consecutive configs that compile nothing and differ only in their paths "
-                             "in one process")
     parser.add_argument("--xla-cache", help="the persistent XLA cache of configs that compile "
                                             "(default: a new folder a config)")
     parser.add_argument("--output", help="JSON results, rewritten after each configuration")
@@ -429,7 +391,9 @@ def main():
         tf.config.experimental.enable_tensor_float_32_execution(False)
     size = SIZES[args.size]
     if args.child:
-        run_child_configs(args, size)
+        row = child(args.child, size, args.steps, args.warmup, args.profile, args.clip, args.trace_out,
+                    f"train-step-{args.child}-{args.size}")
+        print("RESULT " + json.dumps(row), flush=True)
         return
     gpus = tf.config.list_physical_devices("GPU")
     device = tf.config.experimental.get_device_details(gpus[0]).get("device_name", "GPU") if gpus else platform.processor() or "CPU"
@@ -447,8 +411,8 @@ def main():
                       f, indent=2)
         os.replace(args.output + ".tmp", args.output)
 
-    for index, group in enumerate(config_groups(configs, args.group and not args.profile)):
-        results, failures = run_children(group, args, profile=bool(args.profile) and index == 0)
+    for index, config in enumerate(configs):
+        results, failures = run_child(config, args, profile=bool(args.profile) and index == 0)
         failed += failures
         for config, row in results:
             compute = parse_config(config)["precision"]

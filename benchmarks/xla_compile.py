@@ -22,9 +22,9 @@ TensorFlow op types the unoptimised instructions come from). Variants:
     plain-shared-block-in-jit the same block functions called inside a whole-step jit_compile function
                               (TensorFlow then compiles the step with the weights and inputs as
                               constants: once a call)
-    kseq-compiled-blocks      kseq's step with its `compiled_blocks` path (kseq.layers.device_paths):
-                              each stack's blocks through one XLA-compiled function taking a block's
-                              weights; the step around them uncompiled (compilations are counted)
+    kseq-compiled-blocks      kseq's step with `TransformerSeq2Seq(compiled_blocks=True)`: each stack's
+                              blocks through one XLA-compiled function taking a block's weights; the
+                              step around them uncompiled (compilations are counted)
 
 `--steps 0` traces and reads the IR only, running no step (base size on a CPU:
 one XLA step there allocates 17 GB). `--layers N` gives the size N layers a
@@ -254,7 +254,7 @@ def dumped_modules(folder):
 
 # ---------------------------------------------------------------- the steps
 
-def keras_step(model_name, size, precision, jit):
+def keras_step(model_name, size, precision, jit, compiled_blocks=False):
     """The train step keras compiles for train_step.py's `model_name` model.
 
     Args:
@@ -262,6 +262,7 @@ def keras_step(model_name, size, precision, jit):
         size: a SIZES entry.
         precision: a PRECISIONS key.
         jit: whether the step is compiled with XLA (keras' `jit_compile`).
+        compiled_blocks: kseq's model with its blocks compiled. Default False.
 
     Returns:
         (the step's tf.function, its arguments), as keras 3.15's TensorFlow
@@ -276,7 +277,7 @@ def keras_step(model_name, size, precision, jit):
     from kseq.training.devices.distribution import clip_after_all_reduce
 
     keras.utils.set_random_seed(0)
-    model = load_train_step().build(model_name, size, PRECISIONS[precision])
+    model = load_train_step().build(model_name, size, PRECISIONS[precision], compiled_blocks)
     adam = kseq.optimizers.FusedAdam if model_name == "kseq" else keras.optimizers.Adam
     optimizer = adam(kseq.schedules.TransformerSchedule(size["d"], 4000), beta_2=0.98, epsilon=1e-9,
                      global_clipnorm=1.0)
@@ -313,10 +314,7 @@ def make_step(variant, size, precision="float32", jit=True):
     if variant in ("kseq", "hub"):
         return keras_step(variant, size, precision, jit)
     if variant == "kseq-compiled-blocks":
-        from kseq.layers import device_paths
-
-        device_paths.FORCE = ["compiled_blocks"]
-        return keras_step("kseq", size, precision, jit=False)
+        return keras_step("kseq", size, precision, jit=False, compiled_blocks=True)
     if precision != "float32":
         raise ValueError(f"--precision: the plain variants run float32 only, got {precision!r}")
     return plain_step(variant, size, jit)

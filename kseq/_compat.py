@@ -59,26 +59,6 @@ def cudnn_trains_in(compute_dtype):
     return tf.as_dtype(compute_dtype) != tf.bfloat16
 
 
-def stored_values(variables):
-    """Reads keras variables in their stored dtype, whatever the autocast.
-
-    Inside a layer's call under a mixed policy keras 3.15 casts every float
-    variable it reads to the compute dtype (the private
-    `keras.src.backend.common.variables.AutocastScope`); an AutocastScope of
-    None reads them as stored. A `StatelessScope`'s values are read as usual.
-
-    Args:
-        variables: keras variables.
-
-    Returns:
-        Their values as tensors of their own dtype.
-    """
-    from keras.src.backend.common.variables import AutocastScope
-
-    with AutocastScope(None):
-        return [variable.value for variable in variables]
-
-
 def _keras_tensorflow_rnn():
     # The package's __init__ re-exports a function named `rnn` over the
     # module of the same name, so import the module by its full path.

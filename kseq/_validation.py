@@ -99,7 +99,7 @@ def as_id_array(ids, name):
     return array
 
 
-def check_token_ids(ids, name, vocab_size=None, max_length=None, graph_assert=True):
+def check_token_ids(ids, name, vocab_size=None, max_length=None):
     """Checks a (B, L) batch of token ids and returns it as an int32 tensor.
 
     Static properties (dtype, rank, empty or over-long length) raise
@@ -112,9 +112,6 @@ def check_token_ids(ids, name, vocab_size=None, max_length=None, graph_assert=Tr
         vocab_size: ids must lie in [0, vocab_size); None (default) skips
             the range check.
         max_length: the longest L allowed; None (default) for any.
-        graph_assert: inside a traced function, assert the range (True,
-            default) or only clip the ids into it (False: no Assert op,
-            which a GPU waits for; `kseq.layers.device_paths`' `no_asserts`).
 
     Returns:
         The ids as an int32 tensor; a symbolic Keras tensor is returned
@@ -151,7 +148,7 @@ def check_token_ids(ids, name, vocab_size=None, max_length=None, graph_assert=Tr
             if low < 0 or high >= vocab_size:
                 raise ValueError(f"{message}; got ids from {low} to {high}.")
         return tf.cast(ids, "int32")
-    return ids_in_range(ids, vocab_size, message) if graph_assert else clipped_ids(ids, vocab_size)
+    return ids_in_range(ids, vocab_size, message)
 
 
 def _check_id_shape(ids, name, max_length):

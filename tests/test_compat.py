@@ -244,20 +244,3 @@ def test_keras_accumulation_still_cannot_all_reduce_and_counts_batches_in_iterat
     assert failed, "keras' gradient_accumulation_steps now runs under a MirroredStrategy"
     optimizer = fit_with_keras_accumulation(tf.distribute.get_strategy())
     assert (batches_applied(optimizer), int(optimizer.iterations.numpy())) == (4, 2)
-
-
-def test_stored_values_read_float32_inside_a_mixed_layers_call():
-    from kseq._compat import stored_values
-
-    class Reads(keras.layers.Layer):
-        def build(self, shape):
-            self.w = self.add_weight(shape=(2,), initializer="ones")
-
-        def call(self, x):
-            autocast, = (tf.convert_to_tensor(self.w),)
-            stored, = stored_values([self.w])
-            return autocast.dtype, stored.dtype
-
-    layer = Reads(dtype="mixed_bfloat16")
-    autocast, stored = layer(tf.ones((1, 2)))
-    assert (autocast, stored) == (tf.bfloat16, tf.float32), "keras no longer autocasts variable reads"

@@ -4,9 +4,6 @@ import keras
 import tensorflow as tf
 from keras import ops
 
-from kseq._compat import stored_values
-from kseq.layers.column_sums import add_bias
-from kseq.layers.device_paths import uses
 from kseq.layers.masking import causal_mask
 from kseq._shapes import dynamic_shape
 
@@ -30,12 +27,6 @@ class CachedMultiHeadAttention(keras.layers.MultiHeadAttention):
       (B, H, L, D/H) key/value cache updated in place at `index`, so shapes
       stay fixed across steps (one trace, XLA-friendly).
 
-    Paths of `kseq.layers.device_paths`, chosen at build:
-    `attention_transposes` (scores from a matmul that reads the keys
-    transposed), `additive_masks` (a mask added to the scores),
-    `cast_once` (fused kernels and biases stacked, then cast once) and
-    `bias_gradients` (the projections' bias gradients as matmuls).
-
     Example:
     >>> mha = CachedMultiHeadAttention(num_heads=2, key_dim=4)
     >>> x = keras.ops.ones((1, 3, 8))
@@ -43,19 +34,9 @@ class CachedMultiHeadAttention(keras.layers.MultiHeadAttention):
     (1, 3, 8)
     """
 
-    def build(self, query_shape, value_shape, key_shape=None):
-        super().build(query_shape, value_shape, key_shape)
-        # Chosen once: every trace of this layer builds the same graph.
-        self._device_paths = {name: uses(name) for name in
-                       ("attention_transposes", "additive_masks", "cast_once", "bias_gradients")}
-
-    def _takes(self, name):
-        return getattr(self, "_device_paths", {}).get(name, False)
-
-    def _scores(self, query, key):
+    @staticmethod
+    def _scores(query, key):
         """(B, H, T, D/H) queries against (B, H, S, D/H) keys: (B, H, T, S)."""
-        if self._takes("attention_transposes"):
-            return tf.linalg.matmul(query, key, adjoint_b=True)
         return ops.matmul(query, ops.swapaxes(key, -1, -2))
 
     def attend_sequence(self, query, value=None, attention_mask=None, training=None,
@@ -108,9 +89,6 @@ class CachedMultiHeadAttention(keras.layers.MultiHeadAttention):
         mask = ops.cast(attention_mask, "bool")
         while len(mask.shape) < len(scores.shape):  # (B, T, S) -> (B, 1, T, S)
             mask = ops.expand_dims(mask, -3)
-        if self._takes("additive_masks"):
-            # exp(-1e9 - max) is 0 in float32: masked keys get no weight.
-            return ops.cast(ops.softmax(scores + (ops.cast(mask, "float32") - 1.0) * 1e9, axis=-1), dtype)
         weights = ops.softmax(ops.where(mask, scores, -1e9), axis=-1)
         return ops.cast(ops.where(mask, weights, 0.0), dtype)
 
@@ -127,23 +105,14 @@ class CachedMultiHeadAttention(keras.layers.MultiHeadAttention):
         batch, length, width = dynamic_shape(x)
         heads, head_dim = layers[0].kernel.shape[1:]
         kernels = [layer.kernel for layer in layers]
-        kernel = ops.cast(kernels[0], x.dtype) if len(kernels) == 1 else self._stacked(kernels, x.dtype, axis=1)
+        kernel = ops.cast(kernels[0], x.dtype) if len(kernels) == 1 else _stacked(kernels, x.dtype, axis=1)
         projected = ops.matmul(ops.reshape(x, (-1, width)), ops.reshape(kernel, (width, -1)))
         has_bias = all(layer.bias is not None for layer in layers)
-        bias = self._stacked([layer.bias for layer in layers], x.dtype, axis=0) if has_bias else None
-        if has_bias and self._takes("bias_gradients"):
-            projected = add_bias(projected, ops.reshape(bias, (-1,)))
+        bias = _stacked([layer.bias for layer in layers], x.dtype, axis=0) if has_bias else None
         projected = ops.reshape(projected, (batch, length, len(layers), heads, head_dim))
-        if has_bias and not self._takes("bias_gradients"):
+        if has_bias:
             projected = projected + bias
         return ops.unstack(ops.transpose(projected, (2, 0, 3, 1, 4)), len(layers))
-
-    def _stacked(self, weights, dtype, axis):
-        """The weights stacked along `axis` in `dtype`: cast each then
-        stack, or with `cast_once` stack then cast."""
-        if self._takes("cast_once"):
-            return ops.cast(ops.stack(stored_values(weights), axis=axis), dtype)
-        return ops.stack([ops.cast(w, dtype) for w in weights], axis=axis)
 
     def _merge_heads(self, output):
         """(B, H, T, D/H) attention output -> (B, T, D) through the output
@@ -153,9 +122,7 @@ class CachedMultiHeadAttention(keras.layers.MultiHeadAttention):
         merged = ops.reshape(ops.transpose(output, (0, 2, 1, 3)), (-1, heads * head_dim))
         kernel = ops.reshape(ops.cast(dense.kernel, merged.dtype), (heads * head_dim, -1))
         result = ops.matmul(merged, kernel)
-        if dense.bias is not None and self._takes("bias_gradients"):
-            result = add_bias(result, ops.cast(dense.bias, result.dtype))
-        elif dense.bias is not None:
+        if dense.bias is not None:
             result = result + ops.cast(dense.bias, result.dtype)
         return ops.reshape(result, (batch, length, result.shape[-1]))
 
@@ -286,6 +253,11 @@ class CachedMultiHeadAttention(keras.layers.MultiHeadAttention):
         }
         mask = causal_mask(steps, dynamic_shape(cache["key"])[2], index)
         return self.attend(query, cache, mask, training), cache
+
+
+def _stacked(weights, dtype, axis):
+    """The weights, each cast to `dtype`, stacked along `axis`."""
+    return ops.stack([ops.cast(w, dtype) for w in weights], axis=axis)
 
 
 def _heads_first(x):

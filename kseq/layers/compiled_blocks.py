@@ -1,5 +1,5 @@
-"""A stack's Transformer blocks run through one XLA-compiled function (the
-`compiled_blocks` path of `kseq.layers.device_paths`).
+"""A stack's Transformer blocks run through one XLA-compiled function
+(`TransformerSeq2Seq(compiled_blocks=True)`, `kseq-train --jit-compile blocks`).
 
 XLA compiled a whole train step in minutes on a GPU, most of it spent on
 fusions that repeat once a layer. Here the function takes a block's weights
@@ -60,7 +60,11 @@ class CompiledBlocks:
         Raises:
             ValueError: `block`'s weights differ in number or shape from the template's.
         """
-        values = [variable.value for variable in block.trainable_variables]
+        # Read here, as tensors: under a tf.distribute strategy a variable passed
+        # in (what `.value` gives where keras does not autocast it) was read as
+        # the first block's, so the other blocks ran with its weights and got
+        # no gradient (tests/layers/test_compiled_blocks.py).
+        values = [tf.convert_to_tensor(variable.value) for variable in block.trainable_variables]
         if [tuple(v.shape) for v in values] != [tuple(v.shape) for v in self._variables]:
             raise ValueError(f"block {block.name!r} has other weights than the compiled template "
                              f"{self.template.name!r}: a stack's blocks must share one structure.")

@@ -1,4 +1,7 @@
-"""Dropout masks drawn from one random key a training step (the `step_dropout` path)."""
+"""Dropout masks drawn from one random key a training step: how a
+Transformer with compiled blocks drops (`TransformerSeq2Seq(compiled_blocks=True)`,
+`kseq.layers.compiled_blocks`; nothing else uses it). The compiled function
+takes the key as an argument, where keras' Dropout keeps a seed state."""
 
 import tensorflow as tf
 

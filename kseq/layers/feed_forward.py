@@ -3,8 +3,6 @@
 import keras
 import tensorflow as tf
 
-from kseq.layers.column_sums import add_bias
-from kseq.layers.device_paths import uses
 from kseq._validation import check_positive_int
 
 
@@ -26,9 +24,6 @@ class PositionwiseFeedForward(keras.layers.Layer):
     >>> tuple(PositionwiseFeedForward(ff_dim=32)(keras.ops.ones((2, 5, 8))).shape)
     (2, 5, 8)
 
-    With the `bias_gradients` path of `kseq.layers.device_paths` the bias
-    gradients are matmuls (`kseq.layers.column_sums`).
-
     References:
         Vaswani et al., 2017, "Attention Is All You Need", section 3.3.
     """
@@ -47,8 +42,6 @@ class PositionwiseFeedForward(keras.layers.Layer):
         )
         self.inner_dense.build(inputs_shape)
         self.outer_dense.build(tuple(inputs_shape[:-1]) + (self.ff_dim,))
-        # Chosen once (kseq.layers.device_paths): BiasAddGrad, or a matmul.
-        self._add_bias = add_bias if uses("bias_gradients") else tf.nn.bias_add
         self.built = True
 
     def call(self, inputs):
@@ -59,7 +52,7 @@ class PositionwiseFeedForward(keras.layers.Layer):
         # tensordot, a dozen shape ops per layer at every decoding step.
         x = tf.reshape(inputs, (-1, inputs.shape[-1]))
         for layer in layers:
-            x = self._add_bias(tf.matmul(x, tf.cast(layer.kernel, x.dtype)), tf.cast(layer.bias, x.dtype))
+            x = tf.nn.bias_add(tf.matmul(x, tf.cast(layer.kernel, x.dtype)), tf.cast(layer.bias, x.dtype))
             x = layer.activation(x)
         return tf.reshape(x, tf.shape(inputs))
 

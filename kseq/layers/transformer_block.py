@@ -80,8 +80,8 @@ class TransformerBlock(keras.layers.Layer):
 
     def _residual(self, x, sublayer, norm, dropout, training, step_dropout=None):
         """One sublayer with its residual, `dropout` (a keras Dropout) and
-        `norm`; `step_dropout` (a `kseq.layers.dropout.StepDropout`, the
-        model's `step_dropout` path) drops instead of `dropout` when given."""
+        `norm`; `step_dropout` (a `kseq.layers.dropout.StepDropout`, given in
+        compiled blocks) drops instead of `dropout` when given."""
         if step_dropout is None:
             def drop(y):
                 return dropout(y, training=training)

@@ -25,7 +25,7 @@ class TransformerDecoderBlock(TransformerBlock):
         training: whether dropout is active.
         step_dropout: optional `kseq.layers.dropout.StepDropout` of the
             training step, which then draws this block's dropout masks
-            (what `TransformerSeq2Seq` passes on its `step_dropout` path).
+            (what `TransformerSeq2Seq` passes with `compiled_blocks`).
 
     Returns:
         (B, T, D).

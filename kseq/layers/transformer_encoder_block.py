@@ -23,7 +23,7 @@ class TransformerEncoderBlock(TransformerBlock):
         training: whether dropout is active.
         step_dropout: optional `kseq.layers.dropout.StepDropout` of the
             training step, which then draws this block's dropout masks
-            (what `TransformerSeq2Seq` passes on its `step_dropout` path).
+            (what `TransformerSeq2Seq` passes with `compiled_blocks`).
 
     Returns:
         (B, S, D).

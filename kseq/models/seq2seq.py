@@ -9,7 +9,6 @@ from kseq.models.base import KseqModel, check_vocab_size
 from kseq.models.generator import Generator
 from kseq.special_ids import BOS_ID, EOS_ID, PAD_ID
 from kseq._validation import check_token_ids
-from kseq.layers.device_paths import uses
 
 
 class Seq2Seq(Generator, KseqModel):
@@ -40,9 +39,6 @@ class Seq2Seq(Generator, KseqModel):
         super().__init__(**kwargs)
         self.source_vocab_size = check_vocab_size("source_vocab_size", source_vocab_size)
         self.target_vocab_size = check_vocab_size("target_vocab_size", target_vocab_size)
-        # Chosen once (kseq.layers.device_paths): teacher-forced passes assert
-        # their ids' range, or only clip them.
-        self._graph_asserts = not uses("no_asserts")
 
     @property
     def output_vocab_size(self):
@@ -113,11 +109,9 @@ class Seq2Seq(Generator, KseqModel):
                 f"'target_ids' (B, T); got {got}."
             )
         source_ids = check_token_ids(inputs["source_ids"], "source_ids", self.source_vocab_size,
-                                     self.length_limit, self._graph_asserts)
-        target_ids = check_token_ids(
-            inputs["target_ids"], "target_ids", self.target_vocab_size, self.length_limit,
-            self._graph_asserts,
-        )
+                                     self.length_limit)
+        target_ids = check_token_ids(inputs["target_ids"], "target_ids", self.target_vocab_size,
+                                     self.length_limit)
         source_batch, target_batch = source_ids.shape[0], target_ids.shape[0]
         if None not in (source_batch, target_batch) and source_batch != target_batch:
             raise ValueError(

@@ -5,9 +5,7 @@ import tensorflow as tf
 from keras import ops
 
 from kseq.decoding.state import gather_beams, tile_beams
-from kseq.layers.column_sums import add_bias
 from kseq.layers.compiled_blocks import CompiledBlocks
-from kseq.layers.device_paths import uses
 from kseq.layers.dropout import StepDropout
 from kseq.layers.masking import padding_mask
 from kseq.layers.layer_norm import LayerNorm
@@ -36,6 +34,20 @@ class TransformerSeq2Seq(Seq2Seq):
         share_embeddings: one embedding (tokens and positions) for source and
             target, with the output projection tied to it (needs equal
             vocabulary sizes).
+        compiled_blocks: in training, run each stack's blocks through one
+            XLA-compiled function (`kseq.layers.compiled_blocks`), the rest
+            of the train step uncompiled. What is measured: XLA compiles a
+            stack's function once forward and once backward whatever the
+            depth, where a whole step's compile time grows with it
+            (benchmarks/RESULTS.md, 2026-11-28, "Issue 58 on the CPU").
+            What is not: a faster step. No GPU has timed it faster than
+            the default, and on the CPUs measured it was not faster. Its
+            dropout masks come from one key a step
+            (`kseq.layers.dropout.StepDropout`): other draws than the
+            default's, with the same keep probability. Weights and configs
+            are the default's; evaluation, decoding and exports run the
+            blocks as layers. `kseq-train --jit-compile blocks` sets it.
+            Defaults to False.
 
     Call arguments:
         inputs: {"source_ids": (B, S) int, "target_ids": (B, T) int}.
@@ -48,15 +60,10 @@ class TransformerSeq2Seq(Seq2Seq):
     key/value cache and the source's cross-attention keys/values, so one
     step costs one token's work.
 
-    Paths of `kseq.layers.device_paths`, each chosen at build: with
-    `step_dropout` (or `compiled_blocks`) training draws every dropout mask
-    of a step from one key (`kseq.layers.dropout.StepDropout`, seeded by the
-    embedding dropout's seed generator; block i draws in its own stream)
-    instead of keras' Dropout layers, which stay, unused, so weights and
-    configs are the same; with `compiled_blocks` each stack's blocks run
-    through one XLA-compiled function in training
-    (`kseq.layers.compiled_blocks`); evaluation, decoding and exports run
-    the blocks as layers.
+    With `compiled_blocks` a training step draws its dropout masks from one
+    `StepDropout`, seeded by the embedding dropout's seed generator (the
+    embeddings in stream 0, block i in its own), in place of keras' Dropout
+    layers, which stay, unused, so that weights and configs are the same.
 
     Example:
     >>> model = TransformerSeq2Seq(100, 100, num_layers=2, d_model=32,
@@ -73,7 +80,7 @@ class TransformerSeq2Seq(Seq2Seq):
 
     config_names = Seq2Seq.config_names + (
         "num_layers", "d_model", "num_heads", "ff_dim", "dropout", "norm_first", "max_length",
-        "position", "share_embeddings",
+        "position", "share_embeddings", "compiled_blocks",
     )
 
     def __init__(
@@ -89,6 +96,7 @@ class TransformerSeq2Seq(Seq2Seq):
         max_length: int = 512,
         position: str = "sinusoidal",
         share_embeddings: bool = False,
+        compiled_blocks: bool = False,
         **kwargs,
     ) -> None:
         super().__init__(source_vocab_size, target_vocab_size, **kwargs)
@@ -108,6 +116,7 @@ class TransformerSeq2Seq(Seq2Seq):
         self.ff_dim, self.dropout, self.norm_first = ff_dim, dropout, bool(norm_first)
         self.max_length = check_positive_int("max_length", max_length)
         self.position, self.share_embeddings = position, bool(share_embeddings)
+        self.compiled_blocks = bool(compiled_blocks)
         block_args = dict(
             num_heads=num_heads, ff_dim=ff_dim, dropout=dropout, norm_first=norm_first,
             dtype=self.dtype_policy,
@@ -170,14 +179,13 @@ class TransformerSeq2Seq(Seq2Seq):
             )
         # Chosen once: every trace builds the same graph.
         self._compiled = None
-        if uses("compiled_blocks"):
+        if self.compiled_blocks:
             self._compiled = (CompiledBlocks(self.encoder_blocks[0]), CompiledBlocks(self.decoder_blocks[0]))
-        self._uses_step_dropout = (uses("step_dropout") or self._compiled is not None) and self.dropout > 0
-        self._bias_by_product = uses("bias_gradients")
+        self._uses_step_dropout = self._compiled is not None and self.dropout > 0
         self.built = True
 
     def _dropout_of_step(self, training):
-        """A `StepDropout` for a training step on the `step_dropout` path, else None
+        """A `StepDropout` for a training step with compiled blocks, else None
         (the blocks' keras Dropout layers then drop, or nothing does)."""
         if not (training and self._uses_step_dropout):
             return None
@@ -190,20 +198,15 @@ class TransformerSeq2Seq(Seq2Seq):
 
     def _project(self, x):
         """(B, T, D) -> (B, T, V) logits, tied to the embedding when shared."""
-        dense = self.output_projection
-        if dense is not None and self._bias_by_product and dense.quantization_mode is None and not dense.lora_enabled:
-            return add_bias(ops.matmul(x, ops.cast(dense.kernel, x.dtype)), ops.cast(dense.bias, x.dtype))
-        if dense is not None:
-            return dense(x)
+        if self.output_projection is not None:
+            return self.output_projection(x)
         table = ops.cast(self.target_embedding.embeddings, x.dtype)
         bias = ops.cast(self.output_bias, x.dtype)
-        if self._bias_by_product:
-            return add_bias(ops.matmul(x, ops.transpose(table)), bias)
         return ops.matmul(x, ops.transpose(table)) + bias
 
     def _run_block(self, stack, index, inputs, training, step_dropout):
         """Block `index` of `stack` ("encoder" or "decoder") on its positional
-        `inputs`; compiled in training where `compiled_blocks` is on. Its
+        `inputs`; compiled in training with `compiled_blocks`. Its
         dropout draws in stream 1 + index (encoder) or 1 + layers + index
         (decoder): stream 0 is the embeddings'."""
         blocks = self.encoder_blocks if stack == "encoder" else self.decoder_blocks

@@ -23,6 +23,7 @@ from kseq.export import export_translator
 from kseq.training import task
 from kseq.training.config import ATTENTIONS, CadenceOptions, ClippingOptions, option, options_parser, task_options
 from kseq.training.devices import decide_jit_compile
+from kseq.training.devices.xla import BLOCKS
 from kseq.training.loop import GenerationMonitor
 from kseq.training.scoring import exact_match
 
@@ -40,6 +41,10 @@ class Options(CadenceOptions, ClippingOptions):
     max_length: int = option(12, "letters per word at most", minimum=1)
     batch_size: int = option(64, "words per batch", minimum=1)
     learning_rate: float = option(2e-3, "Adam's learning rate")
+
+    @property
+    def without_transformer_blocks(self):
+        return None if self.arch == "transformer" else "--arch rnn builds none"
 
 
 parse_args = options_parser(Options, __doc__)
@@ -117,12 +122,13 @@ def build_model(options, vocab_size, precision="float32"):
         precision: the dtype policy. Default "float32".
 
     Returns:
-        A `TransformerSeq2Seq` or `RNNSeq2Seq`.
+        A `TransformerSeq2Seq` (its blocks compiled with `--jit-compile
+        blocks`) or `RNNSeq2Seq`.
     """
     if options.arch == "transformer":
         return kseq.models.TransformerSeq2Seq(
             vocab_size, vocab_size, num_layers=2, d_model=64, num_heads=4, ff_dim=128,
-            dropout=0.0, max_length=64, dtype=precision,
+            dropout=0.0, max_length=64, compiled_blocks=options.jit_compile == BLOCKS, dtype=precision,
         )
     attention = None if options.attention == "none" else options.attention
     return kseq.models.RNNSeq2Seq(

@@ -213,7 +213,8 @@ def compile_translator(run, vocab_size, metric):
                                                    global_clipnorm=options.clipnorm))
     with run.strategy.scope():
         model.optimizer.build(model.trainable_variables)
-    cache = f"; compiled programs cached in {run.xla_cache}" if model.jit_compile else ""
+    compiles = model.jit_compile or run.jit.compiled_blocks
+    cache = f"; compiled programs cached in {run.xla_cache}" if compiles else ""
     print(f"model: {options.arch}, {model.count_params():,} parameters\n{run.decisions(model)[-1]}{cache}")
     return model, schedule, rate
 
@@ -235,8 +236,10 @@ def train(run, fit, data, tokenizer, decided):
     """
     options, metric = run.options, decided[0].value
     model, schedule, rate = compile_translator(run, tokenizer.vocab_size, metric)
+    # Compiled blocks compile once a batch shape too: they take XLA's few fixed shapes.
     train_data, valid, report = pair_pipelines(options, data["train"], data["valid"], tokenizer,
-                                               xla=model.jit_compile, strategy=run.strategy, position=fit.position)
+                                               xla=model.jit_compile or run.jit.compiled_blocks,
+                                               strategy=run.strategy, position=fit.position)
     decode_xla = run.jit.use or device_class() == "gpu"
     monitor, logging = None, []
     if run.chief:

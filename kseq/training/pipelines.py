@@ -21,7 +21,7 @@ def pair_pipelines(options, corpus, valid_pairs, tokenizer, *, xla, strategy, po
         corpus: the training corpus, scanned once (`kseq.data.corpus.CorpusScan`).
         valid_pairs: (sources, targets) of the validation split.
         tokenizer: the joint tokenizer.
-        xla: whether the train step is compiled with XLA.
+        xla: whether the train step (or its blocks) is compiled with XLA.
         strategy: the tf.distribute strategy.
         position: the `Fit`'s training position.
 

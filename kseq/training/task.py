@@ -31,7 +31,6 @@ from kseq.training.config.config_files import write_config
 from kseq.training.config.options import config_values
 from kseq.training.config.warm_start import init_weights
 from kseq.training.config.warm_start import describe as describe_init
-from kseq.layers.device_paths import uses
 from kseq.training.devices.distribution import clip_after_all_reduce, is_chief, make_strategy, task
 from kseq.training.devices.precision import describe_precision, resolve_precision
 from kseq.training.devices.xla import check_replicas, enable_persistent_cache, jit_decision
@@ -66,7 +65,8 @@ class Run:
 
     Args:
         options: the task's parsed options.
-        jit: the `JitDecision` for the train step.
+        jit: the `JitDecision` for the train step (with `compiled_blocks`,
+            the Transformer's blocks compile: the XLA cache is named too).
         compiles: whether anything else is compiled with XLA. Default False.
         bfloat16_cpu: whether "auto" precision picks mixed_bfloat16 on a CPU
             with bfloat16 units. Default False. See `start`.
@@ -76,8 +76,8 @@ class Run:
         self.started = time.monotonic()
         self.options = options
         # The cache's flag is set already (`name_xla_cache`); this names the folder in use.
-        compiles = compiles or uses("compiled_blocks") or uses("compiled_loss")
-        self.xla_cache = enable_persistent_cache(options.xla_cache) if jit.use or compiles else None
+        compiles = compiles or jit.use or jit.compiled_blocks
+        self.xla_cache = enable_persistent_cache(options.xla_cache) if compiles else None
         if self.xla_cache:
             print(describe_compilation(configure_compilation(self.xla_cache)))
         # Then a multi-worker strategy sets up collectives before other TensorFlow work.

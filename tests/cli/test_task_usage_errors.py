@@ -105,6 +105,14 @@ def rows():
         lambda t: ["--classifier-args", "--epochs '1"],
         lambda t: "--classifier-args --epochs '1: No closing quotation: expected kseq-train classify's options, as "
                   "a shell splits them")
+    add("--jit-compile blocks with a recurrent model", ["translate", "reverse"],
+        lambda t: ["--arch", "rnn", "--jit-compile", "blocks"],
+        lambda t: "--jit-compile blocks: compiles a TransformerSeq2Seq's blocks, and --arch rnn builds none: "
+                  "expected --arch transformer, or --jit-compile auto, on or off")
+    add("--jit-compile blocks for a model without Transformer blocks",
+        ["language_model", "classify", "generate_reviews", "caption"], lambda t: ["--jit-compile", "blocks"],
+        lambda t: "--jit-compile blocks: compiles a TransformerSeq2Seq's blocks, and this task's model has none: "
+                  "expected --jit-compile auto, on or off")
     add("a --tokenizer file of another kind", TEXT_TASKS, lambda t: ["--tokenizer", "{junk}"],
         lambda t: "--tokenizer {junk}: `path` {junk} is no tokenizer kseq reads: expected a saved kseq "
                   "tokenizer, a SentencePiece model or a UTF-8 vocabulary.")

@@ -1,4 +1,4 @@
-"""StepDropout (the Transformer's GPU path): keras Dropout's keep probability
+"""StepDropout (how compiled blocks drop): keras Dropout's keep probability
 and scaling, one key a step, a counter a call, off where the model is not
 training."""
 

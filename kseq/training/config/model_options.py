@@ -5,6 +5,7 @@ import dataclasses
 
 from kseq.models import RNNSeq2Seq, TransformerSeq2Seq
 from kseq.training.config.options import TaskOptions, option
+from kseq.training.devices.xla import BLOCKS
 
 ATTENTIONS = ("none", "dot", "general", "concat", "bahdanau")
 # What "auto" precision takes for the RNN translator on a CPU with bfloat16
@@ -55,6 +56,10 @@ class Seq2SeqOptions(TaskOptions):
         return True if self.arch == "transformer" else RNN_PRECISION
 
     @property
+    def without_transformer_blocks(self):
+        return None if self.arch == "transformer" else "--arch rnn builds none"
+
+    @property
     def has_attention(self):
         return self.arch == "transformer" or self.attention != "none"
 
@@ -78,13 +83,14 @@ class Seq2SeqOptions(TaskOptions):
             dtype: the dtype policy (None: keras' global one).
 
         Returns:
-            An unbuilt `TransformerSeq2Seq` or `RNNSeq2Seq`.
+            An unbuilt `TransformerSeq2Seq` (its blocks compiled with
+            `--jit-compile blocks`) or `RNNSeq2Seq`.
         """
         if self.arch == "transformer":
             return TransformerSeq2Seq(
                 vocab_size, vocab_size, num_layers=self.num_layers, d_model=self.d_model,
                 num_heads=self.num_heads, ff_dim=self.ff_dim, dropout=self.dropout, max_length=max_length,
-                share_embeddings=True, dtype=dtype)
+                share_embeddings=True, compiled_blocks=self.jit_compile == BLOCKS, dtype=dtype)
         return RNNSeq2Seq(
             vocab_size, vocab_size, embed_dim=self.embed_dim, units=self.units, cell=self.cell,
             num_layers=self.num_layers, attention=None if self.attention == "none" else self.attention,

@@ -19,7 +19,10 @@ from kseq.data.bucketing import xla_boundaries
 from kseq.data.pypi_data import cache_root
 from kseq.training.devices.precision import device_class
 
-JIT_CHOICES = ("auto", "on", "off")
+# "blocks": the train step uncompiled, a TransformerSeq2Seq's blocks through
+# one XLA function a stack (`TransformerSeq2Seq(compiled_blocks=True)`).
+BLOCKS = "blocks"
+JIT_CHOICES = ("auto", "on", "off", BLOCKS)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,16 +53,25 @@ MEASURED = {
 
 @dataclasses.dataclass(frozen=True)
 class JitDecision:
+    """XLA for a train step: what was asked for, whether keras compiles the
+    whole step (`use`), and why."""
+
     requested: str
     use: bool
     reason: str
+
+    @property
+    def compiled_blocks(self):
+        """Whether the model's Transformer blocks are compiled instead (`--jit-compile blocks`)."""
+        return self.requested == BLOCKS
 
 
 def decide_jit_compile(requested, num_shapes, budget_minutes=None, device=None, measured=None):
     """Whether to compile the train step with XLA.
 
     Args:
-        requested: "on", "off" or "auto".
+        requested: "on", "off", "auto" or "blocks" (the step not compiled,
+            the Transformer's blocks compiled; the task builds its model so).
         num_shapes: the distinct batch shapes the run will train on.
         budget_minutes: the run's training budget; None for an open-ended
             run (then only the speed-up counts).
@@ -67,6 +79,9 @@ def decide_jit_compile(requested, num_shapes, budget_minutes=None, device=None, 
         measured: {device: XlaCost} (default: `MEASURED`).
     """
     check_choice("jit_compile", requested, JIT_CHOICES)
+    if requested == BLOCKS:
+        return JitDecision(BLOCKS, False, "asked for: the train step without XLA, each Transformer stack's "
+                                          "blocks through one XLA-compiled function")
     if requested != "auto":
         return JitDecision(requested, requested == "on", "asked for")
     device = device or device_class()
@@ -170,11 +185,18 @@ def jit_decision(model, decision):
 
     Returns:
         A `kseq.training.reporting.decisions.Decision` "jit_compile" that
-        also records what was asked for.
+        also records what was asked for: True or False, or "blocks" where
+        the model compiles its Transformer blocks.
     """
     from kseq.training.reporting.decisions import Decision
 
-    return Decision("jit_compile", *keras_jit_status(model, decision), {"jit_compile_requested": decision.requested})
+    requested = {"jit_compile_requested": decision.requested}
+    if not decision.compiled_blocks:
+        return Decision("jit_compile", *keras_jit_status(model, decision), requested)
+    if getattr(model, "compiled_blocks", False):
+        return Decision("jit_compile", BLOCKS, decision.reason, requested)
+    return Decision("jit_compile", False, f"{decision.reason}; this model compiles no blocks: training without XLA",
+                    requested)
 
 
 def enable_persistent_cache(directory=None):

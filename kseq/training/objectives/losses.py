@@ -4,8 +4,7 @@ import keras
 import tensorflow as tf
 from keras import ops
 
-from kseq._validation import check_rate, clipped_ids, ids_in_range
-from kseq.layers.device_paths import uses
+from kseq._validation import check_rate, ids_in_range
 from kseq.special_ids import PAD_ID
 
 
@@ -49,7 +48,7 @@ def token_weights(y_true, sample_weight=None, pad_id=PAD_ID):
     return weights
 
 
-def smoothed_cross_entropy(labels, logits, smoothing=0.0, gpu_path=False, check_ids=True):
+def smoothed_cross_entropy(labels, logits, smoothing=0.0):
     """Computes the cross-entropy against a label-smoothed target, with its own gradient.
 
     The target is (1 - e) one-hot + e / V, e = `smoothing`.
@@ -58,21 +57,14 @@ def smoothed_cross_entropy(labels, logits, smoothing=0.0, gpu_path=False, check_
     few multi-threaded ops take half the time of TensorFlow's fused kernels,
     which need a (N, V) one-hot target or have no smoothing (benchmarks/loss.py).
     The forward pass keeps exp(logits - max): the backward pass is a
-    multiply, a subtraction (with smoothing) and a scatter.
-
-    With `gpu_path` the backward pass's multiply and subtraction are one
-    op: exp times a row's scale plus a row's offset is TensorFlow's fused
-    batch norm in inference mode, each row a channel (mean 0, variance 1,
-    epsilon 0): one read and one write of the (N, V) values where there
-    were two of each. The same values; a GPU pays per op and per pass.
+    multiply, a subtraction (with smoothing) and a scatter. Labels outside
+    [0, V) fail the step with a message naming `y_true` (an Assert that
+    nothing waits for, `kseq._validation.ids_in_range`).
 
     Args:
         labels: (...) int labels in [0, V).
         logits: (..., V) logits, any float dtype.
         smoothing: e in [0, 1). Default 0.
-        gpu_path: use the fused batch norm in the backward pass. Default False.
-        check_ids: assert that the labels are in [0, V) (an Assert op in
-            the graph); False clips them silently. Default True.
 
     Returns:
         (...) float32 cross-entropy, one a label.
@@ -80,12 +72,8 @@ def smoothed_cross_entropy(labels, logits, smoothing=0.0, gpu_path=False, check_
     labels = ops.cast(labels, "int32")
     logits = ops.cast(logits, "float32")
     vocab_size = tf.shape(logits)[-1]
-    flat_labels = tf.reshape(labels, (-1,))
-    if check_ids:
-        flat_labels = ids_in_range(flat_labels, vocab_size, [
-            "`y_true` holds ids outside [0, V), V = the logits' last dimension:", vocab_size])
-    else:
-        flat_labels = clipped_ids(flat_labels, vocab_size)
+    flat_labels = ids_in_range(tf.reshape(labels, (-1,)), vocab_size, [
+        "`y_true` holds ids outside [0, V), V = the logits' last dimension:", vocab_size])
     uniform = smoothing / tf.cast(vocab_size, tf.float32)
 
     @tf.custom_gradient
@@ -102,12 +90,9 @@ def smoothed_cross_entropy(labels, logits, smoothing=0.0, gpu_path=False, check_
 
         def gradient(upstream):
             upstream = tf.reshape(upstream, (-1, 1))
-            if gpu_path:
-                grad = _rows_times_plus(exp, upstream / total, -uniform * upstream)
-            else:
-                grad = exp * (upstream / total)
-                if smoothing:
-                    grad -= uniform * upstream
+            grad = exp * (upstream / total)
+            if smoothing:
+                grad -= uniform * upstream
             at_labels = tf.stack([tf.range(tf.shape(flat_labels)[0]), flat_labels], 1)
             grad = tf.tensor_scatter_nd_sub(grad, at_labels, (1.0 - smoothing) * upstream[:, 0])
             return tf.reshape(grad, tf.shape(logits))
@@ -115,41 +100,6 @@ def smoothed_cross_entropy(labels, logits, smoothing=0.0, gpu_path=False, check_
         return tf.reshape(value, tf.shape(labels)), gradient
 
     return per_token(logits)
-
-
-_COMPILED = {}
-
-
-def compiled_cross_entropy(smoothing, gpu_path):
-    """`smoothed_cross_entropy` as one XLA-compiled function (the
-    `compiled_loss` path of `kseq.layers.device_paths`), made once per setting.
-
-    XLA compiles an Assert to nothing, so the compiled function clips ids
-    without one; callers check the labels before it where they want the error.
-
-    Args:
-        smoothing: e in [0, 1).
-        gpu_path: the fused batch norm in the backward pass.
-
-    Returns:
-        A function (labels, logits) -> (...) float32 cross-entropy.
-    """
-    key = (float(smoothing), bool(gpu_path))
-    if key not in _COMPILED:
-        _COMPILED[key] = tf.function(
-            lambda labels, logits: smoothed_cross_entropy(labels, logits, smoothing, gpu_path, check_ids=False),
-            jit_compile=True, reduce_retracing=True)
-    return _COMPILED[key]
-
-
-def _rows_times_plus(x, scale, offset):
-    """(N, V) x times (N, 1) scale plus (N, 1) offset, as one op."""
-    shape = tf.shape(x)
-    rows = shape[:1]
-    return tf.reshape(tf.raw_ops.FusedBatchNormV3(
-        x=tf.reshape(x, (1, shape[0], shape[1], 1)), scale=tf.reshape(scale, rows),
-        offset=tf.reshape(offset, rows), mean=tf.zeros(rows), variance=tf.ones(rows), epsilon=0.0,
-        data_format="NCHW", is_training=False)[0], shape)
 
 
 @keras.saving.register_keras_serializable("kseq")
@@ -196,19 +146,10 @@ class MaskedSparseCategoricalCrossentropy(keras.losses.Loss):
         super().__init__(name=name, reduction="none", dtype=dtype)
         self.label_smoothing = check_rate("label_smoothing", label_smoothing)
         self.pad_id = pad_id
-        # Chosen once (kseq.layers.device_paths): every trace is the same graph.
-        self._gpu_path = uses("loss_backward")
-        self._compiled = uses("compiled_loss")
-        self._check_ids = not uses("no_asserts")
 
     def call(self, y_true, y_pred):
         """Per-token losses (B, T), PAD positions included, in float32."""
-        if not self._compiled:
-            return smoothed_cross_entropy(y_true, y_pred, self.label_smoothing, self._gpu_path, self._check_ids)
-        if self._check_ids:
-            y_true = ids_in_range(y_true, tf.shape(y_pred)[-1], [
-                "`y_true` holds ids outside [0, V), V = the logits' last dimension:", tf.shape(y_pred)[-1]])
-        return compiled_cross_entropy(self.label_smoothing, self._gpu_path)(y_true, y_pred)
+        return smoothed_cross_entropy(y_true, y_pred, self.label_smoothing)
 
     def __call__(self, y_true, y_pred, sample_weight=None):
         with keras.name_scope(self.name):
