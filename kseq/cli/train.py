@@ -16,11 +16,12 @@ JSON) holds any of them, and each run writes the config it ran with to
 `<logdir>/config.yaml`. Dashes and underscores in TASK are the same:
 `kseq-train language-model`.
 
-A mistake in what a task is given (a data file without a good line, a
-`--config` key it does not take, an `--init-from` folder that holds no
-finished run, ...) ends it with one line, `kseq-train TASK: error:
-<message>`, and exit status 2, as a bad flag does; a run folder it had
-begun is taken away again (docs/errors.md lists them).
+A mistake in what a task is given (an option's value, a `--config` key it
+does not take, an `--init-from` folder that holds no finished run, a data
+file without a good line, ...) ends it with one line, `kseq-train TASK:
+error: <message>`, and exit status 2, as a bad flag does. Options and
+paths are checked before anything is written; a run folder begun before
+the data showed a mistake is taken away again (docs/errors.md lists them).
 """
 
 import importlib

@@ -2,6 +2,7 @@
 
 import collections
 import io
+import re
 
 import sentencepiece
 
@@ -87,12 +88,16 @@ class SubwordTokenizer(KerasHubTokenizer):
         Raises:
             ValueError: a bad `vocab_size` or `model_type`, no non-empty text, or
                 SentencePiece's training failed (its message).
+            VocabularyTooSmall: `vocab_size` is under the base pieces and
+                one piece for each character of `texts` (a ValueError).
         """
         check_positive_int("vocab_size", vocab_size)
         check_choice("model_type", model_type, ("unigram", "bpe"))
         texts = [text for text in texts if text]
         if not texts:
             raise ValueError("`texts` must hold at least one non-empty string.")
+        if vocab_size <= BASE_PIECES:  # SentencePiece's own message names its internals
+            raise VocabularyTooSmall(vocab_size, BASE_PIECES + 1)
         proto = io.BytesIO()
         try:
             sentencepiece.SentencePieceTrainer.train(
@@ -103,6 +108,9 @@ class SubwordTokenizer(KerasHubTokenizer):
                 hard_vocab_limit=False, byte_fallback=True, minloglevel=2,
             )
         except RuntimeError as error:  # e.g. vocab_size larger than the text allows
+            needed = re.search(r"smaller than required_chars\. \d+ vs (\d+)", str(error))
+            if needed:
+                raise VocabularyTooSmall(vocab_size, int(needed.group(1))) from None
             raise ValueError(f"SentencePiece training failed: {error}") from None
         return cls(proto.getvalue())
 
@@ -161,6 +169,27 @@ def special_ids(proto):
 # Pieces every SubwordTokenizer holds whatever its text: PAD, BOS, EOS, UNK
 # and the 256 byte-fallback pieces.
 BASE_PIECES = 4 + 256
+
+
+class VocabularyTooSmall(ValueError):
+    """A vocabulary size under what the texts need: the base pieces and one
+    piece for each of their characters (`character_coverage=1.0`).
+
+    Args:
+        vocab_size: the size asked for.
+        needed: the smallest size that works for the texts.
+
+    Attributes:
+        vocab_size, needed: as given.
+    """
+
+    def __init__(self, vocab_size, needed):
+        self.vocab_size, self.needed = vocab_size, needed
+        characters = needed - BASE_PIECES
+        super().__init__(f"`vocab_size` {vocab_size} is too small for these texts: expected at least {needed} "
+                         f"(the {BASE_PIECES} base pieces, special ids and bytes, and one for each of "
+                         f"{'their' if characters > 1 else 'at least'} {characters} character"
+                         f"{'s' if characters > 1 else ''}).")
 
 
 def vocab_size_for(texts, limit, min_count=10):

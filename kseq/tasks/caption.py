@@ -54,6 +54,24 @@ from kseq.training.devices import decide_jit_compile
 from kseq.training.loop import CaptionMonitor, caption_images
 from kseq.training.reporting import as_metrics, write_image_attention
 
+
+def _filters_problem(text):
+    """The message refusing `--filters TEXT`, else None."""
+    if all(width.strip().isdigit() and int(width) > 0 for width in text.split(",")):
+        return None
+    return "--filters must be positive widths, comma-separated, e.g. 32,64,128"
+
+
+def _backbone_problem(name):
+    """The message for a `--backbone` keras.applications lacks, else None.
+
+    The model is built after the data: a name keras lacks would stop the run there."""
+    if hasattr(keras.applications, name):
+        return None
+    return (f"--backbone {name}: keras.applications has no model of that name: expected one such as MobileNetV2 or "
+            "ResNet50")
+
+
 PRESETS = {
     "quick": {},  # the defaults: 2 CPU cores, 5 minutes a model
     "gpu": dict(units=512, embed_dim=128, filters="64,128,256", train_images=20000, batch_size=128,
@@ -71,29 +89,21 @@ class Options(RNNOptions, CadenceOptions, ClippingOptions):
     # without (benchmarks/RESULTS.md, captions).
     peeky: str = option("plain", "which captioners feed the image vector to every step",
                         choices=("plain", "attention", "both", "none"))
-    filters: str = option("32,64,128", "the CNN's widths, one stride-2 stage each")
-    backbone: str | None = option(None, "a keras.applications model by name instead of the CNN (random weights)")
+    filters: str = option("32,64,128", "the CNN's widths, one stride-2 stage each", check=_filters_problem)
+    backbone: str | None = option(None, "a keras.applications model by name instead of the CNN (random weights)",
+                                  check=_backbone_problem)
     train_images: int = option(6000, "training scenes (the first N of the fixed train split)", minimum=1)
     valid_images: int = option(500, "validation scenes", minimum=1)
     test_images: int = option(500, "test scenes", minimum=1)
     batch_size: int = option(64, "captions per batch", minimum=1)
-    learning_rate: float = option(2e-3, "Adam's learning rate")
+    learning_rate: float = option(2e-3, "Adam's learning rate", above=0)
     beam_size: int = option(4, "beams of the test decoding and the export", minimum=1)
     max_caption_length: int = option(40, "words per generated caption at most", minimum=1)
     monitor_images: int = option(200, "validation scenes captioned at every evaluation", minimum=1)
     attention_plots: int = option(3, "images whose per-word attention is drawn", minimum=0)
 
     def problems(self):
-        widths = self.filters.split(",")
-        return super().problems() + [message for broken, message in (
-            (not all(w.strip().isdigit() and int(w) > 0 for w in widths), "--filters must be positive widths, "
-             "comma-separated, e.g. 32,64,128"),
-            (bool(self.init_from), "--init-from is not supported by kseq-train caption"),
-            # The model is built after the data: a name keras lacks would stop the run there.
-            (self.backbone is not None and not hasattr(keras.applications, self.backbone),
-             f"--backbone {self.backbone}: keras.applications has no model of that name: expected one such as "
-             "MobileNetV2 or ResNet50"),
-        ) if broken]
+        return super().problems() + (["--init-from is not supported by kseq-train caption"] if self.init_from else [])
 
 
 parse_args = options_parser(Options, __doc__, PRESETS)

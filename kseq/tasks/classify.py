@@ -38,6 +38,7 @@ from kseq.special_ids import PAD_ID
 from kseq.training import task
 from kseq.training.config import CadenceOptions, RNNOptions, StreamedDataOptions, TextTaskOptions, TrainingOptions
 from kseq.training.config import TsvFilesOptions, option, options_parser, task_options
+from kseq.training.config.model_options import heads_problem
 from kseq.training.devices import decide_jit_compile, share_per_worker, worker_batches
 
 # Without --valid-tsv, every HOLD_OUT_EVERY-th training line (the first
@@ -50,20 +51,23 @@ class Options(TsvFilesOptions, RNNOptions, TrainingOptions, CadenceOptions, Stre
               TextTaskOptions):
     ARCHITECTURE = ("encoder", "pooling", "bidirectional", "num_heads", "ff_dim")
 
-    encoder: str = option("rnn", "the sequence encoder (the Transformer's width is --units)",
+    encoder: str = option("rnn", "the sequence encoder (the Transformer's width is --embed-dim)",
                           choices=("rnn", "transformer"))
     pooling: str = option("attention", "how the encoder's states become one vector",
-                          choices=("last", "mean", "max", "attention"))
-    bidirectional: bool = option(True, "a bidirectional RNN")
-    num_heads: int = option(4, "the Transformer's attention heads", minimum=1)
-    ff_dim: int = option(256, "the Transformer's feed-forward width", minimum=1)
+                          choices=("last", "mean", "max", "attention"), needs={"encoder": "rnn"}, when=("last",))
+    bidirectional: bool = option(True, "a bidirectional RNN", needs={"encoder": "rnn"})
+    num_heads: int = option(4, "the Transformer's attention heads (they split --embed-dim)", minimum=1,
+                            needs={"encoder": "transformer"})
+    ff_dim: int = option(256, "the Transformer's feed-forward width", minimum=1, needs={"encoder": "transformer"})
     max_length: int = option(128, "tokens per text; longer texts are cut", minimum=1)
     patience: int = option(3, "evaluations (epochs by default) without a better validation accuracy before "
                                  "stopping", minimum=0)
 
     def problems(self):
-        last = self.encoder == "transformer" and self.pooling == "last"
-        return super().problems() + (["--pooling last needs --encoder rnn"] if last else [])
+        found = super().problems()
+        if self.encoder == "transformer" and self.num_heads > 0 and self.embed_dim % self.num_heads:
+            found.append(heads_problem("--num-heads", self.num_heads, "--embed-dim", self.embed_dim))
+        return found
 
 
 parse_args = options_parser(Options, __doc__)

@@ -52,11 +52,29 @@ from kseq.tasks import classify
 from kseq.training import task
 from kseq.training.config import CadenceOptions, RNNOptions, SamplingOptions, StreamedDataOptions, TextTaskOptions
 from kseq.training.config import TrainingOptions, TsvFilesOptions, flag, option, options_parser, task_options
+from kseq.training.config.options import refusal
+from kseq.training.config.paths import readable_folder_problems, writable_folder_problems
 from kseq.training.devices import decide_jit_compile, share_per_worker, worker_batches
 from kseq.training.loop import GenerationMonitor, counted
 from kseq.training.scoring import classifier_ceiling, score_samples
 
 BUCKETS = [16, 24, 32, 40, 48, 64]  # target lengths (BOS included) where batches are cut
+
+
+def _classifier_args_problem(text):
+    """The message when a shell cannot split `--classifier-args TEXT`, else None."""
+    try:
+        shlex.split(text)
+    except ValueError as error:  # an unclosed quote: no options to pass on
+        return f"--classifier-args {text}: {error}: expected kseq-train classify's options, as a shell splits them"
+    return None
+
+
+def _classifier_export_problem(path):
+    """The message when `--classifier-export PATH` holds no export to read and is no folder to export one to."""
+    if os.path.isdir(path) and latest_version(path):
+        return (readable_folder_problems("--classifier-export", path) or [None])[0]
+    return (writable_folder_problems("--classifier-export", path, export=True) or [None])[0]
 
 
 @task_options("generate_reviews", units=256, dropout=0.3, vocab_size=2000, batch_size=64, epochs=30,
@@ -69,20 +87,24 @@ class Options(TsvFilesOptions, RNNOptions, TrainingOptions, SamplingOptions, Cad
     max_length: int = option(80, "pieces per snippet; longer ones are left out", minimum=1)
     samples_per_class: int = option(100, "snippets sampled per label for the agreement", minimum=1)
     no_repeat_ngram: int = option(3, "no n pieces twice in a sample (0: no limit)", minimum=0)
-    classifier_export: str = option("savedmodels/classify", "the classifier's exports (trained here if none)")
-    classifier_args: str = option("--epochs 1", "kseq-train classify's options when it trains one here")
+    classifier_export: str = option("savedmodels/classify", "the classifier's exports (trained here if none)",
+                                    check=_classifier_export_problem)
+    classifier_args: str = option("--epochs 1", "kseq-train classify's options when it trains one here",
+                                  check=_classifier_args_problem)
 
     def sampler(self, **search_options):
         """The export's and the monitor's search: seeded top-k sampling, no n-gram twice (loops are cut)."""
         return super().sampler(no_repeat_ngram_size=self.no_repeat_ngram, **search_options)
 
     def problems(self):
-        try:
-            shlex.split(self.classifier_args)
-        except ValueError as error:  # an unclosed quote: no options to pass on
-            return super().problems() + [f"--classifier-args {self.classifier_args}: {error}: expected kseq-train "
-                                         "classify's options, as a shell splits them"]
-        return super().problems()
+        """The declared checks; then, where a classifier will be trained
+        here, its options as kseq-train classify checks them."""
+        found = super().problems()
+        refused = None if found or latest_version(self.classifier_export) else refusal(
+            classify.Options, classifier_argv(self))
+        if refused:
+            found.append(f"--classifier-args {self.classifier_args}: kseq-train classify refuses it: {refused}")
+        return found
 
 
 parse_args = options_parser(Options, __doc__)
@@ -111,6 +133,7 @@ def main(argv=None):
     real_per_class, real_overall = classifier_ceiling(classifier, *data["test"], names)
     fit = run.make_fit(monitor="val_loss")
     tokenizer = run.tokenizer(data["train"].sample[0], fit.resuming or run.phases.get("trained"))
+    options.check_vocabulary(tokenizer.vocab_size)  # --top-k within the pieces it ended with
     datasets = make_datasets(options, data, names, tokenizer, fit.position, run.strategy)
 
     def build():
@@ -166,6 +189,20 @@ def classifier_path(options):
         return path, 0.0
     print(f"classifier: none under {options.classifier_export}; training one with "
           f"kseq-train classify {options.classifier_args}")
+    start = time.time()
+    classify.main(classifier_argv(options))
+    return latest_version(options.classifier_export), time.time() - start
+
+
+def classifier_argv(options):
+    """kseq-train classify's command line when this task trains its classifier.
+
+    Args:
+        options: the task's options.
+
+    Returns:
+        `--classifier-args`, then the folders, seed, devices and data files of this run.
+    """
     argv = shlex.split(options.classifier_args) + [
         "--logdir", os.path.join(options.logdir, "classifier"),
         "--export-dir", options.classifier_export, "--seed", str(options.seed),
@@ -174,9 +211,7 @@ def classifier_path(options):
     for name in ("train_tsv", "valid_tsv", "test_tsv"):
         if getattr(options, name):
             argv += [flag(name), getattr(options, name)]
-    start = time.time()
-    classify.main(argv)
-    return latest_version(options.classifier_export), time.time() - start
+    return argv
 
 
 # The generator -------------------------------------------------------------------------

@@ -89,6 +89,7 @@ def main(argv=None):
     texts = load_texts(options)
     started = run.phases.done or ResumableBackup.saved_state(os.path.join(run.workdir, "tbptt", "backup"))
     tokenizer = run.tokenizer(texts["train"].sample[0], started)
+    options.check_vocabulary(tokenizer.vocab_size)  # --top-k within the pieces it ended with
     streams = make_streams(options, texts, tokenizer, run.strategy)
     trained = train(run, streams, tokenizer)
     continuer, search = make_continuer(trained.model, tokenizer, options)

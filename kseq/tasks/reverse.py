@@ -27,20 +27,29 @@ from kseq.training.devices.xla import BLOCKS
 from kseq.training.loop import GenerationMonitor
 from kseq.training.scoring import exact_match
 
+# The positions of the task's Transformer.
+TRANSFORMER_LENGTH = 64
+
 
 @task_options("reverse", epochs=3)
 class Options(CadenceOptions, ClippingOptions):
     ARCHITECTURE = ("arch", "attention", "cell")
 
     arch: str = option("transformer", "model", choices=("transformer", "rnn"))
-    attention: str = option("bahdanau", "the RNN's attention", choices=ATTENTIONS)
-    cell: str = option("gru", "the RNN's cell", choices=("rnn", "lstm", "gru"))
+    attention: str = option("bahdanau", "the RNN's attention", choices=ATTENTIONS, needs={"arch": "rnn"})
+    cell: str = option("gru", "the RNN's cell", choices=("rnn", "lstm", "gru"), needs={"arch": "rnn"})
     train_examples: int = option(40000, "training words", minimum=1)
     valid_examples: int = option(500, "validation (and test) words", minimum=1)
     min_length: int = option(4, "letters per word at least", minimum=1)
-    max_length: int = option(12, "letters per word at most", minimum=1)
+    # A word after the decoder's BOS (before its EOS) fits the Transformer's positions.
+    max_length: int = option(12, "letters per word at most", minimum=1, maximum=TRANSFORMER_LENGTH - 1)
     batch_size: int = option(64, "words per batch", minimum=1)
-    learning_rate: float = option(2e-3, "Adam's learning rate")
+    learning_rate: float = option(2e-3, "Adam's learning rate", above=0)
+
+    def problems(self):
+        shorter = self.max_length < self.min_length
+        return super().problems() + ([f"--max-length {self.max_length}: under --min-length {self.min_length}: "
+                                      "expected at least as many letters"] if shorter else [])
 
     @property
     def without_transformer_blocks(self):
@@ -128,7 +137,7 @@ def build_model(options, vocab_size, precision="float32"):
     if options.arch == "transformer":
         return kseq.models.TransformerSeq2Seq(
             vocab_size, vocab_size, num_layers=2, d_model=64, num_heads=4, ff_dim=128,
-            dropout=0.0, max_length=64, compiled_blocks=options.jit_compile == BLOCKS, dtype=precision,
+            dropout=0.0, max_length=TRANSFORMER_LENGTH, compiled_blocks=options.jit_compile == BLOCKS, dtype=precision,
         )
     attention = None if options.attention == "none" else options.attention
     return kseq.models.RNNSeq2Seq(

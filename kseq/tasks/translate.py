@@ -29,6 +29,7 @@ from kseq.training.config import AUTO, TRAINED_WEIGHTS, Auto, ClippingOptions, D
 from kseq.training.config import ScheduleOptions, Seq2SeqOptions, StoppingOptions, StreamedDataOptions, TextTaskOptions
 from kseq.training.config import TokenBatchOptions, TsvFilesOptions, choose_model_size, finished_run, option
 from kseq.training.config import options_parser, task_options
+from kseq.training.config.training_options import SMALLEST_VOCABULARY
 from kseq.training.devices import decide_for_translation, device_class, weights_fingerprint
 from kseq.training.loop import Trained, keep_best, translator_callbacks
 from kseq.training.objectives import translation_learning_rate
@@ -58,13 +59,15 @@ PRESETS = {
 @task_options("translate", epochs=1000, max_minutes=6.0, eval_every=AUTO, save_every="200")
 class Options(TsvFilesOptions, Seq2SeqOptions, TokenBatchOptions, ScheduleOptions, DecodingOptions, StoppingOptions,
               EvaluationOptions, StreamedDataOptions, ClippingOptions, TextTaskOptions):
-    vocab_size: int | Auto = option(AUTO, "joint SentencePiece pieces; auto: from the data", minimum=1)
-    max_vocab_size: int = option(4000, "the most pieces auto may choose", minimum=1)
+    vocab_size: int | Auto = option(AUTO, "joint SentencePiece pieces; auto: from the data",
+                                    minimum=SMALLEST_VOCABULARY)
+    max_vocab_size: int = option(4000, "the most pieces auto may choose", minimum=SMALLEST_VOCABULARY)
     attention_plots: int = option(3, "attention maps logged at each evaluation", minimum=0)
-    max_test_sentences: int | None = option(None, "test only the first N pairs")
+    max_test_sentences: int | None = option(None, "test only the first N pairs", minimum=1)
     export_xla: bool = option(False, "compile the exported search with XLA")
     export_ctranslate2: str | None = option(None, "also write a CTranslate2 model of the Transformer to "
-                                            "<dir>/<next version>/ (pip install 'kseq[ctranslate2]')")
+                                            "<dir>/<next version>/ (pip install 'kseq[ctranslate2]')",
+                                            folder="export")
 
     def problems(self):
         return super().problems() + [message for broken, message in (

@@ -52,7 +52,9 @@ def run_tokenizer(texts, folder, *, resuming=False, path=None, init_from=None, v
             tokenizer = SubwordTokenizer.load(kept)
             print(f"SentencePiece vocabulary: {tokenizer.vocab_size} pieces, trained on this data before ({kept})")
         else:
-            tokenizer = trained_tokenizer(texts, size)
+            # A size "auto" chose is cut to --max-vocab-size: that is the option to change.
+            option = "--vocab-size" if vocab_size != "auto" else "--max-vocab-size"
+            tokenizer = trained_tokenizer(texts, size, option)
             if kept:
                 tokenizer.save(kept)
         write_tokenizer_files(tokenizer, folder)
@@ -86,25 +88,31 @@ def given_tokenizer(path=None, init_from=None):
     return tokenizer
 
 
-def trained_tokenizer(texts, vocab_size):
+def trained_tokenizer(texts, vocab_size, option="--vocab-size"):
     """Trains a SentencePiece vocabulary of `vocab_size` pieces on `texts`.
 
     Args:
         texts: the training texts.
         vocab_size: the pieces wanted.
+        option: the option that set the size, for the message. Default "--vocab-size".
 
     Returns:
         A `SubwordTokenizer`.
 
     Raises:
-        UsageError: the texts cannot give that size; the message names `--vocab-size`.
+        UsageError: the texts cannot give that size; the message names the
+            option and the smallest size that works.
     """
-    from kseq.data.subword_tokenizer import SubwordTokenizer
+    from kseq.data.subword_tokenizer import BASE_PIECES, SubwordTokenizer, VocabularyTooSmall
 
     try:
         tokenizer = SubwordTokenizer.train(texts, vocab_size)
+    except VocabularyTooSmall as error:
+        raise UsageError(f"{option} {vocab_size}: too small for the training data: expected at least {error.needed} "
+                         f"({BASE_PIECES} base pieces, the special ids and bytes, and one for each of the data's "
+                         f"{error.needed - BASE_PIECES} characters)") from None
     except ValueError as error:
-        raise UsageError(f"--vocab-size {vocab_size}: {error}") from None
+        raise UsageError(f"{option} {vocab_size}: {error}") from None
     print(f"SentencePiece vocabulary: {tokenizer.vocab_size} pieces")
     return tokenizer
 

@@ -389,4 +389,4 @@ def test_kseq_train_runs_a_task_with_its_options_and_names_them_in_errors():
     bad = subprocess.run([script("kseq-train"), "language-model", "--epochs", "0"], capture_output=True, text=True,
                          env=subprocess_env(), timeout=120)
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
-    assert bad.stderr.splitlines()[-1] == "kseq-train language_model: error: --epochs must be >= 1"
+    assert bad.stderr.splitlines()[-1] == "kseq-train language_model: error: --epochs must be >= 1; got 0"

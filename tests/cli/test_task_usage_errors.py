@@ -45,6 +45,7 @@ FILES = {
     "locked": ("locked.tsv", b"a\tb\n"),
     "config_key": ("config_key.yaml", b"epoch: 3\n"),
     "config_value": ("config_value.yaml", b"epochs: many\n"),
+    "config_range": ("config_range.yaml", b"epochs: 0\n"),
     "junk": ("junk.bin", b"\x00\xff\xfe\x80" * 16),
     "not_a_run": ("not_a_run", None),
     "read_only": ("read_only", None),
@@ -116,7 +117,39 @@ def rows():
     add("a --tokenizer file of another kind", TEXT_TASKS, lambda t: ["--tokenizer", "{junk}"],
         lambda t: "--tokenizer {junk}: `path` {junk} is no tokenizer kseq reads: expected a saved kseq "
                   "tokenizer, a SentencePiece model or a UTF-8 vocabulary.")
+    add_option_rows(add)
     return table
+
+
+def add_option_rows(add):
+    """The rows of option values: each checked before the run writes anything (tests/cli/test_option_checks.py
+    walks every option of every task)."""
+    with_dropout = ("translate", "language_model", "classify", "generate_reviews", "caption")
+    add("an option's value of the wrong type", train.TASKS, lambda t: ["--epochs", "abc"],
+        lambda t: "argument --epochs: invalid int value: 'abc': expected a whole number >= 1")
+    add("an option's value out of its range", train.TASKS, lambda t: ["--max-minutes", "-3"],
+        lambda t: "--max-minutes must be > 0; got -3.0")
+    add("a dropout rate of 1 or more", with_dropout, lambda t: ["--dropout", "1.5"],
+        lambda t: "--dropout must be in [0, 1); got 1.5")
+    add("a --config value out of its range", train.TASKS, lambda t: ["--config", "{config_range}"],
+        lambda t: "--epochs must be >= 1; got 0 (from --config {config_range}: epochs: 0)")
+    add("attention heads that do not divide the width", ["translate"], lambda t: ["--num-heads", "5"],
+        lambda t: "--num-heads 5: does not divide --d-model 192: expected a divisor of 192, such as 4 or 6")
+    add("attention heads that do not divide the width", ["classify"],
+        lambda t: ["--encoder", "transformer", "--num-heads", "5"],
+        lambda t: "--num-heads 5: does not divide --embed-dim 128: expected a divisor of 128, such as 4 or 8")
+    add("an RNN's option with --arch transformer", ["translate", "reverse"], lambda t: ["--cell", "gru"],
+        lambda t: "--cell needs --arch rnn")
+    add("a --vocab-size under SentencePiece's smallest", ["translate"], lambda t: ["--vocab-size", "2"],
+        lambda t: "--vocab-size must be auto or >= 261; got 2")
+    add("a --vocab-size under SentencePiece's smallest", ["language_model", "classify", "generate_reviews"],
+        lambda t: ["--vocab-size", "2"], lambda t: "--vocab-size must be >= 261; got 2")
+    add("a --vocab-size under what the data's characters need", ["translate"],
+        lambda t: ["--train-tsv", "{good_tsv}", "--vocab-size", "262"],
+        lambda t: "--vocab-size 262: too small for the training data: expected at least 277 (260 base pieces, the "
+                  "special ids and bytes, and one for each of the data's 17 characters)")
+    add("a --logdir where no folder can be made", train.TASKS, lambda t: ["--logdir", "/proc/x"],
+        lambda t: "--logdir /proc/x: cannot write in /proc: expected a folder this user can write in")
 
 
 BAD_INPUTS = rows()

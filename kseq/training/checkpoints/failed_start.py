@@ -1,15 +1,18 @@
 """A run that a user's mistake stops before it trains leaves its folder as it found it.
 
-A run makes its logdir and writes config.yaml as it starts
-(`kseq.training.task.Run`), before the data, the tokenizer and an
-`--init-from` run's weights are read: a `kseq.errors.UsageError` found
-there (a file without a good line, weights of another shape) would leave
-a half-written run folder, which the next run would take for one to
-resume. `StartRecord` notes what the folder held when the run started;
-`undone_on_usage_error` (around the command, `kseq.cli.train`) takes away
-what the runs started inside it added, unless they began training. A
-folder that existed before keeps all it held, the files a start rewrites
-put back: a run to resume stays one.
+Every option, path and combination is checked when the command line is
+parsed, before anything is written (`kseq.training.config.options.parse`):
+none of those reaches this module. What is kept here is for the mistakes
+only the data can tell, found after the run made its logdir and wrote
+config.yaml (`kseq.training.task.Run`): a data file without a good line
+or of one label, a `--vocab-size` under what the data's characters need,
+a `--top-k` over the vocabulary the run ended with, `--init-from` weights
+that do not fit the model. Left there, a half-written run folder would be
+taken by the next run for one to resume. `StartRecord` notes what the
+folder held when the run started; `undone_on_usage_error` (around the
+command, `kseq.cli.train`) takes away what the runs started inside it
+added, unless they began training. A folder that existed before keeps all
+it held, the files a start rewrites put back: a run to resume stays one.
 """
 
 import contextlib

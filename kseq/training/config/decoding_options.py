@@ -6,7 +6,15 @@ import dataclasses
 
 from kseq.decoding.limits import DEFAULT_LENGTH_SLACK
 from kseq.decoding.sampling import Sampler
+from kseq.errors import UsageError
 from kseq.training.config.options import AUTO, Auto, TaskOptions, option
+
+
+def _beam_patience_problem(patience):
+    """The message refusing `--beam-patience P` outside [0, 1], else None."""
+    if 0 <= patience <= 1:
+        return None
+    return f"--beam-patience {patience}: expected a number in [0, 1] (0: the exact rule)"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -25,14 +33,7 @@ class DecodingOptions(TaskOptions):
     beam_patience: float | None = option(
         1.0, "a beam stops a sentence once it holds ceil(P x beams) finished hypotheses (1: as CTranslate2 "
         "and fairseq); 0: only once no alive hypothesis can win (the exact rule: most sentences run on to "
-        "their length limit)")
-
-    def problems(self):
-        """--beam-patience must be in [0, 1]."""
-        found = super().problems()
-        if self.beam_patience is not None and not 0 <= self.beam_patience <= 1:
-            found.append(f"--beam-patience {self.beam_patience}: expected a number in [0, 1] (0: the exact rule)")
-        return found
+        "their length limit)", check=_beam_patience_problem)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,8 +41,30 @@ class SamplingOptions(TaskOptions):
     """Sampling generated text: seeded top-k (`kseq.decoding.Sampler`)."""
 
     sample_length: int = option(64, "pieces per sample at most", minimum=1)
-    temperature: float = option(1.0, "sampling temperature")
+    temperature: float = option(1.0, "sampling temperature", above=0)
     top_k: int = option(10, "sample among the k likeliest pieces", minimum=1)
+
+    def problems(self):
+        """--top-k at most the vocabulary's size, where it is known here (`--vocab-size` without `--tokenizer`)."""
+        size = getattr(self, "vocab_size", None)
+        if isinstance(size, int) and not getattr(self, "tokenizer", None) and self.top_k > size:
+            return super().problems() + [f"--top-k {self.top_k}: over --vocab-size {size}: expected at most the "
+                                         "vocabulary's size"]
+        return super().problems()
+
+    def check_vocabulary(self, vocab_size):
+        """Refuses a --top-k over the vocabulary the run ended with (a given
+        tokenizer's, or fewer pieces than --vocab-size from small data).
+
+        Args:
+            vocab_size: the tokenizer's size.
+
+        Raises:
+            UsageError: --top-k is over it.
+        """
+        if self.top_k > vocab_size:
+            raise UsageError(f"--top-k {self.top_k}: over the vocabulary's {vocab_size} pieces: expected at most "
+                             f"{vocab_size}")
 
     def sampler(self, **search_options):
         """Makes the seeded top-k sampler these options ask for: every row

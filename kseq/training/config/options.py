@@ -3,12 +3,16 @@ and the checks all come from its fields.
 
 A field is declared with `option(default, help, ...)`; its annotation gives
 the type argparse parses (`int | Auto` takes "auto" or an int, `str | None`
-a string or nothing, `bool` a `--name` / `--no-name` pair). Rules on one
-option (`choices`, `minimum`, `file`) sit on the field; rules across
-options are the class's `problems()`. Everything is checked at parse time,
-so a mistyped option, a preset naming an option that does not exist or an
-impossible combination stops the run before any work, with a message that
-names the option.
+a string or nothing, `bool` a `--name` / `--no-name` pair). What an option
+accepts sits on its field (`choices`, a range, a `check` of its form, the
+options it `needs`, the path it names: `kseq.training.config.accepts`,
+`kseq.training.config.paths`); other rules across options are the class's
+`problems()`. Everything is checked at parse time, before a folder, a
+tokenizer or a config file is written and before TensorFlow builds
+anything: a mistyped option, a value out of range, a preset naming an
+option that does not exist or an impossible combination stops the run with
+one line naming the option (and, for a value from `--config FILE`, the file
+and the key), exit status 2.
 
 Option groups (`kseq.training.config.model_options`, `training_options`,
 `data_options`, `decoding_options`) are dataclasses of fields, one concern
@@ -24,38 +28,64 @@ Example:
 """
 
 import argparse
+import contextlib
 import dataclasses
+import io
 import os
-import types
-import typing
+import re
 
 from kseq.errors import CommandParser, UsageError, refuse
+from kseq.training.config.accepts import AUTO, Auto, accepted, can_be_none, declared_problems, normalized_needs
+from kseq.training.config.accepts import type_hints, value_type
 from kseq.training.config.config_files import checked_values, read_config
 from kseq.training.config.flags import flag
-from kseq.training.config.warm_start import adopt_architecture, source_problems
+from kseq.training.config.paths import FOLDER_KINDS, path_problems
+from kseq.training.config.warm_start import run_architecture, source_problems
 from kseq.training.devices.precision import PRECISIONS
 from kseq.training.devices.xla import BLOCKS, JIT_CHOICES
 
-AUTO = "auto"
+__all__ = ["AUTO", "Auto", "GIVEN_KEY", "TaskOptions", "TextTaskOptions", "auto_or", "config_values", "option",
+           "options_parser", "parse", "refusal", "task_options"]
+
 # The key of a written config file that lists the options the run was given.
 GIVEN_KEY = "options_given"
-Auto = typing.Literal["auto"]
+# The largest seed keras.utils.set_random_seed takes (numpy's).
+MAX_SEED = 2**32 - 1
 
 
-def option(default, help="", *, choices=None, minimum=None, file=False, files=False):
-    """A field of a task's options: its default and `--help` text.
+def option(default, help="", *, choices=None, minimum=None, maximum=None, above=None, below=None, check=None,
+           needs=None, when=None, file=False, files=False, folder=None):
+    """A field of a task's options: its default, `--help` text and what it accepts.
 
     Args:
         default: the value when neither the command line nor a preset sets it.
         help: one line for `--help`.
         choices: the values allowed (argparse checks them).
-        minimum: the smallest value allowed ("auto" and None are let through).
+        minimum, maximum: the smallest and largest values allowed;
+            `above`, `below`: bounds the value must pass ("auto" and None
+            are let through; a float must also be finite).
+        check: a function of a value (not None) giving the message that
+            refuses it (naming the option), or None.
+        needs: {other option: allowed value or values} while this one is
+            in use (given, or switched on from a False or None default),
+            e.g. `needs={"arch": "rnn"}`.
+        when: the values of this option `needs` applies to (default: any
+            value in use).
         file: the value is an input file that must exist and be readable.
         files: the value names input files: a path, a glob, or several
             joined by commas (`kseq.data.corpus.corpus_files`), each of
             which must name a readable file.
+        folder: the value is a folder: "read" (it must exist and be
+            readable), "write" (made and written by the run) or "export"
+            (written, holding numbered SavedModel versions).
+
+    Raises:
+        ValueError: `folder` is none of those.
     """
-    metadata = dict(help=help, choices=choices, minimum=minimum, file=file, files=files)
+    if folder not in (None, *FOLDER_KINDS):
+        raise ValueError(f"`folder` must be one of {', '.join(FOLDER_KINDS)}; got {folder!r}")
+    metadata = dict(help=help, choices=choices, minimum=minimum, maximum=maximum, above=above, below=below,
+                    check=check, needs=normalized_needs(needs), when=when, file=file, files=files, folder=folder)
     return dataclasses.field(default=default, metadata=metadata)
 
 
@@ -80,6 +110,14 @@ def auto_or(kind):
     return parse_value
 
 
+def _profile_steps_problem(text):
+    """The message refusing `--profile-steps TEXT`, else None."""
+    parts = text.split(",")
+    if len(parts) == 2 and all(part.strip().isdigit() for part in parts) and 0 < int(parts[0]) <= int(parts[1]):
+        return None
+    return f"--profile-steps must be two steps A,B with 0 < A <= B; got {text!r}"
+
+
 @dataclasses.dataclass(frozen=True)
 class TaskOptions:
     """Options every task takes: the run (seed, devices, folders).
@@ -88,7 +126,7 @@ class TaskOptions:
     with `task_options`) override the defaults of `logdir` and `export_dir`
     and add rules in `problems()`."""
 
-    seed: int = option(0, "random seed of weights, data order and sampling")
+    seed: int = option(0, "random seed of weights, data order and sampling", minimum=0, maximum=MAX_SEED)
     strategy: str = option("mirrored", "tf.distribute strategy",
                            choices=("default", "mirrored", "multiworker"))
     precision: str = option(AUTO, "dtype policy; auto: the fastest measured on this device class",
@@ -97,12 +135,15 @@ class TaskOptions:
                               "each stack of a Transformer's blocks one XLA function, compiled once whatever the "
                               "depth (for shorter compiles than 'on'; not measured faster than off)",
                               choices=JIT_CHOICES)
-    xla_cache: str | None = option(None, "folder of compiled XLA programs (default ~/.cache/kseq/xla)")
-    logdir: str = option("runs", "TensorBoard logs, metrics.json, checkpoints and the resumable backup")
-    export_dir: str = option("savedmodels", "the SavedModel goes to <export-dir>/<next version>/")
-    profile_steps: str | None = option(None, "profile train steps A to B (e.g. 20,30) for TensorBoard's Profile tab")
+    xla_cache: str | None = option(None, "folder of compiled XLA programs (default ~/.cache/kseq/xla)",
+                                   folder="write")
+    logdir: str = option("runs", "TensorBoard logs, metrics.json, checkpoints and the resumable backup",
+                         folder="write")
+    export_dir: str = option("savedmodels", "the SavedModel goes to <export-dir>/<next version>/", folder="export")
+    profile_steps: str | None = option(None, "profile train steps A to B (e.g. 20,30) for TensorBoard's Profile tab",
+                                       check=_profile_steps_problem)
     init_from: str | None = option(None, "start from the weights and tokenizer of a finished run of this task "
-                                   "(its logdir), to continue or fine-tune it")
+                                   "(its logdir), to continue or fine-tune it", folder="read")
     accumulate: int = option(1, "batches whose mean gradient makes one update (gradient accumulation)", minimum=1)
     # Set by `parse`: the preset applied and the options the command line gave.
     preset: str | None = None
@@ -120,16 +161,16 @@ class TaskOptions:
         return "this task's model has none"
 
     def problems(self):
-        """Messages for impossible combinations (empty when there is none)."""
-        try:
-            self.profile_batch
-        except ValueError as error:
-            return [str(error)]
+        """Messages for values the options' declarations refuse and for
+        impossible combinations (empty when there is none); option groups
+        add theirs. The paths and the `--init-from` run are checked by
+        `parse`, which reads them."""
+        problems = declared_problems(self)
         if self.jit_compile == BLOCKS and self.without_transformer_blocks:
             expected = "--arch transformer, or " if hasattr(self, "arch") else ""
-            return [f"--jit-compile blocks: compiles a TransformerSeq2Seq's blocks, and "
-                    f"{self.without_transformer_blocks}: expected {expected}--jit-compile auto, on or off"]
-        return source_problems(self)
+            problems.append(f"--jit-compile blocks: compiles a TransformerSeq2Seq's blocks, and "
+                            f"{self.without_transformer_blocks}: expected {expected}--jit-compile auto, on or off")
+        return problems
 
     @classmethod
     def architecture(cls):
@@ -151,11 +192,11 @@ class TaskOptions:
         """
         if not self.profile_steps:
             return 0
-        parts = self.profile_steps.split(",")
-        if len(parts) != 2 or not all(part.strip().isdigit() for part in parts) or \
-                not 0 < int(parts[0]) <= int(parts[1]):
-            raise ValueError(f"--profile-steps must be two steps A,B with 0 < A <= B; got {self.profile_steps!r}")
-        return int(parts[0]), int(parts[1])
+        problem = _profile_steps_problem(self.profile_steps)
+        if problem:
+            raise ValueError(problem)
+        first, last = self.profile_steps.split(",")
+        return int(first), int(last)
 
     def as_hparams(self):
         """Lists every option's value, for TensorBoard's HParams.
@@ -166,36 +207,33 @@ class TaskOptions:
         return {name: value for name, value in dataclasses.asdict(self).items() if name != "options_given"}
 
 
+def _tokenizer_problem(path):
+    """The message when `--tokenizer PATH` names no tokenizer kseq reads, else None.
+
+    Each path (a file, a folder, or two files joined by a comma) must exist
+    and hold a tokenizer kseq reads (checked by its content,
+    `kseq.data.tokenizers.check_tokenizer`; it is made after TensorFlow
+    starts)."""
+    from kseq.data.tokenizers import check_tokenizer
+
+    parts = [path] if os.path.exists(path) or "," not in path else path.split(",", 1)
+    missing = [part for part in parts if not os.path.exists(part)]
+    if missing:
+        return f"--tokenizer {path}: {missing[0]}: no such file or folder"
+    try:
+        check_tokenizer(path)
+    except ValueError as error:
+        return f"--tokenizer {path}: {error}"
+    return None
+
+
 @dataclasses.dataclass(frozen=True)
 class TextTaskOptions(TaskOptions):
     """Options of a task that tokenizes text: `--tokenizer PATH`."""
 
     tokenizer: str | None = option(
         None, "your tokenizer: a SentencePiece model, a WordPiece vocab.txt, or BPE 'vocab.json,merges.txt' "
-        "(default: a SentencePiece vocabulary trained on the data)")
-
-    def problems(self):
-        """Each path of `--tokenizer` (a file, a folder, or two files joined
-        by a comma) must exist and hold a tokenizer kseq reads (checked by
-        its content, `kseq.data.tokenizers.check_tokenizer`; it is made
-        after TensorFlow starts)."""
-        path = self.tokenizer
-        if not path:
-            return super().problems()
-        parts = [path] if os.path.exists(path) or "," not in path else path.split(",", 1)
-        missing = [f"--tokenizer {path}: {part}: no such file or folder" for part in parts if not os.path.exists(part)]
-        return super().problems() + (missing or _tokenizer_problems(path))
-
-
-def _tokenizer_problems(path):
-    """[the message] when `--tokenizer PATH` holds no tokenizer kseq reads, else []."""
-    from kseq.data.tokenizers import check_tokenizer
-
-    try:
-        check_tokenizer(path)
-    except ValueError as error:
-        return [f"--tokenizer {path}: {error}"]
-    return []
+        "(default: a SentencePiece vocabulary trained on the data)", check=_tokenizer_problem)
 
 
 def task_options(name=None, **defaults):
@@ -257,6 +295,35 @@ def options_parser(options_class, doc=None, presets=None):
     return parse_args
 
 
+class OptionsParser(CommandParser):
+    """A task's argparse parser: a value a flag does not take (`--epochs
+    abc`, `--arch cnn`, `--no-tied=1`) is refused in one line, as every
+    other refused value, with what the flag accepts; a flag that does not
+    exist keeps argparse's usage line and the closest options.
+
+    Attributes:
+        accepted: {flag: what it accepts, in words}.
+    """
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.accepted = {}
+
+    def error(self, message):
+        if message.startswith("argument "):
+            refuse(self.prog, message + self._expected(message))
+        super().error(message)
+
+    def _expected(self, message):
+        """": expected <what the flag accepts>" for a value of the wrong
+        type (argparse names the choices itself), else ""."""
+        match = re.match(r"argument ([^:/ ]+)", message)
+        what = self.accepted.get(match.group(1)) if match else None
+        if what and ("invalid" in message and "choice" not in message or "explicit argument" in message):
+            return f": expected {what}"
+        return ""
+
+
 def parse(options_class, argv=None, doc=None, presets=None):
     """Parses a task's options from the command line, a config file and presets.
 
@@ -274,30 +341,17 @@ def parse(options_class, argv=None, doc=None, presets=None):
         An `options_class` instance.
 
     Raises:
-        SystemExit: exit 2, after argparse's usage and error, or after the
-            one line of `kseq.errors.refuse` naming the option of a bad
-            value, a missing input file, an output folder that cannot be one
-            or be written, a preset or config key that names no option, or
-            a combination `problems()` refuses.
+        SystemExit: exit 2, after argparse's usage and error for a flag
+            that does not exist, or after the one line of
+            `kseq.errors.refuse` naming the option of a bad value (and the
+            file and key of a `--config` value), a missing input file, an
+            output folder that cannot be one or be written, a preset or
+            config key that names no option, an `--init-from` run that
+            cannot fit, or a combination the declarations or `problems()`
+            refuse.
     """
-    doc = doc or options_class.__doc__ or ""
-    # One usage line: argparse's own lists every option, 60 lines above a mistyped flag's error.
-    parser = CommandParser(
-        usage="%(prog)s [-h] [--config FILE] [OPTION ...]",
-        description=doc.strip().split("\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog=doc.split("\n", 2)[2] if doc.count("\n") > 1 else None,
-    )
+    parser = _parser(options_class, doc, presets)
     fields = _cli_fields(options_class)
-    parser.add_argument("--config", metavar="FILE", help="options from a YAML or JSON file (names as the flags', "
-                        "- or _); flags given here override it. Every run writes its own to <logdir>/config.yaml")
-    if presets:
-        parser.add_argument("--preset", choices=list(presets), default=None,
-                            help="option values sized for a machine and a budget; the defaults below are "
-                            f"{next(iter(presets))!r}'s")
-    for title, description, group_fields in _groups(options_class, fields):
-        group = parser.add_argument_group(title, description)
-        for field in group_fields:
-            _add_argument(group, field, options_class)
     args = parser.parse_args(argv)
     given = {name: value for name, value in vars(args).items()
              if value is not None and name not in ("preset", "config")}
@@ -313,10 +367,79 @@ def parse(options_class, argv=None, doc=None, presets=None):
     # A file a run wrote says which of its values were given; every value of a user's file is.
     config_given = set(config) if written_given is None else set(written_given)
     options = options_class(**{**values, **config, **given}, options_given=tuple(sorted(config_given | set(given))))
-    problems = _field_problems(options, fields) + list(options.problems())
+    from_config = {name: value for name, value in config.items() if name not in given}
+    problems = _path_problems(options, fields) or source_problems(options)
+    # The checks see the --init-from run's architecture, what will be built, as the run's: not as options given
+    # (an RNN's option given is one that needs --arch rnn), though a config file that run wrote lists them.
+    adopted = {} if problems else run_architecture(options)
+    checked = dataclasses.replace(options, **adopted, options_given=tuple(
+        name for name in options.options_given if name not in adopted))
+    problems = problems or list(checked.problems())
     if problems:
-        refuse(parser.prog, problems[0])
-    return adopt_architecture(options)
+        refuse(parser.prog, _with_origin(problems[0], from_config, args.config))
+    # The adopted options count as given: no "auto" resizes them.
+    return dataclasses.replace(checked, options_given=tuple(sorted({*options.options_given, *adopted})))
+
+
+def refusal(options_class, argv, presets=None):
+    """What `parse` refuses `argv` with, without printing it: to check the
+    options one task passes to another (generate_reviews to classify).
+
+    Args:
+        options_class: the other task's options dataclass.
+        argv: its command line, a list of strings.
+        presets: its presets, as `parse` takes them.
+
+    Returns:
+        The refusal's last line after "error: ", or None when `argv` parses.
+    """
+    printed = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(printed), contextlib.redirect_stdout(io.StringIO()):
+            parse(options_class, argv, presets=presets)
+    except SystemExit as stop:
+        lines = printed.getvalue().strip().splitlines() or [f"it exits with status {stop.code}"]
+        return lines[-1].split(": error: ", 1)[-1]
+    return None
+
+
+def _parser(options_class, doc, presets):
+    """The argparse parser of `options_class`'s options, grouped as `--help` shows them."""
+    doc = doc or options_class.__doc__ or ""
+    # One usage line: argparse's own lists every option, 60 lines above a mistyped flag's error.
+    parser = OptionsParser(
+        usage="%(prog)s [-h] [--config FILE] [OPTION ...]",
+        description=doc.strip().split("\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=doc.split("\n", 2)[2] if doc.count("\n") > 1 else None,
+    )
+    parser.add_argument("--config", metavar="FILE", help="options from a YAML or JSON file (names as the flags', "
+                        "- or _); flags given here override it. Every run writes its own to <logdir>/config.yaml")
+    if presets:
+        parser.add_argument("--preset", choices=list(presets), default=None,
+                            help="option values sized for a machine and a budget; the defaults below are "
+                            f"{next(iter(presets))!r}'s")
+    fields = _cli_fields(options_class)
+    for title, description, group_fields in _groups(options_class, fields):
+        group = parser.add_argument_group(title, description)
+        for field in group_fields:
+            parser.accepted[flag(field.name)] = _add_argument(group, field, options_class)
+    return parser
+
+
+def _with_origin(message, from_config, path):
+    """`message`, naming the `--config` file and its keys whose values the message is about."""
+    named = [name for name in from_config if re.search(rf"{re.escape(flag(name))}(?![\w-])", message)]
+    if not named:
+        return message
+    keys = ", ".join(f"{name.replace('_', '-')}: {_spelled_value(from_config[name])}" for name in named)
+    return f"{message} (from --config {path}: {keys})"
+
+
+def _spelled_value(value):
+    """A value as a YAML file spells it."""
+    if isinstance(value, bool) or value is None:
+        return {True: "true", False: "false", None: "null"}[value]
+    return str(value)
 
 
 def config_values(options):
@@ -337,11 +460,11 @@ def config_values(options):
 
 def _config_values(parser, path, options_class, fields, presets):
     """`--config`'s values, checked as the flags would be (`refuse` on a bad one)."""
-    hints = typing.get_type_hints(options_class)
+    hints = type_hints(options_class)
     kinds = {}
     for field in fields:
-        kind, can_be_auto = _value_type(hints[field.name])
-        kinds[field.name] = (kind, can_be_auto, field.metadata.get("choices"), _can_be_none(hints[field.name]))
+        kind, can_be_auto = value_type(hints[field.name])
+        kinds[field.name] = (kind, can_be_auto, field.metadata.get("choices"), can_be_none(hints[field.name]))
     if presets:
         kinds["preset"] = (str, False, list(presets), False)
     kinds[GIVEN_KEY] = (list, False, list(kinds), False)
@@ -382,107 +505,23 @@ def _groups(options_class, fields):
 
 
 def _add_argument(parser, field, options_class):
-    kind, can_be_auto = _value_type(typing.get_type_hints(options_class)[field.name])
+    """Adds `field`'s flag to `parser`; returns what the flag accepts, in words."""
+    kind, can_be_auto = value_type(type_hints(options_class)[field.name])
     help_text = field.metadata.get("help", "")
     if field.default is not None:
         help_text += f" (default: {field.default})"
+    name = flag(field.name)
     if kind is bool:
-        parser.add_argument(flag(field.name), action=argparse.BooleanOptionalAction, default=None, help=help_text)
-        return
-    parser.add_argument(flag(field.name), type=auto_or(kind) if can_be_auto else kind,
+        parser.add_argument(name, action=argparse.BooleanOptionalAction, default=None, help=help_text)
+        return f"{name} or --no-{name[2:]}, without a value"
+    parser.add_argument(name, type=auto_or(kind) if can_be_auto else kind,
                         choices=field.metadata.get("choices"), default=None, help=help_text)
+    return accepted(kind, field.metadata, can_be_auto)
 
 
-def _can_be_none(annotation):
-    """Whether an annotation such as `float | None` takes None (a config file's null)."""
-    return type(None) in typing.get_args(annotation)
-
-
-def _value_type(annotation):
-    """(the parsed type, whether "auto" is accepted) of an annotation such
-    as `int`, `float | None` or `int | Auto`."""
-    if isinstance(annotation, types.UnionType) or typing.get_origin(annotation) is typing.Union:
-        parts = typing.get_args(annotation)
-        kinds = [part for part in parts if part not in (type(None), Auto)]
-        return (kinds[0] if kinds else str), Auto in parts
-    return annotation, False
-
-
-def _field_problems(options, fields):
+def _path_problems(options, fields):
+    """Messages for the paths the options name (`kseq.training.config.paths`), in the fields' order."""
     problems = []
     for field in fields:
-        value, name = getattr(options, field.name), flag(field.name)
-        minimum = field.metadata.get("minimum")
-        if minimum is not None and value not in (None, AUTO) and value < minimum:
-            can_be_auto = _value_type(typing.get_type_hints(type(options))[field.name])[1]
-            problems.append(f"{name} must be {'auto or ' if can_be_auto else ''}>= {minimum}")
-        if field.metadata.get("file") and value:
-            problems += _file_problems(name, value)
-        if field.metadata.get("files") and value:
-            from kseq.data.corpus import corpus_files
-
-            try:
-                corpus_files(value, name)
-            except UsageError as error:
-                problems.append(str(error))
-    for name in ("logdir", "export_dir", "xla_cache"):
-        problems += _folder_problems(flag(name), getattr(options, name), export=name == "export_dir")
+        problems += path_problems(flag(field.name), getattr(options, field.name), field.metadata)
     return problems
-
-
-def _file_problems(option_name, path):
-    if os.path.isdir(path):
-        return [f"{option_name} {path}: is a directory, not a file"]
-    if not os.path.isfile(path):
-        return [f"{option_name} {path}: no such file"]
-    if not os.access(path, os.R_OK):
-        return [f"{option_name} {path}: not readable (permission denied)"]
-    return []
-
-
-def _folder_problems(option_name, path, export):
-    """An output folder that exists as something else, lies under a file or
-    cannot be written (made) there; for an export, one that is itself a
-    SavedModel version (exports go to `<folder>/<next version>/`).
-
-    Checked before the run writes anything: the export is written at the
-    end of training, which must not be the moment to learn it cannot be."""
-    if not path:
-        return []
-    if os.path.exists(path) and not os.path.isdir(path):
-        return [f"{option_name} {path} exists and is not a directory"]
-    parent = os.path.abspath(path)
-    while parent and not os.path.exists(parent):
-        parent = os.path.dirname(parent)
-    if parent and not os.path.isdir(parent):
-        return [f"{option_name} {path}: {parent} is a file, not a directory"]
-    problems = _unwritable(option_name, path, parent)
-    if not problems and export and os.path.isfile(os.path.join(path, "saved_model.pb")):
-        return [f"{option_name} {path} is itself a SavedModel version (it holds saved_model.pb); pass the "
-                f"folder that holds the numbered versions, e.g. {os.path.dirname(os.path.normpath(path)) or '.'}"]
-    return problems
-
-
-def _unwritable(option_name, path, existing):
-    """[the message] when the folder `path` cannot be written or made, else [].
-
-    Args:
-        option_name: the option, for the message.
-        path: the folder, as given.
-        existing: `path` itself, or its nearest folder that exists.
-
-    Returns:
-        A list of at most one message.
-    """
-    if not os.access(existing, os.W_OK | os.X_OK):  # also refused to root on a read-only file system
-        return [f"{option_name} {path}: cannot write in {existing}: expected a folder this user can write in"]
-    try:
-        longest = os.pathconf(existing, "PC_NAME_MAX")
-    except (OSError, ValueError):  # no such limit to ask for here
-        return []
-    to_make = os.path.relpath(os.path.abspath(path), existing).split(os.sep)
-    too_long = [name for name in to_make if name != "." and len(os.fsencode(name)) > longest]
-    if too_long:
-        return [f"{option_name} {path}: a folder name of {len(os.fsencode(too_long[0]))} bytes cannot be made in "
-                f"{existing}: expected names of at most {longest} bytes"]
-    return []

@@ -4,11 +4,33 @@ it evaluates and saves, and when it stops. Plain values: the fit loop (`kseq.tra
 
 import dataclasses
 
+from kseq.data.subword_tokenizer import BASE_PIECES
 from kseq.training.config.options import AUTO, Auto, TaskOptions, option
 from kseq.training.progress import parse_cadence
 
 # The validation scores a run can stop on and choose its decoding by.
 METRICS = ("bleu", "chrf", "exact_match")
+# The fewest pieces a SentencePiece vocabulary of kseq's holds: its base
+# pieces (special ids and bytes) and one character's. Data of more
+# characters needs more (`kseq.training.vocabulary.trained_tokenizer`).
+SMALLEST_VOCABULARY = BASE_PIECES + 1
+
+
+def _eval_every_problem(text):
+    """The message refusing `--eval-every TEXT`, else None."""
+    try:
+        parse_cadence(text)
+    except ValueError as error:
+        return f"--eval-every: {error}"
+    return None
+
+
+def _save_every_problem(text):
+    """The message refusing `--save-every TEXT`, else None."""
+    save = str(text).strip().lower()
+    if save == "epoch" or (save.isdigit() and int(save) > 0):
+        return None
+    return f"--save-every must be 'epoch' or a positive number of steps; got {text!r}"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -17,16 +39,17 @@ class ClippingOptions(TaskOptions):
     (keras' `global_clipnorm`), taken after the replicas' gradients are
     summed, so that it clips as one device would; the same in every task."""
 
-    clipnorm: float = option(1.0, "clip the gradient to this global norm (all weights' gradients as one vector)")
+    clipnorm: float = option(1.0, "clip the gradient to this global norm (all weights' gradients as one vector; "
+                             "0: no clipping)", minimum=0)
 
 
 @dataclasses.dataclass(frozen=True)
 class TrainingOptions(ClippingOptions):
     """The vocabulary, the batches and Adam."""
 
-    vocab_size: int = option(4000, "SentencePiece pieces", minimum=1)
+    vocab_size: int = option(4000, "SentencePiece pieces", minimum=SMALLEST_VOCABULARY)
     batch_size: int = option(32, "examples (or parallel streams) per batch", minimum=1)
-    learning_rate: float = option(1e-3, "Adam's learning rate")
+    learning_rate: float = option(1e-3, "Adam's learning rate", above=0)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -34,15 +57,9 @@ class ScheduleOptions(TaskOptions):
     """The learning rate: the Transformer's schedule (or a constant), and the loss's smoothing."""
 
     warmup_steps: int = option(400, "the Transformer schedule's warm-up", minimum=1)
-    learning_rate: float | None = option(None, "a constant rate instead of the schedule")
-    lr_scale: float | Auto = option(AUTO, "times the schedule; auto: half for exact-match data")
-    label_smoothing: float = option(0.1, "label smoothing of the loss")
-
-    def problems(self):
-        return super().problems() + [message for broken, message in (
-            (self.lr_scale != AUTO and not self.lr_scale > 0, "--lr-scale must be auto or > 0"),
-            (self.learning_rate is not None and not self.learning_rate > 0, "--learning-rate must be > 0"),
-        ) if broken]
+    learning_rate: float | None = option(None, "a constant rate instead of the schedule", above=0)
+    lr_scale: float | Auto = option(AUTO, "times the schedule; auto: half for exact-match data", above=0)
+    label_smoothing: float = option(0.1, "label smoothing of the loss", minimum=0, below=1)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,11 +67,12 @@ class CadenceOptions(TaskOptions):
     """How long training runs, and how often it evaluates and saves."""
 
     epochs: int = option(10, "passes over the training data at most", minimum=1)
-    max_minutes: float | None = option(None, "training budget in minutes (default: none)")
+    max_minutes: float | None = option(None, "training budget in minutes (default: none)", above=0)
     eval_every: str = option("epoch", "evaluate at each data epoch's end (epoch), every N steps (500) or minutes "
                              "(5m), or auto: 6 times in --max-minutes, fewer where each would take over a "
-                             "tenth of the time")
-    save_every: str = option("epoch", "save at each evaluation only (epoch), or also every N steps (200)")
+                             "tenth of the time", check=_eval_every_problem)
+    save_every: str = option("epoch", "save at each evaluation only (epoch), or also every N steps (200)",
+                             check=_save_every_problem)
 
     @property
     def cadence(self):
@@ -67,24 +85,13 @@ class CadenceOptions(TaskOptions):
         save = self.save_every.strip().lower()
         return save if save == "epoch" else int(save)
 
-    def problems(self):
-        found = super().problems()
-        try:
-            self.cadence
-        except ValueError as error:
-            found.append(f"--eval-every: {error}")
-        save = self.save_every.strip().lower()
-        if save != "epoch" and not (save.isdigit() and int(save) > 0):
-            found.append(f"--save-every must be 'epoch' or a positive number of steps; got {self.save_every!r}")
-        return found
-
 
 @dataclasses.dataclass(frozen=True)
 class EvaluationOptions(CadenceOptions):
     """What each evaluation decodes: validation sentences, in a bounded time."""
 
     eval_seconds: float | None = option(None, "time bound of an evaluation's decoding (default: a tenth "
-                                        "of a period of minutes, else 30 s)")
+                                        "of a period of minutes, else 30 s)", above=0)
     eval_sentences: int = option(200, "validation pairs decoded at each evaluation", minimum=1)
 
     @property
@@ -102,10 +109,8 @@ class StoppingOptions(TaskOptions):
     metric: str = option(AUTO, "validation score; auto: exact match for short targets, else chrF",
                          choices=(AUTO, *METRICS))
     patience: int = option(3, "evaluations without improvement before stopping (0: never)", minimum=0)
-    lr_decay: float = option(0.5, "rate factor after a fall back to the best weights (1: never)")
+    lr_decay: float = option(0.5, "rate factor after a fall back to the best weights (1: never)", above=0,
+                             maximum=1)
     average_snapshots: int = option(0, "average the last N snapshots where that scores better (0: off)",
                                     minimum=0)
     snapshot_every: int = option(100, "steps between snapshots", minimum=1)
-
-    def problems(self):
-        return super().problems() + ([] if 0 < self.lr_decay <= 1 else ["--lr-decay must be in (0, 1]"])

@@ -18,6 +18,7 @@ import os
 from kseq._atomic import write_json_atomic
 from kseq.errors import UsageError
 from kseq.training.config.flags import flag
+from kseq.training.config.paths import readable_folder_problems
 
 TRAINED_WEIGHTS = "trained.weights.h5"
 OPTIONS_FILE = "options.json"
@@ -58,13 +59,18 @@ def source_problems(options):
     if not folder:
         return []
     name = flag("init_from")
-    if not os.path.isdir(folder):
-        return [f"{name} {folder}: no such folder"]
+    unreadable = readable_folder_problems(name, folder)
+    if unreadable:
+        return unreadable
     missing = [file for file in (OPTIONS_FILE, TRAINED_WEIGHTS) if not os.path.isfile(os.path.join(folder, file))]
     if missing:
         return [f"{name} {folder}: no finished run there (no {' or '.join(missing)}; a task writes them "
                 "when its training ends)"]
-    saved = _read_options(folder)
+    try:
+        saved = _read_options(folder)
+    except (OSError, ValueError) as error:
+        return [f"{name} {folder}: its {OPTIONS_FILE} cannot be read ({getattr(error, 'strerror', None) or error}): "
+                f"expected the {OPTIONS_FILE} a task writes when its training ends"]
     if saved.get("recipe") != options.task_name:
         return [f"{name} {folder}: a run of recipe {saved.get('recipe')!r}, not {options.task_name!r}"]
     problems = []
@@ -77,22 +83,19 @@ def source_problems(options):
     return problems
 
 
-def adopt_architecture(options):
-    """Gives the options the `--init-from` run's architecture options.
-
-    The adopted options count as given, so that no "auto" resizes them.
+def run_architecture(options):
+    """The `--init-from` run's architecture options, as it ran.
 
     Args:
-        options: the task's options.
+        options: the task's options, whose `--init-from` passed `source_problems`.
 
     Returns:
-        `options` with the run's architecture; as they are without `--init-from`.
+        {option: the run's value}; {} without `--init-from`.
     """
     if not options.init_from:
-        return options
+        return {}
     saved = _read_options(options.init_from)
-    adopted = {name: saved[name] for name in options.architecture() if name in saved}
-    return dataclasses.replace(options, **adopted, options_given=tuple(sorted({*options.options_given, *adopted})))
+    return {name: saved[name] for name in options.architecture() if name in saved}
 
 
 def describe(options):

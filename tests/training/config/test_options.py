@@ -176,7 +176,7 @@ def test_stopping_options_make_keep_best_and_snapshots(tmp_path):
     assert recent_weights(options) is None
     assert recent_weights(StoppingOptions(average_snapshots=3, snapshot_every=5)).every == 5
     assert recent_weights(StoppingOptions(average_snapshots=3, strategy="multiworker")) is None
-    assert StoppingOptions(lr_decay=0.0).problems() == ["--lr-decay must be in (0, 1]"]
+    assert StoppingOptions(lr_decay=0.0).problems() == ["--lr-decay must be in (0, 1]; got 0.0"]
 
 
 def test_cadence_options():
@@ -205,7 +205,7 @@ def test_seq2seq_options_build_the_model_they_name():
     # What auto precision may pick on a CPU with bfloat16 units: measured per architecture.
     assert Seq2SeqOptions().bfloat16_cpu is True
     assert Seq2SeqOptions(arch="rnn").bfloat16_cpu.startswith("float32: ")
-    assert Seq2SeqOptions(arch="rnn", embedding_stddev=0.0).problems() == ["--embedding-stddev must be > 0"]
+    assert Seq2SeqOptions(arch="rnn", embedding_stddev=0.0).problems() == ["--embedding-stddev must be > 0; got 0.0"]
 
 
 def test_option_groups_take_each_tasks_defaults(capsys):
