@@ -5,6 +5,7 @@ it evaluates and saves, and when it stops. Plain values: the fit loop (`kseq.tra
 import dataclasses
 
 from kseq.training.config.options import AUTO, Auto, TaskOptions, option
+from kseq.training.objectives.schedules import ANNEAL_SHAPES
 from kseq.training.progress import parse_cadence
 
 # The validation scores a run can stop on and choose its decoding by.
@@ -51,6 +52,10 @@ class CadenceOptions(TaskOptions):
 
     epochs: int = option(10, "passes over the training data at most", minimum=1)
     max_minutes: float | None = option(None, "training budget in minutes (default: none)")
+    anneal: float = option(0.0, "anneal the learning rate to 0 over this last share of the steps, planned to end "
+                           "with --max-minutes (from the measured speed) or --epochs; patience then starts the "
+                           "anneal instead of stopping (0: off)")
+    anneal_shape: str = option("linear", "the anneal's shape", choices=ANNEAL_SHAPES)
     eval_every: str = option("epoch", "evaluate at each data epoch's end (epoch), every N steps (500) or minutes "
                              "(5m), or auto: 6 times in --max-minutes, fewer where each would take over a "
                              "tenth of the time")
@@ -76,6 +81,8 @@ class CadenceOptions(TaskOptions):
         save = self.save_every.strip().lower()
         if save != "epoch" and not (save.isdigit() and int(save) > 0):
             found.append(f"--save-every must be 'epoch' or a positive number of steps; got {self.save_every!r}")
+        if not 0 <= self.anneal < 1:
+            found.append(f"--anneal must be in [0, 1): the share of the steps annealed; got {self.anneal!r}")
         return found
 
 
