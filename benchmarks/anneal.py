@@ -70,7 +70,7 @@ def machine():
                  None)
     flags = set(pathlib.Path("/proc/cpuinfo").read_text().split()) if os.path.exists("/proc/cpuinfo") else set()
     commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout.strip()
-    return {"cpu": model, "bfloat16_flags": sorted(flags & {"avx512_bf16", "amx_bf16", "avx_vnni"}),
+    return {"cpu": model, "bfloat16_flags": sorted(flags & {"avx512_bf16", "amx_bf16"}),
             "avx512f": "avx512f" in flags, "cores": len(os.sched_getaffinity(0)), "commit": commit,
             "python": sys.version.split()[0], "date": datetime.datetime.now().isoformat(timespec="minutes")}
 
