@@ -373,10 +373,11 @@ class KillAt(keras.callbacks.Callback):
 
 
 def cadenced_run(workdir, epochs, cadence_steps, save_every, learning_rate, stopping=lambda schedule: [],
-                 accumulate=1, kill=None):
+                 accumulate=1, kill=None, anneal=0.0):
     """A small reversal translator fitted by `Fit` in `workdir`, evaluated
     every `cadence_steps`, resuming what a killed run left there;
-    `stopping(schedule)` gives the stopping callbacks, `kill` a `KillAt`.
+    `stopping(schedule)` gives the stopping callbacks, `kill` a `KillAt`;
+    `anneal` > 0 anneals the rate over that last share of the steps.
     -> (model, fit's metrics, the stopping callbacks, the batches of all epochs)."""
     from kseq.data.bucketing import bucketed_pair_dataset
     from kseq.data.character_tokenizer import CharacterTokenizer
@@ -385,7 +386,7 @@ def cadenced_run(workdir, epochs, cadence_steps, save_every, learning_rate, stop
     from kseq.training.loop.fit import Fit
     from kseq.training.objectives.optimizers import FusedAdam
     from kseq.training.progress import Cadence
-    from kseq.training.objectives.schedules import Scaled
+    from kseq.training.objectives.schedules import Annealed, Scaled
 
     letters = "abcdefghij"
     tokenizer = CharacterTokenizer(letters)
@@ -399,8 +400,8 @@ def cadenced_run(workdir, epochs, cadence_steps, save_every, learning_rate, stop
     model = RNNSeq2Seq(tokenizer.vocab_size, tokenizer.vocab_size, embed_dim=8, units=16, attention="dot")
     model.build()
     schedule = Scaled(learning_rate)
-    compile_model(model, FusedAdam(schedule, clipnorm=1.0), MaskedSparseCategoricalCrossentropy(),
-                         accumulate=accumulate)
+    compile_model(model, FusedAdam(Annealed(schedule, anneal) if anneal else schedule, clipnorm=1.0),
+                  MaskedSparseCategoricalCrossentropy(), accumulate=accumulate)
     callbacks = stopping(schedule)
     metrics = fit.fit(model, train, valid, epochs, stopping=callbacks + ([kill] if kill else []))
     return model, metrics, callbacks, epochs * report.batches_per_epoch

@@ -208,11 +208,12 @@ def compile_translator(run, vocab_size, metric):
     with run.strategy.scope():
         schedule, rate = translation_learning_rate(options.arch, options.d_model, options.warmup_steps, metric,
                                                    options.lr_scale, options.learning_rate)
+        annealed = run.learning_rate(schedule)  # to 0 where the budget ends, with --anneal
     model = run.compile(
         lambda: options.build(vocab_size, options.max_length + 1, dtype=run.precision.policy),  # + BOS
         [kseq.metrics.MaskedAccuracy(), kseq.metrics.Perplexity()],
         loss=kseq.losses.MaskedSparseCategoricalCrossentropy(label_smoothing=options.label_smoothing),
-        optimizer=lambda: kseq.optimizers.FusedAdam(schedule, beta_2=0.98, epsilon=1e-9,
+        optimizer=lambda: kseq.optimizers.FusedAdam(annealed, beta_2=0.98, epsilon=1e-9,
                                                    global_clipnorm=options.clipnorm))
     with run.strategy.scope():
         model.optimizer.build(model.trainable_variables)

@@ -40,6 +40,7 @@ from kseq.training.loop.periods import StepTensorBoard
 from kseq.training.loop.trained import Trained, train_once
 from kseq.training.objectives.losses import MaskedSparseCategoricalCrossentropy
 from kseq.training.objectives.optimizers import FusedAdam
+from kseq.training.objectives.schedules import Annealed
 from kseq.training.reporting.decisions import as_hparams
 from kseq.training.reporting.tensorboard import write_hparams, write_scores
 from kseq.training.vocabulary import run_tokenizer
@@ -150,7 +151,8 @@ class Run:
             metrics: keras metrics.
             loss: default `MaskedSparseCategoricalCrossentropy()`.
             optimizer: `() -> optimizer`, called under the strategy; default
-                `FusedAdam(--learning-rate)` clipping `--clipnorm`.
+                `FusedAdam(--learning-rate)` clipping `--clipnorm`, annealed
+                as `learning_rate` says.
 
         Returns:
             The compiled model.
@@ -159,9 +161,24 @@ class Run:
         with self.strategy.scope():
             model = build()
             model.build()  # variables under the strategy, before fit or a restore
-            adam = optimizer() if optimizer else FusedAdam(options.learning_rate, global_clipnorm=options.clipnorm)
+            adam = optimizer() if optimizer else FusedAdam(self.learning_rate(options.learning_rate),
+                                                           global_clipnorm=options.clipnorm)
             return compile_model(model, adam, loss or MaskedSparseCategoricalCrossentropy(), metrics,
                                  jit_compile=self.jit.use, accumulate=options.accumulate, init_from=options.init_from)
+
+    def learning_rate(self, rate):
+        """The learning rate annealed to 0 over the last `--anneal` of the
+        training's steps (`Annealed`, whose steps `Fit` plans); `rate`
+        itself under `--anneal 0`. Call it under `strategy.scope()`.
+
+        Args:
+            rate: a schedule, or a constant rate.
+
+        Returns:
+            The rate to build the optimizer with.
+        """
+        share = self.options.anneal
+        return Annealed(rate, share, self.options.anneal_shape) if share else rate
 
     def make_fit(self, folder=None, monitor=None, mode="min", patience=0):
         """Makes the `kseq.training.loop.Fit` of the options' cadence.
@@ -190,9 +207,9 @@ class Run:
             decisions=(), examples=None, batches=None, save=True):
         """Trains with `fit.fit`, the chief writing TensorBoard's HParams, curves and `logging`.
 
-        HParams hold the options and decisions (a resumed run's curves
-        continue the first run's: only a first run writes them); curves are
-        written at the global step.
+        HParams hold the options and decisions, the learning rate's anneal
+        among them (a resumed run's curves continue the first run's: only a
+        first run writes them); curves are written at the global step.
 
         Args:
             fit: the task's `kseq.training.loop.Fit`.
@@ -213,7 +230,7 @@ class Run:
         """
         failed_start.training(self.start_record)  # from here on what the run writes is its training's
         logdir = logdir or self.options.logdir
-        decisions = [*decisions, *self.decisions(model)]
+        decisions = [*decisions, *self.decisions(model), fit.anneal_decision(model)]
         callbacks = []
         if self.chief:
             if not fit.resuming and hparams is not False:

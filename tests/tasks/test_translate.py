@@ -94,6 +94,7 @@ def test_metrics_json(run):
     # Short word-for-word targets (median 3 words): exact match chooses.
     assert saved["metric"] == "exact_match" and "median of 3 words" in saved["metric_reason"]
     assert saved["lr_scale"] == 0.5 and saved["lr_scale_reason"] == "auto: exact_match data"
+    assert saved["lr_anneal"] == 0.0 and saved["lr_anneal_reason"] == "--anneal 0: the rate is not annealed"
     assert saved["vocab_size"] == 298
     # --epochs 2 end training before the minutes: 2 passes; the widths given stay.
     assert saved["expected_passes"] == 2.0 and saved["train_target_tokens"] > 298
@@ -311,7 +312,9 @@ def second_run(run, made_once):
     """The same pairs, greedy decoding and another seed, beside the first run
     (in its folder, once a session: `made_once`'s own folder stays empty).
     Its decoding is given whole (no loop guard), so it tunes none: the test
-    reads its curves, settings and scores, not its decoding."""
+    reads its curves, settings and scores, not its decoding. It asks for
+    the learning rate's anneal, which its 10 steps end long before the
+    6-minute budget's estimate would begin."""
     return made_once("translate-greedy", lambda _: greedy_run(run["root"]))[1]
 
 
@@ -321,7 +324,7 @@ def greedy_run(root):
     # No attention maps: the test reads the first run's (drawing them took about 2 s of this run).
     return translate.main(argv + TINY[: TINY.index("--beam-size")] + [
         "--beam-size", "1", "--eval-every", "5", "--jit-compile", "off", "--no-repeat-ngram", "0",
-        "--attention-plots", "0"])
+        "--attention-plots", "0", "--anneal", "0.3"])
 
 
 def tensorboard_json(port, path, body=None):
@@ -371,6 +374,8 @@ def test_tensorboard_shows_curves_samples_attention_and_hparams_of_two_runs(run,
         sessions = {group["sessions"][0]["name"]: group for group in groups["sessionGroups"]}
         assert set(sessions) == {"runs", "greedy"}
         assert sessions["greedy"]["hparams"]["beam_size"] == 1 and sessions["runs"]["hparams"]["beam_size"] == 2
+        assert sessions["greedy"]["hparams"]["lr_anneal"] == 0.3 and sessions["runs"]["hparams"]["lr_anneal"] == 0.0
+        assert second_run["lr_anneal_reason"].startswith("linear to 0 over the last 30% of the steps the 6-minute")
         for name, metrics_json in (("runs", run["metrics"]), ("greedy", second_run)):
             values = {(m["name"]["group"], m["name"]["tag"]): m["value"] for m in sessions[name]["metricValues"]}
             assert values[("test", "chrf")] == pytest.approx(metrics_json["test_chrf"], abs=0.01)

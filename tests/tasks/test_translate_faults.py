@@ -209,9 +209,11 @@ def free_ports(count):
 
 
 def start_workers(data, root):
-    """Two workers of one run on 127.0.0.1 (TF_CONFIG), as two machines would run it."""
+    """Two workers of one run on 127.0.0.1 (TF_CONFIG), as two machines would run it, with the
+    learning rate's anneal: the chief's estimates of the budget's steps reach both workers at one
+    step (here always past the data's end, so the rate stays the schedule's)."""
     cluster = {"worker": [f"127.0.0.1:{port}" for port in free_ports(2)]}
-    argv = command(data, root, "--strategy", "multiworker")
+    argv = command(data, root, "--strategy", "multiworker", "--anneal", "0.3")
     return [
         subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                          env=environment(TF_CONFIG=json.dumps({"cluster": cluster,
@@ -247,6 +249,7 @@ def test_two_workers_train_in_lockstep_and_only_the_chief_writes(two_workers):
     assert len(fingerprints[0]) == 1 and fingerprints[0] == fingerprints[1], "identical weights"
     steps = int(fingerprints[0][0][0])
     assert metrics(tmp_path)["steps"] == steps and metrics(tmp_path)["weights_sha256"] == fingerprints[0][0][1]
+    assert metrics(tmp_path)["lr_anneal"] == 0.3
     assert os.listdir(tmp_path / "export") == ["1"]
     written = {os.path.relpath(os.path.join(folder, name), tmp_path / "runs")
                for folder, _, names in os.walk(tmp_path / "runs") for name in names}

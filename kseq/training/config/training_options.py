@@ -6,6 +6,7 @@ import dataclasses
 
 from kseq.data.subword_tokenizer import BASE_PIECES
 from kseq.training.config.options import AUTO, Auto, TaskOptions, option
+from kseq.training.objectives.schedules import ANNEAL_SHAPES
 from kseq.training.progress import parse_cadence
 
 # The validation scores a run can stop on and choose its decoding by.
@@ -68,6 +69,10 @@ class CadenceOptions(TaskOptions):
 
     epochs: int = option(10, "passes over the training data at most", minimum=1)
     max_minutes: float | None = option(None, "training budget in minutes (default: none)", above=0)
+    anneal: float = option(0.0, "anneal the learning rate to 0 over this last share of the steps, planned to end "
+                           "with --max-minutes (from the measured speed) or --epochs; patience then starts the "
+                           "anneal instead of stopping (0: off)", minimum=0, below=1)
+    anneal_shape: str = option("linear", "the anneal's shape", choices=ANNEAL_SHAPES)
     eval_every: str = option("epoch", "evaluate at each data epoch's end (epoch), every N steps (500) or minutes "
                              "(5m), or auto: 6 times in --max-minutes, fewer where each would take over a "
                              "tenth of the time", check=_eval_every_problem)

@@ -237,18 +237,21 @@ class WorkersAgree(keras.callbacks.Callback):
     periods of minutes (`EvaluationPeriods`) and the time budget
     (`time_limit`, a `TimeLimit`), and streamed data ends training once
     every worker's share is done (`position.exhausted`; a worker whose
-    share ended first trains on empty batches meanwhile). One all-reduce
-    of three numbers a step; put it after every callback that decides at
-    a batch's end.
+    share ended first trains on empty batches meanwhile); the chief's
+    estimate of the steps a budget allows sets every worker's learning-rate
+    anneal (`anneal`, a `kseq.training.loop.anneal.BudgetAnneal`). One
+    all-reduce of four numbers a step; put it after every callback that
+    decides at a batch's end.
 
     Args:
         position: the `TrainingPosition` of streamed data, or None.
         time_limit: the `TimeLimit` callback, or None (default).
+        anneal: the `BudgetAnneal`, or None (default).
     """
 
-    def __init__(self, position, time_limit=None):
+    def __init__(self, position, time_limit=None, anneal=None):
         super().__init__()
-        self.position, self.time_limit = position, time_limit
+        self.position, self.time_limit, self.anneal = position, time_limit, anneal
 
     def on_train_begin(self, logs=None):
         strategy = self.model.distribute_strategy
@@ -266,8 +269,11 @@ class WorkersAgree(keras.callbacks.Callback):
         period_end = ends_epoch_only(self.model)
         timed_out = self.time_limit is not None and self.time_limit.stopped_at_step is not None
         stop = bool(self.model.stop_training) and not period_end and (timed_out or not exhausted)
-        mine = [float(self.chief and stop), float(self.chief and period_end), float(exhausted)]
-        stop, period_end, exhausted = self._summed(tf.constant(mine))
+        estimate = float(self.anneal.pending) if self.chief and self.anneal is not None else 0.0
+        mine = [float(self.chief and stop), float(self.chief and period_end), float(exhausted), estimate]
+        stop, period_end, exhausted, estimate = self._summed(tf.constant(mine))
+        if self.anneal is not None:
+            self.anneal.agree(int(estimate))
         self.model.stop_training = False
         if stop or exhausted >= self.replicas:
             self.model.stop_training = True

@@ -18,6 +18,7 @@ written, and only then releases the backup.
 
 import os
 import shutil
+import time
 from collections.abc import Sequence
 
 import keras
@@ -28,9 +29,11 @@ from kseq.training.checkpoints.preemption import SaveOnPreemption
 from kseq.training.checkpoints.resume import ResumableBackup, TrainingPosition
 from kseq.training.devices.distribution import WorkersAgree, workers
 from kseq.training.devices.xla import StableFunctionNames
+from kseq.training.loop.anneal import anneal_decision, planned_anneal
 from kseq.training.loop.callbacks import NonFiniteLoss, StopOnNonFiniteLoss, TimeLimit
 from kseq.training.loop.periods import DataEpochsCurve, EvaluationPeriods, FirstStepLine, ProgressLine, StepTimer
 from kseq.training.loop.stopping import KeepBest
+from kseq.training.objectives.schedules import annealed_schedule
 from kseq.training.progress import Cadence, batches_trained, data_epochs, global_step, parse_cadence
 
 NON_FINITE_HINT = "lower --learning-rate, or clip gradients with --clipnorm"
@@ -77,7 +80,7 @@ class Fit:
         self.best = monitor and KeepBest(monitor, os.path.join(workdir, "best"), mode=mode, patience=patience)
         self.cadence = eval_every if isinstance(eval_every, Cadence) else parse_cadence(eval_every, max_minutes)
         self.save_every, self.max_minutes = save_every, max_minutes
-        self.history = None
+        self.history = self.anneal = None
 
     def fit(self, model: keras.Model, train: tf.data.Dataset, valid: tf.data.Dataset, epochs: int,
             logging: Sequence[keras.callbacks.Callback] = (), stopping: Sequence[keras.callbacks.Callback] = (),
@@ -88,8 +91,11 @@ class Fit:
         state is saved with the backup's). `batches` describes an epoch's
         batches in the opening line; `verbose` False prints no line per
         evaluation. With a `monitor` the model ends with the best
-        evaluation's weights. `fit.history` holds keras' history; the backup
-        stays until `release()`.
+        evaluation's weights. An `Annealed` learning rate (`--anneal`) is
+        planned to reach 0 where training ends (`BudgetAnneal`), and
+        patience (the monitor's, or a `KeepBest` among `stopping`) starts
+        the anneal instead of stopping. `fit.history` holds keras' history;
+        the backup stays until `release()`.
 
         Args:
             model: the compiled model.
@@ -116,13 +122,32 @@ class Fit:
         saves = "" if self.save_every == "epoch" else f", saves every {self.save_every} steps"
         batches = batches or (per_epoch and f"{per_epoch} batches")
         print(f"evaluation and checkpoints {self.cadence}{saves}; at most {epochs} epochs"
-              f"{f' of {batches}' if batches else ''}")
+              f"{f' of {batches}' if batches else ''}\n{self.anneal_decision(model)}")
         carries = getattr(model, "carry_state", False) and hasattr(model, "carried_state")
         carried = [CarriedStreams(self.position)] if carries else []
         best = [self.best] if self.best else []
-        self.history = self._fit_periods(model, train, valid, logging, [*best, *stopping, *carried])
-        return {**self._training_entries(model), **self._best_entries(),
+        self.anneal = planned_anneal(model, self.max_minutes, self.total_steps,
+                                     clock=lambda: time.monotonic() - self.limits[0].start)
+        for keeper in [*best, *stopping]:
+            if isinstance(keeper, KeepBest):
+                keeper.anneal = self.anneal
+        anneal = [self.anneal] if self.anneal else []  # after stopping: patience may shorten its plan first
+        self.history = self._fit_periods(model, train, valid, logging, [*best, *stopping, *carried, *anneal])
+        return {**self._training_entries(model), **self._best_entries(), **(self.anneal.report() if anneal else {}),
                 "resumed_from_epoch": self.resuming["epoch"] if self.resuming else None}
+
+    def anneal_decision(self, model):
+        """Says what the learning rate's anneal (`--anneal`) does in this run,
+        once the training data is built from `fit.position`.
+
+        Args:
+            model: the compiled model.
+
+        Returns:
+            The `Decision` "lr_anneal" (`kseq.training.loop.anneal.anneal_decision`).
+        """
+        known = self.position.epochs is None or self.position.steps_per_epoch is not None
+        return anneal_decision(annealed_schedule(model.optimizer), self.max_minutes, known)
 
     def _new_callbacks(self, total_steps, steps_per_epoch, show):
         """This call's backup, timer, periods, limits and curve: `total_steps`
@@ -151,7 +176,7 @@ class Fit:
         compile (`StableFunctionNames`). Returns keras' `History`.
         """
         several = workers(model.distribute_strategy) > 1
-        agreement = [WorkersAgree(self.position, self.limits[0])] if several else []
+        agreement = [WorkersAgree(self.position, self.limits[0], self.anneal)] if several else []
         callbacks = [self.timer, *self.limits, FirstStepLine(), self.curve, *logging, *stopping, self.periods,
                      *agreement, self.backup, SaveOnPreemption(self.backup, self.workdir), StableFunctionNames()]
         self.backup.participants = [callback for callback in stopping if hasattr(callback, "save_state")]

@@ -35,6 +35,10 @@ class KeepBest(keras.callbacks.Callback):
     a `.weights.h5` file would). Both files go once training ends: a run
     that ended has nothing to resume.
     Place it after the callbacks that add `monitor` to the epoch's logs.
+    Where the learning rate anneals (`anneal`, a
+    `kseq.training.loop.anneal.BudgetAnneal`, which `Fit` sets), patience
+    starts the anneal instead of stopping, and does not stop a run that is
+    annealing already: the run ends when the anneal does.
 
     Args:
         monitor: the log key, e.g. "val_chrf" or "val_loss".
@@ -66,6 +70,7 @@ class KeepBest(keras.callbacks.Callback):
         self.decay = check_float("decay", decay, 0.0, 1.0, low_open=True)
         self.tolerance = check_float("tolerance", tolerance, 0.0)
         self.noise = noise
+        self.anneal = None
         self.state = {"best": None, "best_step": None, "best_evaluation": None, "best_logs": {}, "wait": 0,
                       "evaluations": 0, "scores": [], "stopped_early": False, "lr_factor": 1.0, "reverts": 0}
         if resume and os.path.exists(self.state_path):
@@ -94,8 +99,9 @@ class KeepBest(keras.callbacks.Callback):
         else:
             state["wait"] += 1
             if self.patience and state["wait"] >= self.patience:
-                state["stopped_early"] = self.model.stop_training = True
-                print(f"{self.monitor} has not improved for {state['wait']} evaluations: stopping")
+                if self.anneal is None or not self.anneal.end_early(global_step(self.model)):
+                    state["stopped_early"] = self.model.stop_training = True
+                    print(f"{self.monitor} has not improved for {state['wait']} evaluations: stopping")
             elif self.lr_factor is not None and self._fell(value):
                 self._restore()
                 state["lr_factor"] *= self.decay

@@ -5,12 +5,14 @@ from kseq.training.objectives.losses import MaskedSparseCategoricalCrossentropy
 from kseq.training.objectives.metrics import MaskedAccuracy, MaskedTokenMean, Perplexity
 from kseq.training.objectives.optimizers import FusedAdam
 from kseq.training.objectives.schedules import (
+    Annealed,
     Scaled,
     TransformerSchedule,
     translation_learning_rate,
 )
 
 __all__ = [
+    "Annealed",
     "FusedAdam",
     "MaskedAccuracy",
     "MaskedSparseCategoricalCrossentropy",

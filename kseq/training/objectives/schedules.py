@@ -1,5 +1,7 @@
 """Learning-rate schedules."""
 
+import math
+
 import keras
 from keras import ops
 
@@ -95,6 +97,103 @@ class Scaled(keras.optimizers.schedules.LearningRateSchedule):
         if isinstance(schedule, dict):
             schedule = keras.saving.deserialize_keras_object(schedule)
         return cls(schedule, config["factor"])
+
+
+ANNEAL_SHAPES = ("linear", "cosine")
+
+
+@keras.saving.register_keras_serializable("kseq")
+class Annealed(keras.optimizers.schedules.LearningRateSchedule):
+    """A learning-rate schedule annealed to 0 over the last `share` of the training's steps.
+
+    The rate is `schedule(step)` times a factor that is 1 until step
+    `(1 - share) * total_steps`, then falls to 0 at `total_steps`: linearly,
+    or along half a cosine. The last update (step `total_steps - 1`, the
+    optimizer counting from 0) still moves the weights, by 1/(share x
+    total_steps) of the rate under "linear". `total_steps` is a variable:
+    `kseq.training.loop.anneal.BudgetAnneal` sets it to the steps an
+    `--epochs` run makes, or to an estimate of those a time budget allows,
+    and the traced train step reads it, so a new estimate needs no retrace.
+    At 0 (not known yet) the factor is 1.
+
+    Args:
+        schedule: a schedule (a function of the step), or a constant rate.
+        share: the anneal's part of the steps, in (0, 1).
+        shape: "linear" (default) or "cosine".
+        total_steps: the steps of the whole training; 0 (default): not known yet.
+
+    Example:
+    >>> annealed = Annealed(0.01, share=0.5, total_steps=100)
+    >>> [round(float(annealed(step)), 4) for step in (0, 50, 75, 99)]
+    [0.01, 0.01, 0.005, 0.0002]
+
+    References:
+        Li, Yumer and Ramanan, 2020, "Budgeted Training: Rethinking Deep
+        Neural Network Training Under Resource Constraints" (a rate that
+        reaches 0 when the budget ends).
+    """
+
+    def __init__(self, schedule, share: float, shape: str = "linear", total_steps: int = 0) -> None:
+        if not 0 < share < 1:
+            raise ValueError(f"`share` must be in (0, 1); got {share!r}.")
+        if shape not in ANNEAL_SHAPES:
+            raise ValueError(f"`shape` must be one of {ANNEAL_SHAPES}; got {shape!r}.")
+        self.schedule, self.share, self.shape = schedule, float(share), shape
+        self.total_steps = keras.Variable(float(total_steps), trainable=False, dtype="float32",
+                                          name="anneal_total_steps")
+
+    def factor(self, step):
+        """The anneal's factor at `step` (0-based), under the current `total_steps`."""
+        total = self.total_steps
+        left = (total - ops.cast(step, "float32")) / ops.maximum(self.share * total, 1.0)
+        left = ops.clip(left, 0.0, 1.0)  # 1 before the anneal, 0 from `total_steps` on
+        if self.shape == "cosine":
+            left = 0.5 - 0.5 * ops.cos(math.pi * left)
+        return ops.where(total > 0, left, 1.0)
+
+    def __call__(self, step):
+        rate = self.schedule(step) if callable(self.schedule) else self.schedule
+        return ops.cast(rate, "float32") * self.factor(step)
+
+    @property
+    def warmup_steps(self):
+        """The warm-up of the schedule inside (e.g. a `Scaled` `TransformerSchedule`'s); 0 for none."""
+        inner = self.schedule
+        while inner is not None and not hasattr(inner, "warmup_steps"):
+            inner = getattr(inner, "schedule", None)
+        return getattr(inner, "warmup_steps", 0)
+
+    def get_config(self):
+        schedule = self.schedule
+        if isinstance(schedule, keras.optimizers.schedules.LearningRateSchedule):
+            schedule = keras.saving.serialize_keras_object(schedule)
+        return {"schedule": schedule, "share": self.share, "shape": self.shape,
+                "total_steps": float(self.total_steps.numpy())}
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        if isinstance(config["schedule"], dict):
+            config["schedule"] = keras.saving.deserialize_keras_object(config["schedule"])
+        return cls(**config)
+
+
+def annealed_schedule(optimizer):
+    """Finds the `Annealed` schedule an optimizer's learning rate goes through.
+
+    Args:
+        optimizer: a keras optimizer.
+
+    Returns:
+        The `Annealed` (itself, or inside the optimizer's schedule, e.g.
+        under a `Scaled`), or None.
+    """
+    # keras 3 keeps the schedule an optimizer was made with in `_learning_rate`
+    # (its public `learning_rate` is the current value); checked on keras 3.15.1.
+    schedule = getattr(optimizer, "_learning_rate", None)
+    while schedule is not None and not isinstance(schedule, Annealed):
+        schedule = getattr(schedule, "schedule", None)
+    return schedule
 
 
 def translation_learning_rate(arch, d_model, warmup_steps, metric, scale="auto", rate=None):

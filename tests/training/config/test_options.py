@@ -187,6 +187,9 @@ def test_cadence_options():
     assert EvaluationOptions(eval_every="500").decoding_seconds == 30.0
     assert EvaluationOptions(eval_every="500", eval_seconds=5.0).decoding_seconds == 5.0
     assert EvaluationOptions(eval_every="soon").problems()[0].startswith("--eval-every: `eval_every` must be")
+    assert EvaluationOptions(anneal=1.0).problems() == [
+        "--anneal must be in [0, 1); got 1.0"]
+    assert EvaluationOptions(anneal=0.2, anneal_shape="cosine").problems() == []
 
 
 def test_seq2seq_options_build_the_model_they_name():

@@ -5,7 +5,7 @@ import tensorflow as tf
 
 from kseq.training.objectives.losses import MaskedSparseCategoricalCrossentropy
 from kseq.training.objectives.metrics import MaskedAccuracy, Perplexity
-from kseq.training.objectives.schedules import TransformerSchedule
+from kseq.training.objectives.schedules import Annealed, Scaled, TransformerSchedule, annealed_schedule
 from support import assert_close
 
 
@@ -152,6 +152,34 @@ def test_transformer_schedule_formula():
     )
     with pytest.raises(ValueError, match="`d_model` and `warmup_steps` must be positive"):
         TransformerSchedule(0)
+
+
+def test_annealed_schedule_falls_to_zero_over_its_share_of_the_steps():
+    """1 until the last `share` of `total_steps`, then linearly (or along
+    half a cosine) to 0; a factor of 1 while the steps are not known, so
+    the rate is the schedule's bit for bit; `Scaled`'s factor (the
+    fall-back's lower rate) multiplies on top."""
+    base = Scaled(TransformerSchedule(d_model=64, warmup_steps=10))
+    annealed = Annealed(base, share=0.25)
+    for step in (0, 9, 500):
+        assert float(annealed(step)) == float(base(step)), "no plan yet: the schedule's own rate"
+    annealed.total_steps.assign(200.0)
+    factors = [float(annealed(step)) / float(base(step)) for step in (149, 150, 175, 199)]
+    assert factors == pytest.approx([1.0, 1.0, 0.5, 1 / 50]) and float(annealed(200)) == 0.0
+    _ = base.factor.assign(0.5)
+    assert float(annealed(175)) == pytest.approx(0.25 * float(TransformerSchedule(64, 10)(175)))
+    cosine = Annealed(0.01, 0.5, "cosine", total_steps=100)
+    assert [float(cosine(step)) for step in (50, 75, 100)] == pytest.approx([0.01, 0.005, 0.0], abs=1e-9)
+    assert annealed.warmup_steps == 10 and cosine.warmup_steps == 0
+    clone = Annealed.from_config(annealed.get_config())
+    assert float(clone.total_steps.numpy()) == 200.0 and clone.share == 0.25
+    assert float(clone(175)) == pytest.approx(float(TransformerSchedule(64, 10)(175)) * 0.5 * 0.5)
+    assert annealed_schedule(keras.optimizers.Adam(annealed)) is annealed
+    assert annealed_schedule(keras.optimizers.Adam(base)) is None and annealed_schedule(keras.optimizers.Adam()) is None
+    with pytest.raises(ValueError, match="`share` must be in"):
+        Annealed(0.01, 1.0)
+    with pytest.raises(ValueError, match="`shape` must be one of"):
+        Annealed(0.01, 0.2, "step")
 
 
 def test_loss_normalises_by_tokens_across_replicas():
