@@ -250,7 +250,8 @@ def train(run, fit, data, tokenizer, decided):
                      schedule.factor)  # resumed with the backup
     recent = recent_weights(options)
     trained = run.fit(fit, model, train_data, valid, logging, [best] + ([recent] if recent else []),
-                      decisions=[*decided, rate], examples="pairs", batches=report.describe_batches(), save=False)
+                      decisions=[*decided, rate], examples="pairs", batches=report.describe_batches(), save=False,
+                      units="tokens")
     averaging = keep_better_average(model, recent, validation_score(monitor, valid, best.monitor), best.mode)
     metrics = {**trained.metrics, "weights_sha256": weights_fingerprint(model), "batch_shapes": report.batch_shapes}
     print(f"averaging: {averaging}\ntrained {metrics['steps']} steps; weights sha256 {metrics['weights_sha256']}")

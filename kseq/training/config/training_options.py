@@ -55,6 +55,9 @@ class CadenceOptions(TaskOptions):
                              "(5m), or auto: 6 times in --max-minutes, fewer where each would take over a "
                              "tenth of the time")
     save_every: str = option("epoch", "save at each evaluation only (epoch), or also every N steps (200)")
+    log_every: int | Auto = option(AUTO, "TensorBoard's train curves (loss, learning rate, examples or tokens a "
+                                   "second, gradient norm) every N steps; auto: 300 points or more in the run, at "
+                                   "least one a progress line (30 s)", minimum=1)
 
     @property
     def cadence(self):
