@@ -3,10 +3,11 @@
 Runs `kseq-train translate` (the quick preset on the Bible data, or the
 arguments after `--`) with a time budget, alternating two source trees in
 fresh processes: `--before`, a tree without the curves (e.g. commit 737798c,
-exported with `git archive`), and `--after`, this one. Each run's
-metrics.json gives the steps trained, the seconds inside train steps and the
-seconds of `fit`; the script prints steps a second of each, per run and the
-median of each side, and writes them as JSON.
+exported with `git archive`), and `--after`, this one. Each run's trained
+phase (phases.json, read as soon as training is recorded; the run is
+stopped there) gives the steps trained, the seconds inside train steps and
+the seconds of `fit`; the script prints steps a second of each, per run and
+the median of each side, and writes them as JSON.
 
     mkdir -p /tmp/kseq-before && git archive 737798c | tar -x -C /tmp/kseq-before
     .venv/bin/python benchmarks/step_curves_ab.py --before /tmp/kseq-before --runs 2 --max-minutes 2
@@ -21,27 +22,48 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def one_run(tree, folder, minutes, extra):
-    """Trains once with `tree` first on the path; -> metrics.json's timing entries and steps a second."""
+    """Trains once with `tree` first on the path, stopped once training is
+    recorded (decoding, test and export measure nothing here);
+    -> the trained phase's timing entries and steps a second."""
     shutil.rmtree(folder, ignore_errors=True)
+    os.makedirs(folder)
     command = "import sys; from kseq.cli.train import main; sys.exit(main())"  # kseq-train, from `tree`
     argv = [sys.executable, "-c", command, "translate", "--max-minutes", str(minutes),
             "--logdir", os.path.join(folder, "runs"), "--export-dir", os.path.join(folder, "export"), *extra]
     env = dict(os.environ, PYTHONPATH=os.path.abspath(tree))
-    done = subprocess.run(argv, env=env, capture_output=True, text=True)
-    if done.returncode:
-        raise SystemExit(f"{tree}: kseq-train failed:\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}")
-    with open(os.path.join(folder, "runs", "metrics.json")) as f:
-        metrics = json.load(f)
+    log = folder + ".log"
+    with open(log, "w") as out:
+        # Started in the run's folder: `python -c` puts the working directory first on the path.
+        process = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT, cwd=folder)
+        metrics = None
+        while metrics is None and process.poll() is None:
+            time.sleep(1.0)
+            metrics = trained_metrics(os.path.join(folder, "runs", "phases.json"))
+        process.kill()
+        process.wait()
+    metrics = metrics or trained_metrics(os.path.join(folder, "runs", "phases.json"))
+    if metrics is None:
+        raise SystemExit(f"{tree}: kseq-train ended before training was recorded; see {log}")
     row = {key: metrics[key] for key in ("steps", "train_step_seconds", "fit_seconds", "train_seconds")}
     row["steps_per_train_step_second"] = round(metrics["steps"] / metrics["train_step_seconds"], 3)
     row["steps_per_fit_second"] = round(metrics["steps"] / metrics["fit_seconds"], 3)
-    row["log_every"] = metrics.get("log_every")
+    row["log_every"] = metrics.get("log_every")  # None: a tree without the curves
     return row
+
+
+def trained_metrics(path):
+    """The metrics of the "trained" phase in a run's phases.json, or None before it is recorded."""
+    try:
+        with open(path) as f:
+            return json.load(f).get("trained", {}).get("metrics")
+    except (FileNotFoundError, json.JSONDecodeError):
+        return None
 
 
 def main():

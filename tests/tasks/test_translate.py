@@ -179,6 +179,8 @@ def test_tensorboard_events_hold_curves_text_images_graph_and_hparams(run):
         assert steps == list(range(1, 11)), "a point a step in a run of 10 (auto)"
     tokens = [float(tf.make_ndarray(event.tensor_proto)) for event in runs.Tensors("train", "tokens_per_second")]
     assert all(value > 0 for value in tokens)
+    # Streamed pairs: the length comes from the share of the data read by the first save (step 5's).
+    assert run["metrics"]["log_every"] == 1 and "~10 steps expected" in run["metrics"]["log_every_reason"]
     assert {"bleu", "chrf", "samples"} <= set(tags["generation"]["tensors"])
     sample = runs.Tensors("generation", "samples")[-1].tensor_proto.string_val[0].decode()
     assert "| source | output | reference |" in sample

@@ -196,7 +196,7 @@ class Fit:
         left = self.limits[0].seconds_left()
         if left is not None and steps_per_second:
             estimates.append(step + steps_per_second * left)
-        return int(min(estimates)) if estimates else None
+        return round(min(estimates)) if estimates else None
 
     def _saved_at_the_end(self):
         if not self.resuming:

@@ -180,7 +180,7 @@ class StepCurves(keras.callbacks.Callback):
     def on_train_batch_begin(self, batch, logs=None):
         if self.totals is None:  # by now the backup restored the step and keras zeroed its metrics
             self.totals = TrainTotals(self.model, self.units)
-            self.batches = self.first_batch = batches_trained(self.model)
+            self.batches = batches_trained(self.model)
             self.last = self._snapshot(self.batches // self.accumulation)
         self.began = time.monotonic()
 
@@ -188,7 +188,7 @@ class StepCurves(keras.callbacks.Callback):
         took = time.monotonic() - self.began
         self.seconds += took
         self.batches += 1
-        if self.decision is None and self.batches > self.first_batch + 1:
+        if self.decision is None:
             self.batch_seconds.append(took)
         if self.batches % self.accumulation:
             return
@@ -219,14 +219,16 @@ class StepCurves(keras.callbacks.Callback):
         self.resumed = False
 
     def _timed_enough(self):
-        timed = sum(self.batch_seconds)
-        return (len(self.batch_seconds) >= WARMUP_STEPS and timed >= WARMUP_SECONDS) or \
-            timed >= LONGEST_WARMUP_SECONDS
+        after_first = self.batch_seconds[1:]
+        return (len(after_first) >= WARMUP_STEPS and sum(after_first) >= WARMUP_SECONDS) or \
+            sum(after_first) >= LONGEST_WARMUP_SECONDS
 
     def _decide_auto(self):
-        rate = 1.0 / (statistics.median(self.batch_seconds) * self.accumulation) if self.batch_seconds else None
+        # The first batch traces; where a save comes right after it, its rate is all there is (low: more points).
+        timed = self.batch_seconds[1:] or self.batch_seconds
+        rate = 1.0 / (statistics.median(timed) * self.accumulation) if timed else None
         expected = self.expected_steps(self.model, rate) if self.expected_steps else None
-        self._decide(auto_log_every(rate, expected, len(self.batch_seconds)), new=True)
+        self._decide(auto_log_every(rate, expected, len(timed)), new=True)
         for snapshot in self.kept_steps:
             if snapshot.step % self.decision.value == 0:
                 self._write(snapshot)

@@ -29,20 +29,22 @@ RATE = keras.optimizers.schedules.ExponentialDecay(0.05, decay_steps=1, decay_ra
 
 def curve(folder, run, tag):
     """[(step, value)] of a curve, every point (TensorBoard's reader keeps 10 unless told)."""
+    if not os.path.isdir(os.path.join(folder, run)):
+        return []
     events = EventAccumulator(os.path.join(folder, run), size_guidance={"tensors": 0}).Reload()
     if tag not in events.Tags()["tensors"]:
         return []
     return [(event.step, float(tf.make_ndarray(event.tensor_proto))) for event in events.Tensors(tag)]
 
 
-def fitted(folder, every="auto", kill=None, decided=None, accumulate=1):
+def fitted(folder, every="auto", kill=None, decided=None, accumulate=1, validate=True):
     """A regression fitted by `Fit` for 3 epochs of 8 batches of 8 rows,
     evaluated every 3 steps and saved every 2, with the train curves;
     resumes what a killed one left. -> (the fit's metrics, the curves' callback)."""
     keras.utils.set_random_seed(0)
     fit = Fit(str(folder), eval_every="3", save_every=2)
     train = epoch_ordered_batches((X, Y), fit.position, lambda d: d.batch(8), seed=5, epochs=3)
-    valid = tf.data.Dataset.from_tensor_slices((X[:16], Y[:16] + 1.0)).batch(8)
+    valid = tf.data.Dataset.from_tensor_slices((X[:16], Y[:16] + 1.0)).batch(8) if validate else None
     model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(8), keras.layers.Dense(1)])
     adam = FusedAdam(RATE, global_clipnorm=1.0)
     model.compile(accumulate_after_all_reduce(adam, accumulate) if accumulate > 1 else clip_after_all_reduce(adam),
@@ -66,9 +68,10 @@ def test_auto_gives_a_short_run_its_points_and_a_long_one_a_point_every_progress
         1, 1, 1, 2, 2, 5, 5, 10, 200, 5000]
 
 
-def test_curves_every_step_hold_the_loss_rate_norm_and_speed_at_the_global_step(tmp_path, capsys):
+@pytest.mark.parametrize("validate", [True, False], ids=["validated", "no-validation"])
+def test_curves_every_step_hold_the_loss_rate_norm_and_speed_at_the_global_step(tmp_path, capsys, validate):
     decided = []
-    metrics, curves = fitted(tmp_path, decided=decided.append)
+    metrics, curves = fitted(tmp_path, decided=decided.append, validate=validate)
     assert metrics["steps"] == 24 and curves.decision.value == 1, "24 steps expected: a point a step"
     assert decided == [curves.decision] and "log_every: 1 (300 points or more over the ~24 steps" in \
         capsys.readouterr().out
@@ -85,7 +88,23 @@ def test_curves_every_step_hold_the_loss_rate_norm_and_speed_at_the_global_step(
     norms, speed = curve(tmp_path, "train", "global_norm"), curve(tmp_path, "train", "examples_per_second")
     assert len(norms) == len(speed) == 24 and all(value > 0 for _, value in norms + speed)
     validation = [step for step, _ in curve(tmp_path, "validation", "epoch_loss")]
-    assert validation == [step for step, _ in periods], "validation on the train curves' step axis"
+    assert validation == ([step for step, _ in periods] if validate else []), "on the train curves' step axis"
+
+
+def test_the_expected_length_is_the_least_of_the_epochs_batches_and_the_budget(tmp_path):
+    expected = []
+
+    class Ask(keras.callbacks.Callback):
+        def on_train_batch_end(self, batch, logs=None):
+            if int(self.model.optimizer.iterations.numpy()) == 6:
+                expected.extend(fit.expected_steps(self.model, rate) for rate in (None, 100.0, 0.001))
+
+    fit = Fit(str(tmp_path), max_minutes=10.0)
+    train = epoch_ordered_batches((X, Y), fit.position, lambda d: d.batch(8), seed=5, epochs=3)
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+    model.compile(FusedAdam(0.01), "mse")
+    fit.fit(model, train, None, 3, logging=[Ask()], verbose=False)
+    assert expected == [24, 24, 7], "3 epochs of 8 batches; at 0.001 steps/s the budget's 10 min add 0.6"
 
 
 def test_a_given_cadence_writes_its_multiples(tmp_path):
