@@ -292,6 +292,39 @@ def accumulate_after_all_reduce(optimizer, steps):
     return optimizer
 
 
+def loss_tracker(model):
+    """Gives the running mean of the train loss that keras logs as "loss".
+
+    keras 3.15 keeps it in the private `Trainer._loss_tracker`, a
+    `keras.metrics.Mean` whose `total` and `count` add each batch's loss
+    weighted by its rows (the first input's leading dimension), reset at
+    each epoch's start and by `evaluate` after its `on_test_begin`
+    (checked on keras 3.15.1).
+
+    Args:
+        model: a compiled keras model.
+
+    Returns:
+        The `keras.metrics.Mean`.
+    """
+    return model._loss_tracker
+
+
+def tensorboard_train_writer(callback):
+    """Gives the `tf.summary` writer of a keras TensorBoard callback's `train` run.
+
+    keras 3.15 makes it on first use through the private `_train_writer`
+    and closes it at `on_train_end` (checked on keras 3.15.1).
+
+    Args:
+        callback: a `keras.callbacks.TensorBoard` whose model is set.
+
+    Returns:
+        The writer.
+    """
+    return callback._train_writer
+
+
 def batches_applied(optimizer):
     """Counts the batches `optimizer` has been applied to.
 

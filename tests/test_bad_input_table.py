@@ -323,6 +323,8 @@ TASK_ROWS = [
     ("classify.py", "--logdir a file", lambda p: classify.parse_args(["--logdir", p.file]), Exits(2, r"--logdir .*a_file exists and is not a directory")),
     ("classify.py", "--save-every abc", lambda p: classify.parse_args(["--save-every", "abc"]), Exits(2, r"--save-every must be 'epoch' or a positive number of steps; got 'abc'")),
     ("classify.py", "--eval-every soon", lambda p: classify.parse_args(["--eval-every", "soon"]), Exits(2, r"--eval-every: `eval_every` must be a number of steps .*'epoch' or 'auto'; got 'soon'")),
+    ("classify.py", "--log-every 0", lambda p: classify.parse_args(["--log-every", "0"]), Exits(2, r"--log-every must be auto or >= 1")),
+    ("classify.py", "--log-every soon", lambda p: classify.parse_args(["--log-every", "soon"]), Exits(2, r"argument --log-every: invalid auto or int value: 'soon'")),
     ("classify.py", "--train-tsv a glob that matches nothing", lambda p: classify.parse_args(["--train-tsv", p.folder + "/*.tsv.gz"]), Exits(2, r"--train-tsv .*a_folder/\*.tsv.gz: the pattern matches no file")),
     ("classify.py", "--export-dir a non-empty export version", lambda p: classify.parse_args(["--export-dir", p.version]), Exits(2, r"is itself a SavedModel version")),
     ("language_model.py", "--train-txt a directory", lambda p: language_model.parse_args(["--train-txt", p.folder]), Exits(2, r"--train-txt .*a_folder: is a directory, not a file")),

@@ -2,9 +2,11 @@
 installed: a failure here says which entry an upgrade changed."""
 
 import importlib
+import os
 
 import keras
 import numpy as np
+import pytest
 import tensorflow as tf
 
 from kseq._compat import batches_applied, continue_after_epoch, end_epoch_early, keras_uses_cudnn
@@ -244,3 +246,34 @@ def test_keras_accumulation_still_cannot_all_reduce_and_counts_batches_in_iterat
     assert failed, "keras' gradient_accumulation_steps now runs under a MirroredStrategy"
     optimizer = fit_with_keras_accumulation(tf.distribute.get_strategy())
     assert (batches_applied(optimizer), int(optimizer.iterations.numpy())) == (4, 2)
+
+
+def test_the_loss_tracker_weighs_batches_by_rows_and_evaluate_zeroes_it_after_on_test_begin():
+    from kseq._compat import loss_tracker
+
+    seen = []
+
+    class Totals(keras.callbacks.Callback):
+        def on_test_begin(self, logs=None):
+            seen.append((float(loss_tracker(self.model).total.numpy()), float(loss_tracker(self.model).count.numpy())))
+
+    model = keras.Sequential([keras.Input((1,)), keras.layers.Dense(1, use_bias=False, kernel_initializer="zeros")])
+    model.compile(keras.optimizers.SGD(0.0), "mse")
+    x, y = np.ones((5, 1), "float32"), np.array([[1.0], [1.0], [1.0], [2.0], [2.0]], "float32")
+    history = model.fit(x, y, batch_size=3, epochs=1, verbose=0, validation_data=(x[:4], y[:4]),
+                        callbacks=[Totals()])
+    assert seen == [(3 * 1.0 + 2 * 4.0, 5.0)], "batch means 1 and 4 weighted by 3 and 2 rows"
+    assert history.history["loss"][0] == pytest.approx(11.0 / 5)
+    assert float(loss_tracker(model).count.numpy()) == 4.0, "then the validation's 4 rows"
+
+
+def test_the_tensorboard_callback_keeps_its_train_writer_private(tmp_path):
+    from kseq._compat import tensorboard_train_writer
+
+    board = keras.callbacks.TensorBoard(str(tmp_path))
+    board.set_model(keras.Sequential([keras.Input((1,)), keras.layers.Dense(1)]))
+    writer = tensorboard_train_writer(board)
+    assert writer is tensorboard_train_writer(board) and isinstance(writer, tf.summary.SummaryWriter)
+    with writer.as_default(step=3):
+        tf.summary.scalar("x", 1.0)
+    assert any(name.startswith("events.out.tfevents") for name in os.listdir(tmp_path / "train"))

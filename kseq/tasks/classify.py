@@ -37,8 +37,7 @@ from kseq.export import export_classifier
 from kseq.special_ids import PAD_ID
 from kseq.training import task
 from kseq.training.config import CadenceOptions, RNNOptions, StreamedDataOptions, TextTaskOptions, TrainingOptions
-from kseq.training.config import TsvFilesOptions, option, options_parser, task_options
-from kseq.training.config.model_options import heads_problem
+from kseq.training.config import TsvFilesOptions, heads_problem, option, options_parser, task_options
 from kseq.training.devices import decide_jit_compile, share_per_worker, worker_batches
 
 # Without --valid-tsv, every HOLD_OUT_EVERY-th training line (the first

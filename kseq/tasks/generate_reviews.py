@@ -34,9 +34,6 @@ About 6 minutes on 2 idle CPU cores:
 as in kseq-train classify (your vocabulary instead of a trained one).
 """
 
-import os
-import shlex
-import time
 from functools import partial
 
 import numpy as np
@@ -47,34 +44,18 @@ from kseq.data.labelled_texts import bucketed_generation_batches, generation_exa
 from kseq.data.labelled_texts import labelled_dataset
 from kseq.data.tokenizers import tokenizer_files
 from kseq.decoding.output import decoded_text
-from kseq.export import export_conditioned_generator, latest_version
+from kseq.export import export_conditioned_generator
 from kseq.tasks import classify
+from kseq.tasks.labelling_classifier import classifier_args_problem, classifier_args_refused
+from kseq.tasks.labelling_classifier import classifier_export_problem, classifier_path
 from kseq.training import task
 from kseq.training.config import CadenceOptions, RNNOptions, SamplingOptions, StreamedDataOptions, TextTaskOptions
-from kseq.training.config import TrainingOptions, TsvFilesOptions, flag, option, options_parser, task_options
-from kseq.training.config.options import refusal
-from kseq.training.config.paths import readable_folder_problems, writable_folder_problems
+from kseq.training.config import TrainingOptions, TsvFilesOptions, option, options_parser, task_options
 from kseq.training.devices import decide_jit_compile, share_per_worker, worker_batches
 from kseq.training.loop import GenerationMonitor, counted
 from kseq.training.scoring import classifier_ceiling, score_samples
 
 BUCKETS = [16, 24, 32, 40, 48, 64]  # target lengths (BOS included) where batches are cut
-
-
-def _classifier_args_problem(text):
-    """The message when a shell cannot split `--classifier-args TEXT`, else None."""
-    try:
-        shlex.split(text)
-    except ValueError as error:  # an unclosed quote: no options to pass on
-        return f"--classifier-args {text}: {error}: expected kseq-train classify's options, as a shell splits them"
-    return None
-
-
-def _classifier_export_problem(path):
-    """The message when `--classifier-export PATH` holds no export to read and is no folder to export one to."""
-    if os.path.isdir(path) and latest_version(path):
-        return (readable_folder_problems("--classifier-export", path) or [None])[0]
-    return (writable_folder_problems("--classifier-export", path, export=True) or [None])[0]
 
 
 @task_options("generate_reviews", units=256, dropout=0.3, vocab_size=2000, batch_size=64, epochs=30,
@@ -88,9 +69,9 @@ class Options(TsvFilesOptions, RNNOptions, TrainingOptions, SamplingOptions, Cad
     samples_per_class: int = option(100, "snippets sampled per label for the agreement", minimum=1)
     no_repeat_ngram: int = option(3, "no n pieces twice in a sample (0: no limit)", minimum=0)
     classifier_export: str = option("savedmodels/classify", "the classifier's exports (trained here if none)",
-                                    check=_classifier_export_problem)
+                                    check=classifier_export_problem)
     classifier_args: str = option("--epochs 1", "kseq-train classify's options when it trains one here",
-                                  check=_classifier_args_problem)
+                                  check=classifier_args_problem)
 
     def sampler(self, **search_options):
         """The export's and the monitor's search: seeded top-k sampling, no n-gram twice (loops are cut)."""
@@ -100,11 +81,7 @@ class Options(TsvFilesOptions, RNNOptions, TrainingOptions, SamplingOptions, Cad
         """The declared checks; then, where a classifier will be trained
         here, its options as kseq-train classify checks them."""
         found = super().problems()
-        refused = None if found or latest_version(self.classifier_export) else refusal(
-            classify.Options, classifier_argv(self))
-        if refused:
-            found.append(f"--classifier-args {self.classifier_args}: kseq-train classify refuses it: {refused}")
-        return found
+        return found or classifier_args_refused(self)
 
 
 parse_args = options_parser(Options, __doc__)
@@ -165,53 +142,6 @@ def main(argv=None):
           f"(the classifier on real test snippets: {real_overall:.1%})")
     run.done()
     return results
-
-
-# The classifier that labels the samples ----------------------------------------------
-
-
-def classifier_path(options):
-    """Finds the classifier export to label with, training one if there is none.
-
-    That is the latest version under `--classifier-export`, else one that
-    kseq-train classify trains now (with `--classifier-args`, on the same
-    data).
-
-    Args:
-        options: the task's options.
-
-    Returns:
-        (the export's path, seconds spent training it: 0.0 for a found one).
-    """
-    path = latest_version(options.classifier_export)
-    if path:
-        print(f"classifier: {path}")
-        return path, 0.0
-    print(f"classifier: none under {options.classifier_export}; training one with "
-          f"kseq-train classify {options.classifier_args}")
-    start = time.time()
-    classify.main(classifier_argv(options))
-    return latest_version(options.classifier_export), time.time() - start
-
-
-def classifier_argv(options):
-    """kseq-train classify's command line when this task trains its classifier.
-
-    Args:
-        options: the task's options.
-
-    Returns:
-        `--classifier-args`, then the folders, seed, devices and data files of this run.
-    """
-    argv = shlex.split(options.classifier_args) + [
-        "--logdir", os.path.join(options.logdir, "classifier"),
-        "--export-dir", options.classifier_export, "--seed", str(options.seed),
-        "--strategy", options.strategy, "--precision", options.precision,
-    ]
-    for name in ("train_tsv", "valid_tsv", "test_tsv"):
-        if getattr(options, name):
-            argv += [flag(name), getattr(options, name)]
-    return argv
 
 
 # The generator -------------------------------------------------------------------------

@@ -22,8 +22,7 @@ from kseq.data.text_pairs import text_pair_dataset
 from kseq.export import export_translator
 from kseq.training import task
 from kseq.training.config import ATTENTIONS, CadenceOptions, ClippingOptions, option, options_parser, task_options
-from kseq.training.devices import decide_jit_compile
-from kseq.training.devices.xla import BLOCKS
+from kseq.training.devices import BLOCKS, decide_jit_compile
 from kseq.training.loop import GenerationMonitor
 from kseq.training.scoring import exact_match
 

@@ -28,8 +28,7 @@ from kseq.training import task
 from kseq.training.config import AUTO, TRAINED_WEIGHTS, Auto, ClippingOptions, DecodingOptions, EvaluationOptions
 from kseq.training.config import ScheduleOptions, Seq2SeqOptions, StoppingOptions, StreamedDataOptions, TextTaskOptions
 from kseq.training.config import TokenBatchOptions, TsvFilesOptions, choose_model_size, finished_run, option
-from kseq.training.config import options_parser, task_options
-from kseq.training.config.training_options import SMALLEST_VOCABULARY
+from kseq.training.config import SMALLEST_VOCABULARY, options_parser, task_options
 from kseq.training.devices import decide_for_translation, device_class, weights_fingerprint
 from kseq.training.loop import Trained, keep_best, translator_callbacks
 from kseq.training.objectives import translation_learning_rate
@@ -257,7 +256,8 @@ def train(run, fit, data, tokenizer, decided):
                      schedule.factor)  # resumed with the backup
     recent = recent_weights(options)
     trained = run.fit(fit, model, train_data, valid, logging, [best] + ([recent] if recent else []),
-                      decisions=[*decided, rate], examples="pairs", batches=report.describe_batches(), save=False)
+                      decisions=[*decided, rate], examples="pairs", batches=report.describe_batches(), save=False,
+                      units="tokens")
     averaging = keep_better_average(model, recent, validation_score(monitor, valid, best.monitor), best.mode)
     metrics = {**trained.metrics, "weights_sha256": weights_fingerprint(model), "batch_shapes": report.batch_shapes}
     print(f"averaging: {averaging}\ntrained {metrics['steps']} steps; weights sha256 {metrics['weights_sha256']}")

@@ -37,6 +37,7 @@ from kseq.training.devices.xla import check_replicas, enable_persistent_cache, j
 from kseq.training.devices.xla_compile_flags import configure_compilation, describe as describe_compilation
 from kseq.training.loop.fit import Fit
 from kseq.training.loop.periods import StepTensorBoard
+from kseq.training.loop.step_curves import StepCurves
 from kseq.training.loop.trained import Trained, train_once
 from kseq.training.objectives.losses import MaskedSparseCategoricalCrossentropy
 from kseq.training.objectives.optimizers import FusedAdam
@@ -204,12 +205,14 @@ class Run:
         return Fit(workdir, options.cadence, options.save_steps, options.max_minutes, monitor, mode, patience)
 
     def fit(self, fit, model, train, valid, logging=(), stopping=(), logdir=None, hparams=None, hparams_dir=None,
-            decisions=(), examples=None, batches=None, save=True):
+            decisions=(), examples=None, batches=None, save=True, units="examples"):
         """Trains with `fit.fit`, the chief writing TensorBoard's HParams, curves and `logging`.
 
-        HParams hold the options and decisions, the learning rate's anneal
-        among them (a resumed run's curves continue the first run's: only a
-        first run writes them); curves are written at the global step.
+        Curves are written at the global step: keras' at each evaluation,
+        the train ones every `--log-every` steps (`StepCurves`). HParams hold
+        the options and decisions, the learning rate's anneal and the train
+        curves' cadence among them: written once the cadence is decided (a
+        resumed run that keeps it writes none).
 
         Args:
             fit: the task's `kseq.training.loop.Fit`.
@@ -224,6 +227,8 @@ class Run:
                 "tokens"): printed as read by this worker; None: not printed.
             batches: an epoch's batches, described in the opening line.
             save: write `<logdir>/model.keras` (the kept weights) after.
+            units: what the train curves' rate counts: "examples" (default)
+                or "tokens" (real label tokens, from a `MaskedTokenMean` metric).
 
         Returns:
             `Trained` (model, decisions, fit's metrics).
@@ -231,14 +236,21 @@ class Run:
         failed_start.training(self.start_record)  # from here on what the run writes is its training's
         logdir = logdir or self.options.logdir
         decisions = [*decisions, *self.decisions(model), fit.anneal_decision(model)]
-        callbacks = []
+        callbacks, curves = [], None
         if self.chief:
-            if not fit.resuming and hparams is not False:
-                values = self.options.as_hparams() | (hparams or {}) | as_hparams(decisions)
-                write_hparams(hparams_dir or logdir, values)
+            values = self.options.as_hparams() | (hparams or {}) | as_hparams(decisions)
+
+            def write_settings(cadence):
+                write_hparams(hparams_dir or logdir, values | as_hparams([cadence]))
+
+            board = StepTensorBoard(logdir, profile_batch=self.options.profile_batch)
+            curves = StepCurves(board, self.options.log_every, fit.expected_steps, units,
+                                on_decided=write_settings if hparams is not False else None)
             # The logging callbacks first: the scores they add to an evaluation's logs reach the curves.
-            callbacks = [*logging, StepTensorBoard(logdir, profile_batch=self.options.profile_batch)]
+            callbacks = [*logging, curves, board]
         metrics = fit.fit(model, train, valid, self.options.epochs, callbacks, stopping, batches=batches)
+        if curves and curves.decision:
+            decisions.append(curves.decision)
         if examples:
             print(f"this worker read {fit.position.pairs_read():,} training {examples} from the files")
         if save and self.chief:

@@ -37,9 +37,34 @@ def test_reverse_task_end_to_end(tmp_path):
     for run in ("train", "validation", "generation", "test"):
         files = os.listdir(logdir / run)
         assert any(f.startswith("events.out.tfevents") for f in files), run
+    check_train_curves(logdir, metrics)
     assert (export_dir / "1" / "saved_model.pb").exists()
     traces = [name for folder, _, names in os.walk(logdir / "train" / "plugins" / "profile") for name in names]
     assert any(name.endswith(".xplane.pb") for name in traces), "--profile-steps 3,4 wrote a profile"
+
+
+def check_train_curves(logdir, metrics):
+    """TensorBoard's train curves, read with its own reader: a point every
+    step (auto, for a run of 40 steps), at the global step, evaluations on
+    the same axis, the cadence in metrics.json and HParams."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from tensorboard.plugins.hparams import metadata
+
+    def read(run):
+        return EventAccumulator(str(logdir / run), size_guidance={"tensors": 0}).Reload()
+
+    train, validation = read("train"), read("validation")
+    steps = [event.step for event in train.Tensors("loss")]
+    assert len(steps) >= 10 and steps == sorted(set(steps)) and steps[-1] == metrics["steps"], steps
+    assert {"learning_rate", "examples_per_second", "global_norm"} <= set(train.Tags()["tensors"])
+    assert [event.step for event in train.Tensors("learning_rate")] == steps
+    evaluated = [event.step for event in validation.Tensors("epoch_loss")]
+    assert len(evaluated) == 2 and set(evaluated) <= set(steps), "validation on the train curves' step axis"
+    assert metrics["log_every"] == steps[1] - steps[0] == 1
+    assert f"~{metrics['steps']} steps expected" in metrics["log_every_reason"]
+    tag = "_hparams_/session_start_info"
+    settings = metadata.parse_session_start_info_plugin_data(read(".").SummaryMetadata(tag).plugin_data.content)
+    assert settings.hparams["log_every"].number_value == 1
 
 
 @pytest.mark.parametrize("argv, message", [

@@ -18,6 +18,7 @@ import urllib.request
 
 import numpy as np
 import pytest
+import tensorflow as tf
 from tensorboard.backend.event_processing import event_multiplexer
 
 from kseq.cli import servable, translate as translate_command  # noqa: E402
@@ -180,6 +181,13 @@ def test_tensorboard_events_hold_curves_text_images_graph_and_hparams(run):
     for tag in ("epoch_loss", "epoch_bleu", "epoch_chrf"):
         assert tag in tags["validation"]["tensors"]
         assert [event.step for event in runs.Tensors("validation", tag)] == [5, 10]
+    for tag in ("loss", "learning_rate", "tokens_per_second", "global_norm"):
+        steps = [event.step for event in runs.Tensors("train", tag)]
+        assert steps == list(range(1, 11)), "a point a step in a run of 10 (auto)"
+    tokens = [float(tf.make_ndarray(event.tensor_proto)) for event in runs.Tensors("train", "tokens_per_second")]
+    assert all(value > 0 for value in tokens)
+    # Streamed pairs: the length comes from the share of the data read by the first save (step 5's).
+    assert run["metrics"]["log_every"] == 1 and "~10 steps expected" in run["metrics"]["log_every_reason"]
     assert {"bleu", "chrf", "samples"} <= set(tags["generation"]["tensors"])
     sample = runs.Tensors("generation", "samples")[-1].tensor_proto.string_val[0].decode()
     assert "| source | output | reference |" in sample

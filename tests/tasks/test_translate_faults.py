@@ -64,6 +64,16 @@ def epoch_points(logdir, run="train", tag="epoch_loss"):
     return [event.step for event in runs.Tensors(run, tag)]
 
 
+def train_points(logdir):
+    """The steps of the train loss curve of every few steps, every point
+    (TensorBoard's reader keeps 10 of a curve unless told), in the order
+    written: a killed run's file, then the resumed run's."""
+    runs = event_multiplexer.EventMultiplexer(size_guidance={"tensors": 0})
+    runs.AddRunsFromDirectory(str(logdir))
+    runs.Reload()
+    return [event.step for event in runs.Tensors("train", "loss")]
+
+
 @pytest.fixture(scope="module")
 def whole(data, made_once):
     """An uninterrupted run's folder, made once a session (`made_once`): the tests only read it."""
@@ -118,6 +128,9 @@ def test_a_run_killed_mid_epoch_resumes_with_the_same_command_and_ends_like_an_u
         assert points == sorted(set(points)) and points[-1] == reference["steps"], points
         before = [point for point in points if point <= saved["step"]]
         assert before and before == [point for point in whole_points if point <= saved["step"]]
+    # The train curve of every few steps: what the killed run wrote after
+    # its last save is not written again; the uninterrupted run's steps.
+    assert train_points(killed / "runs") == train_points(whole / "runs") != []
     assert os.listdir(killed / "export") == ["1"]
     assert not (killed / "runs" / "backup").exists(), "the backup goes once training completes"
 
@@ -155,6 +168,9 @@ def test_sigterm_saves_the_step_and_exits_with_the_preemption_code_and_the_same_
     assert resumed["steps"] == reference["steps"] and resumed["resumed_from_step"] == saved["step"]
     rel = 1e-2 if tf.config.list_physical_devices("GPU") else 1e-3  # as for SIGKILL above
     assert resumed["valid_loss"] == pytest.approx(reference["valid_loss"], rel=rel)
+    steps = train_points(tmp_path / "runs")
+    assert steps == train_points(whole / "runs") and steps == sorted(set(steps)), "no step twice or backward"
+    assert resumed["log_every"] == reference["log_every"], "the cadence saved with the backup"
 
 
 @pytest.mark.parametrize("phase", ["trained", pytest.param("decoding", marks=pytest.mark.slow),

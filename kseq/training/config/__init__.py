@@ -13,7 +13,7 @@ from kseq.training.config.data_options import (
 )
 from kseq.training.config.decoding_options import DecodingOptions, SamplingOptions
 from kseq.training.config.flags import flag
-from kseq.training.config.model_options import ATTENTIONS, RNNOptions, Seq2SeqOptions
+from kseq.training.config.model_options import ATTENTIONS, RNNOptions, Seq2SeqOptions, heads_problem
 from kseq.training.config.options import (
     AUTO,
     Auto,
@@ -22,11 +22,14 @@ from kseq.training.config.options import (
     option,
     options_parser,
     parse,
+    refusal,
     task_options,
 )
+from kseq.training.config.paths import readable_folder_problems, writable_folder_problems
 from kseq.training.config.sizing import choose_model_size
 from kseq.training.config.training_options import (
     METRICS,
+    SMALLEST_VOCABULARY,
     CadenceOptions,
     ClippingOptions,
     EvaluationOptions,
@@ -47,6 +50,7 @@ __all__ = [
     "METRICS",
     "OPTIONS_FILE",
     "RNNOptions",
+    "SMALLEST_VOCABULARY",
     "SamplingOptions",
     "ScheduleOptions",
     "Seq2SeqOptions",
@@ -63,11 +67,15 @@ __all__ = [
     "choose_model_size",
     "finished_run",
     "flag",
+    "heads_problem",
     "keep_trained",
     "option",
     "options_parser",
     "parse",
     "read_config",
+    "readable_folder_problems",
+    "refusal",
     "task_options",
+    "writable_folder_problems",
     "write_config",
 ]

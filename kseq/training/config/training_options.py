@@ -78,6 +78,9 @@ class CadenceOptions(TaskOptions):
                              "tenth of the time", check=_eval_every_problem)
     save_every: str = option("epoch", "save at each evaluation only (epoch), or also every N steps (200)",
                              check=_save_every_problem)
+    log_every: int | Auto = option(AUTO, "TensorBoard's train curves (loss, learning rate, examples or tokens a "
+                                   "second, gradient norm) every N steps; auto: 300 points or more in the run, at "
+                                   "least one a progress line (30 s)", minimum=1)
 
     @property
     def cadence(self):

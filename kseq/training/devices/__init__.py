@@ -13,12 +13,14 @@ from kseq.training.devices.distribution import (
 from kseq.training.devices.precision import device_class, resolve_precision
 from kseq.training.devices.runtime import tune_cpu_runtime
 from kseq.training.devices.xla import (
+    BLOCKS,
     check_replicas,
     decide_for_translation,
     decide_jit_compile,
 )
 
 __all__ = [
+    "BLOCKS",
     "check_replicas",
     "decide_for_translation",
     "decide_jit_compile",

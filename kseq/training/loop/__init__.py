@@ -1,7 +1,8 @@
 """The fit loop: `Fit`, the one driver every task calls (`model.fit` on a
 cadence of evaluations and saves that a kill cannot undo), what training
 gives and a phase trained once (`Trained`, `train_once`), the evaluation
-periods and progress lines, the callbacks that log samples and attention,
+periods and progress lines, the train curves of every few steps
+(`StepCurves`), the callbacks that log samples and attention,
 the captioner's monitor (`caption_images`, `CaptionMonitor`), and stopping
 (patience, the best weights). `CadencedFit` is `Fit`'s deprecated former
 loop, kept for code that calls it."""
@@ -11,6 +12,7 @@ from kseq.training.loop.caption_monitor import CaptionMonitor, caption_images
 from kseq.training.loop.callbacks import AttentionMaps, GenerationMonitor, translator_callbacks
 from kseq.training.loop.fit import Fit, counted
 from kseq.training.loop.periods import EvaluationPeriods, StepTensorBoard
+from kseq.training.loop.step_curves import StepCurves
 from kseq.training.loop.stopping import KeepBest, keep_best
 from kseq.training.loop.trained import Trained, train_once
 
@@ -22,6 +24,7 @@ __all__ = [
     "Fit",
     "GenerationMonitor",
     "KeepBest",
+    "StepCurves",
     "StepTensorBoard",
     "Trained",
     "caption_images",

@@ -113,6 +113,12 @@ class TimeLimit(keras.callbacks.Callback):
     def on_train_begin(self, logs=None):
         self.start = time.monotonic() - self.spent_seconds
 
+    def seconds_left(self):
+        """Seconds of the budget left (counting the runs before a resume), or None without a budget."""
+        if not self.minutes:
+            return None
+        return max(60.0 * self.minutes - (time.monotonic() - self.start), 0.0)
+
     def on_train_batch_end(self, batch, logs=None):
         if self.minutes and time.monotonic() - self.start > 60.0 * self.minutes:
             if not self.model.stop_training:

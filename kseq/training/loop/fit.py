@@ -102,7 +102,8 @@ class Fit:
             train: the training batches, built from `fit.position`.
             valid: the validation batches.
             epochs: data epochs at most.
-            logging: the chief's callbacks. Default none.
+            logging: the chief's callbacks; those with `save_state` (the
+                train curves' cadence) are saved with the backup too. Default none.
             stopping: callbacks whose state the backup keeps. Default none.
             batches: a description of an epoch's batches for the opening line;
                 None (default): the count, where known.
@@ -179,7 +180,7 @@ class Fit:
         agreement = [WorkersAgree(self.position, self.limits[0], self.anneal)] if several else []
         callbacks = [self.timer, *self.limits, FirstStepLine(), self.curve, *logging, *stopping, self.periods,
                      *agreement, self.backup, SaveOnPreemption(self.backup, self.workdir), StableFunctionNames()]
-        self.backup.participants = [callback for callback in stopping if hasattr(callback, "save_state")]
+        self.backup.participants = [callback for callback in (*logging, *stopping) if hasattr(callback, "save_state")]
         self.backup.restore(model.distribute_strategy)
         self.resuming = self.backup.restored  # the workers may have agreed on an older save
         self.limits[0].spent_seconds = self.limits[-1].spent_seconds = (
@@ -195,6 +196,32 @@ class Fit:
                              callbacks=callbacks, verbose=0, shuffle=False)
         except NonFiniteLoss as error:
             raise SystemExit(f"{error}\nThe last save is kept in {self.backup_dir}; delete it to start over.")
+
+    def expected_steps(self, model, steps_per_second=None):
+        """Estimates the global step this training will end at, from what bounds it.
+
+        The least of: the steps of all epochs where their batches are known;
+        the steps so far over the share of the data's epochs they read
+        (streamed data); the steps so far plus `steps_per_second` times the
+        budget's seconds left. Call it while `fit` runs.
+
+        Args:
+            model: the model in training.
+            steps_per_second: the rate the budget is spent at; None (default)
+                leaves the budget out.
+
+        Returns:
+            An int, or None where nothing bounds the training.
+        """
+        step, accumulation = global_step(model), getattr(model.optimizer, "gradient_accumulation_steps", None) or 1
+        estimates = [self.total_steps // accumulation] if self.total_steps else []
+        epochs_read = data_epochs(model, self.position, self.steps_per_epoch)
+        if not self.total_steps and self.position.epochs and epochs_read:
+            estimates.append(step * self.position.epochs / epochs_read)
+        left = self.limits[0].seconds_left()
+        if left is not None and steps_per_second:
+            estimates.append(step + steps_per_second * left)
+        return round(min(estimates)) if estimates else None
 
     def _saved_at_the_end(self):
         if not self.resuming:

@@ -1,12 +1,13 @@
 """Training on a step or time cadence: evaluation periods instead of data
 epochs, where the time goes, and curves at the global step."""
 
+import os
 import time
 
 import keras
 import numpy as np
 
-from kseq._compat import continue_after_epoch, end_epoch_early
+from kseq._compat import continue_after_epoch, end_epoch_early, tensorboard_train_writer
 from kseq.training.progress import batches_trained, data_epochs, global_step
 
 
@@ -156,6 +157,11 @@ class StepTimer(keras.callbacks.Callback):
         return self.train_step_seconds / self.fit_seconds if self.fit_seconds else 0.0
 
 
+# Seconds between the progress lines: the cadence TensorBoard's train curves
+# match or beat (`kseq.training.loop.step_curves`).
+PROGRESS_SECONDS = 30.0
+
+
 class ProgressLine(keras.callbacks.Callback):
     """Prints a line every `every_seconds` of training: the global step, the
     loss (keras' running mean over the period), steps a second since the
@@ -180,7 +186,7 @@ class ProgressLine(keras.callbacks.Callback):
     'step 250: loss 4.25, 3.2 steps/s, data epoch 1.38, 3.0 min of 12 left'
     """
 
-    def __init__(self, every_seconds=30.0, budget_minutes=None, spent_seconds=0.0, position=None,
+    def __init__(self, every_seconds=PROGRESS_SECONDS, budget_minutes=None, spent_seconds=0.0, position=None,
                  steps_per_epoch=None):
         super().__init__()
         self.every_seconds, self.budget_minutes, self.spent_seconds = every_seconds, budget_minutes, spent_seconds
@@ -238,8 +244,19 @@ class FirstStepLine(keras.callbacks.Callback):
 
 class StepTensorBoard(keras.callbacks.TensorBoard):
     """keras' TensorBoard callback with epoch curves at the global step, so
-    that evaluation periods, resumed runs and batch-level curves share one
-    x-axis (keras writes them at the epoch index)."""
+    that evaluation periods, resumed runs and the train curves of every few
+    steps (`kseq.training.loop.StepCurves`, which write through
+    `train_writer`) share one x-axis (keras writes them at the epoch index)."""
+
+    @property
+    def train_dir(self):
+        """The folder of the `train` run."""
+        return os.path.join(self.log_dir, "train")
+
+    @property
+    def train_writer(self):
+        """The `tf.summary` writer of the `train` run: made on first use, closed when `fit` ends."""
+        return tensorboard_train_writer(self)
 
     def on_epoch_end(self, epoch, logs=None):
         super().on_epoch_end(global_step(self.model), logs)

@@ -22,7 +22,8 @@ class FusedAdam(keras.optimizers.Adam):
     keras' update with `amsgrad=True`, outside the TensorFlow backend, and
     for variables that are not float32 or float64. The scalars every
     variable's update shares (beta^t, the rate) are made once a step, and
-    clipping takes one op a gradient for its norm.
+    clipping takes one op a gradient for its norm; the global norm it
+    computes is added up in `gradient_norm_sum`.
 
     Example:
     >>> model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
@@ -31,6 +32,26 @@ class FusedAdam(keras.optimizers.Adam):
     >>> int(model.optimizer.iterations)
     1
     """
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        # Outside the optimizer's variables (its saves and `.keras` files stay
+        # keras Adam's); each replica adds its copy of the same norm, so the
+        # first replica's copy is read, with no collective across workers.
+        norms = tf.Variable(0.0, dtype="float64", trainable=False, name="gradient_norm_sum",
+                            synchronization=tf.VariableSynchronization.ON_READ,
+                            aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
+        object.__setattr__(self, "_gradient_norm_sum", norms)
+
+    @property
+    def gradient_norm_sum(self):
+        """The sum of the gradient's global norms (before clipping) over the
+        updates so far, where clipping is on (`clipnorm` or
+        `global_clipnorm`): a float64 `tf.Variable` clipping adds to, which
+        `kseq.training.loop.StepCurves` reads between steps; None without
+        clipping."""
+        clipping = (self.clipnorm or 0) > 0 or (self.global_clipnorm or 0) > 0
+        return self._gradient_norm_sum if clipping else None
 
     def update_step(self, gradient, variable, learning_rate):
         if not self._fuses(variable):
@@ -75,10 +96,11 @@ class FusedAdam(keras.optimizers.Adam):
         if not present:
             return grads
         squares = 2.0 * tf.stack([tf.cast(tf.nn.l2_loss(g), "float32") for g in present])
+        norm = tf.sqrt(tf.reduce_sum(squares))
+        self._gradient_norm_sum.assign_add(tf.cast(norm, "float64"))
         if (self.clipnorm or 0) > 0:
             scales = tf.unstack(self.clipnorm / tf.maximum(tf.sqrt(squares), self.clipnorm))
         else:
-            norm = tf.sqrt(tf.reduce_sum(squares))
             # keras' formula: NaN, not a silent no-op, for a non-finite norm.
             scale = self.global_clipnorm * tf.minimum(1.0 / norm, 1.0 / self.global_clipnorm) + (norm - norm)
             scales = [scale] * len(present)

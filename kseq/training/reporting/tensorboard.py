@@ -1,4 +1,8 @@
-"""TensorBoard summaries that Keras' TensorBoard callback does not write."""
+"""TensorBoard summaries that Keras' TensorBoard callback does not write,
+and the last step a run's event files hold."""
+
+import glob
+import os
 
 import tensorflow as tf
 from tensorboard.plugins.hparams import api as hparams_api
@@ -64,3 +68,23 @@ def write_model_graph(logdir, model):
     with writer.as_default():
         tf.summary.graph(traced.graph)
     writer.flush()
+
+
+def last_step(folder, tag):
+    """Finds the last step of a curve in the event files of a TensorBoard run.
+
+    Read with TensorBoard's own reader, which stops at a record a killed
+    process left half written.
+
+    Args:
+        folder: the run's folder, such as `<logdir>/train`.
+        tag: the curve's tag, such as "loss".
+
+    Returns:
+        The largest step of `tag`'s points, an int; None where there is none.
+    """
+    from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
+
+    steps = [event.step for path in sorted(glob.glob(os.path.join(folder, "events.out.tfevents.*")))
+             for event in EventFileLoader(path).Load() if any(value.tag == tag for value in event.summary.value)]
+    return max(steps, default=None)

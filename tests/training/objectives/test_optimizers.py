@@ -94,3 +94,35 @@ def test_fused_adam_runs_one_op_a_variable_and_no_more_xla_kernels_than_keras_ad
     assert len(fused) < len(keras_adam) / 2
     fused_xla, keras_xla = update_ops(FusedAdam, True), update_ops(keras.optimizers.Adam, True)
     assert 0 < len(fused_xla) <= len(keras_xla)
+
+
+def test_fused_adam_sums_the_global_norms_it_clips_by_outside_its_variables():
+    optimizer = FusedAdam(0.1, global_clipnorm=1.0)
+    variable = keras.Variable(np.zeros(2, "float32"))
+    for gradient in ([3.0, 4.0], [6.0, 8.0]):
+        optimizer.apply([tf.constant(gradient)], [variable])
+    assert float(optimizer.gradient_norm_sum.numpy()) == pytest.approx(15.0), "5 + 10, before clipping"
+    reference = keras.optimizers.Adam(0.1, global_clipnorm=1.0)
+    reference.build([keras.Variable(np.zeros(2, "float32"))])
+    assert len(optimizer.variables) == len(reference.variables), "saves and .keras files stay Adam's"
+    per_variable = FusedAdam(0.1, clipnorm=1.0)
+    pair = [keras.Variable(np.zeros(1, "float32")), keras.Variable(np.zeros(1, "float32"))]
+    per_variable.apply([tf.constant([3.0]), tf.constant([4.0])], pair)
+    assert float(per_variable.gradient_norm_sum.numpy()) == pytest.approx(5.0), "the global norm, per-variable clip"
+    assert FusedAdam(0.1).gradient_norm_sum is None, "no clipping: no norm"
+
+
+def test_two_replicas_sum_the_norms_one_device_does():
+    """Each replica adds the norm of the summed gradient; the first replica's copy is read."""
+    sums = []
+    for replicas in (1, 2):
+        keras.utils.set_random_seed(0)
+        strategy = tf.distribute.MirroredStrategy([f"/cpu:{i}" for i in range(replicas)])
+        with strategy.scope():
+            model = keras.Sequential([keras.Input((5,)), keras.layers.Dense(3)])
+            optimizer = clip_after_all_reduce(FusedAdam(1e-2, global_clipnorm=0.5))
+            model.compile(optimizer, keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+        rng = np.random.default_rng(0)
+        model.fit(rng.normal(size=(64, 5)), rng.integers(0, 3, 64), batch_size=16, epochs=2, verbose=0)
+        sums.append(float(strategy.experimental_local_results(optimizer.gradient_norm_sum)[-1].numpy()))
+    assert sums[0] > 0 and sums[1] == pytest.approx(sums[0], rel=1e-5)
