@@ -2,15 +2,31 @@
 `Helsinki-NLP/opus-mt-SRC-TGT`) in the Hugging Face layout, loaded into
 kseq's `TransformerSeq2Seq` with their tokenizers (`load_marian`,
 `marian_tokenizers`; `TransformerSeq2Seq.from_pretrained` is the model alone).
+`check_marian_folder` checks a folder's files without TensorFlow, as the
+commands check `--pretrained` with their other options.
 
+Names load when first asked for: the checks need no TensorFlow.
 docs/DESIGN.md ("A Marian checkpoint in kseq") shows how each part maps.
 """
 
-from kseq import _backend  # noqa: F401  (first: the TensorFlow backend checked before keras loads)
+import importlib
 
-from kseq.pretrained.folder import checkpoint_folder
-from kseq.pretrained.marian import MarianCheckpoint, load_marian, marian_config, marian_tokenizers
-from kseq.pretrained.marian_config import MarianConfig, read_marian_config
+_MODULES = {
+    "MarianCheckpoint": "marian", "load_marian": "marian", "checkpoint_config": "marian",
+    "marian_tokenizers": "marian", "MarianConfig": "marian_config", "read_marian_config": "marian_config",
+    "checkpoint_folder": "folder", "check_marian_folder": "checks",
+}
 
-__all__ = ["MarianCheckpoint", "MarianConfig", "checkpoint_folder", "load_marian", "marian_config",
-           "marian_tokenizers", "read_marian_config"]
+__all__ = sorted(_MODULES)
+
+
+def __getattr__(name):
+    if name not in _MODULES:
+        raise AttributeError(f"module 'kseq.pretrained' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"kseq.pretrained.{_MODULES[name]}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))

@@ -31,7 +31,7 @@ class MarianCheckpoint:
     config: MarianConfig
 
 
-def load_marian(name_or_folder, dtype=None, dropout=None):
+def load_marian(name_or_folder, dtype=None, dropout=None, compiled_blocks=False):
     """Loads a Marian checkpoint into kseq's Transformer.
 
     Every file is checked before the model is built: config.json (another
@@ -44,6 +44,8 @@ def load_marian(name_or_folder, dtype=None, dropout=None):
         name_or_folder: a checkpoint folder, or a Hub name (the `hub` extra).
         dtype: the model's dtype policy. Default None: keras' global one.
         dropout: the dropout rate to train with. Default None: config.json's.
+        compiled_blocks: `TransformerSeq2Seq`'s `compiled_blocks` (`kseq-train
+            --jit-compile blocks`). Default False.
 
     Returns:
         A `MarianCheckpoint`.
@@ -55,13 +57,14 @@ def load_marian(name_or_folder, dtype=None, dropout=None):
     >>> import os
     >>> folder = os.path.join("tests", "fixtures", "marian", "joint_swish")
     >>> loaded = load_marian(folder)
-    >>> loaded.source_tokenizer.detokenize(loaded.source_tokenizer.tokenize(["the cat"])).numpy()
+    >>> ids = loaded.source_tokenizer.tokenize(["the cat"]).to_tensor()
+    >>> loaded.source_tokenizer.detokenize(ids).numpy()
     array([b'the cat'], dtype=object)
     """
     from kseq.models.transformer_seq2seq import TransformerSeq2Seq
 
     folder = checkpoint_folder(name_or_folder)
-    config = marian_config(folder)
+    config = checkpoint_config(folder)
     _, paths = weight_files(folder)
     source, target = marian_tokenizers(folder)
     for side, tokenizer, size, field in (("source", source, config.source_size, "vocab_size"),
@@ -73,14 +76,15 @@ def load_marian(name_or_folder, dtype=None, dropout=None):
             raise UsageError(f"{folder}: the {side} vocabulary's {tokenizer.special_tokens[2]!r} is id "
                              f"{tokenizer.vocabulary[tokenizer.special_tokens[2]]}; config.json's pad_token_id "
                              f"is {config.pad_id}")
-    arguments = dict(config.model_arguments, **({} if dropout is None else {"dropout": dropout}))
+    arguments = dict(config.model_arguments, compiled_blocks=compiled_blocks,
+                     **({} if dropout is None else {"dropout": dropout}))
     model = TransformerSeq2Seq(source.vocab_size, target.vocab_size, dtype=dtype, **arguments)
     model.build()
     load_marian_weights(model, read_weights(folder), source.order, target.order, paths[0])
     return MarianCheckpoint(model, source, target, folder, config)
 
 
-def marian_config(folder):
+def checkpoint_config(folder):
     """Reads and checks a checkpoint folder's config.json.
 
     Args:

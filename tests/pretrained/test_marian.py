@@ -143,3 +143,27 @@ def test_the_export_served_by_tensorflow_alone_gives_the_reference_strings(made_
     reply = tf_only.serve(path, {"source": generation["sources"]})
     assert not reply["modules"]  # no kseq, keras or keras_hub in the serving process
     assert reply["answers"][0]["outputs"]["translation"] == generation["greedy"]["text"]
+
+
+def test_ctranslate2_gives_the_greedy_tokens_of_kseq_and_of_its_own_converter(tmp_path):
+    """kseq's CTranslate2 export of a loaded Marian model gives kseq's greedy
+    tokens; so does CTranslate2's own converter of the checkpoint (run where
+    transformers is, make_fixtures.py: its tokens are in reference.json)."""
+    ctranslate2 = pytest.importorskip("ctranslate2", reason="the ctranslate2 extra is not installed")
+    from kseq.export import export_ctranslate2
+    from kseq.export.ctranslate2_model import vocabulary
+
+    loaded, expected = checkpoint("joint_swish"), reference("joint_swish")
+    generation = expected["generation"]
+    theirs = expected["ctranslate2"]
+    assert "tokens" in theirs, theirs  # its converter took this checkpoint (the separate one it refuses)
+    path = export_ctranslate2(loaded.model, loaded.source_tokenizer, loaded.target_tokenizer, str(tmp_path / "ct2"))
+    source_tokens, target_tokens = vocabulary(loaded.source_tokenizer), vocabulary(loaded.target_tokenizer)
+    source_ids = loaded.source_tokenizer.tokenize(generation["sources"]).to_list()
+    translator = ctranslate2.Translator(path, device="cpu", intra_threads=2)
+    results = translator.translate_batch([[source_tokens[i] for i in row] for row in source_ids], beam_size=1,
+                                         max_decoding_length=generation["settings"]["max_length"] - 1)
+    greedy = [[target_tokens[i] for i in loaded.target_tokenizer.kseq_ids(row[:-1])]  # EOS left out
+              for row in generation["greedy"]["ids"]]
+    assert [r.hypotheses[0] for r in results] == greedy
+    assert theirs["tokens"] == greedy

@@ -24,6 +24,7 @@ from kseq.training.config.options import (
     parse,
     task_options,
 )
+from kseq.training.config.pretrained_options import pretrained_problems
 from kseq.training.config.sizing import choose_model_size
 from kseq.training.config.training_options import (
     METRICS,
@@ -70,4 +71,5 @@ __all__ = [
     "read_config",
     "task_options",
     "write_config",
+    "pretrained_problems",
 ]

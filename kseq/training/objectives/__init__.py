@@ -7,6 +7,8 @@ from kseq.training.objectives.optimizers import FusedAdam
 from kseq.training.objectives.schedules import (
     Scaled,
     TransformerSchedule,
+    WarmupConstant,
+    fine_tuning_learning_rate,
     translation_learning_rate,
 )
 
@@ -18,5 +20,7 @@ __all__ = [
     "Perplexity",
     "Scaled",
     "TransformerSchedule",
+    "WarmupConstant",
+    "fine_tuning_learning_rate",
     "translation_learning_rate",
 ]
