@@ -13,7 +13,7 @@ MARIAN_FILES = ("config.json", "generation_config.json", "source.spm", "target.s
                 "target_vocab.json", "tokenizer_config.json")
 HUB_NAME = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 GET_A_FOLDER = ("give a local folder instead: on a machine with a network, "
-                "`huggingface-cli download NAME --local-dir FOLDER`, then copy FOLDER here")
+                "`hf download NAME --local-dir FOLDER` (huggingface_hub's command), then copy FOLDER here")
 
 
 def checkpoint_folder(name_or_path):
@@ -53,9 +53,20 @@ def _downloaded(name):
         for file in wanted:
             folder = os.path.dirname(huggingface_hub.hf_hub_download(name, file))
     except Exception as error:  # no network, offline mode, no such repository: all one answer
-        reason = str(error).splitlines()[0] if str(error) else type(error).__name__
-        raise UsageError(f"{name} is no local folder and could not be downloaded ({reason}); {GET_A_FOLDER}") \
-            from None
+        folder = _cached(huggingface_hub, name)
+        if folder is None:
+            reason = str(error).splitlines()[0] if str(error) else type(error).__name__
+            raise UsageError(f"{name} is no local folder and could not be downloaded ({reason}); {GET_A_FOLDER}") \
+                from None
     if folder is None:
         raise UsageError(f"{name} on the Hub holds none of a Marian checkpoint's files; {GET_A_FOLDER}")
     return folder
+
+
+def _cached(huggingface_hub, name):
+    """The folder of `name` in huggingface_hub's cache, downloaded before, or None."""
+    try:
+        folder = huggingface_hub.snapshot_download(name, local_files_only=True)
+    except Exception:  # not in the cache (huggingface_hub says so with its own errors)
+        return None
+    return folder if os.path.isfile(os.path.join(folder, "config.json")) else None
