@@ -133,15 +133,8 @@ class TransformerSeq2Seq(Seq2Seq):
         self.decoder_num_layers = _check_optional_int("decoder_num_layers", decoder_num_layers)
         self.decoder_num_heads = _check_optional_int("decoder_num_heads", decoder_num_heads)
         self.decoder_ff_dim = _check_optional_int("decoder_ff_dim", decoder_ff_dim)
-        for name, heads in (("num_heads", num_heads), ("decoder_num_heads", self.decoder_num_heads or num_heads)):
-            if d_model % heads:
-                raise ValueError(f"`d_model` ({d_model}) must be divisible by `{name}` ({heads}).")
-        if share_embeddings and source_vocab_size != target_vocab_size:
-            raise ValueError(
-                "`share_embeddings=True` needs one vocabulary: got "
-                f"source_vocab_size={source_vocab_size} and "
-                f"target_vocab_size={target_vocab_size}."
-            )
+        _check_shapes(d_model, {"num_heads": num_heads, "decoder_num_heads": self.decoder_num_heads or num_heads},
+                      share_embeddings, source_vocab_size, target_vocab_size)
         self.ff_dim, self.dropout, self.norm_first = ff_dim, dropout, bool(norm_first)
         self.max_length = check_positive_int("max_length", max_length)
         self.position, self.share_embeddings = position, bool(share_embeddings)
@@ -150,17 +143,7 @@ class TransformerSeq2Seq(Seq2Seq):
         self.layer_norm_epsilon = check_float("layer_norm_epsilon", layer_norm_epsilon, low=0, low_open=True)
         self.scale_embeddings = bool(scale_embeddings)
         self.tie_output_embedding = bool(tie_output_embedding)
-        block_args = dict(dropout=dropout, norm_first=norm_first, activation=activation,
-                          layer_norm_epsilon=layer_norm_epsilon, dtype=self.dtype_policy)
-        self.encoder_blocks = [
-            TransformerEncoderBlock(name=f"encoder_{i}", num_heads=num_heads, ff_dim=ff_dim, **block_args)
-            for i in range(num_layers)
-        ]
-        self.decoder_blocks = [
-            TransformerDecoderBlock(name=f"decoder_{i}", num_heads=self.decoder_num_heads or num_heads,
-                                    ff_dim=self.decoder_ff_dim or ff_dim, **block_args)
-            for i in range(self.decoder_num_layers or num_layers)
-        ]
+        self.encoder_blocks, self.decoder_blocks = self._make_blocks()
         self.source_embedding = self._make_embedding(source_vocab_size, "source_embedding")
         self.target_embedding = (
             self.source_embedding
@@ -176,6 +159,17 @@ class TransformerSeq2Seq(Seq2Seq):
             self.output_projection = keras.layers.Dense(
                 target_vocab_size, dtype=self.dtype_policy, name="output_projection"
             )
+
+    def _make_blocks(self):
+        """(encoder blocks, decoder blocks), the decoder's of its own depth, heads and width where given."""
+        block_args = dict(dropout=self.dropout, norm_first=self.norm_first, activation=self.activation,
+                          layer_norm_epsilon=self.layer_norm_epsilon, dtype=self.dtype_policy)
+        encoder = [TransformerEncoderBlock(name=f"encoder_{i}", num_heads=self.num_heads, ff_dim=self.ff_dim,
+                                           **block_args) for i in range(self.num_layers)]
+        decoder = [TransformerDecoderBlock(name=f"decoder_{i}", num_heads=self.decoder_num_heads or self.num_heads,
+                                           ff_dim=self.decoder_ff_dim or self.ff_dim, **block_args)
+                   for i in range(self.decoder_num_layers or self.num_layers)]
+        return encoder, decoder
 
     @property
     def length_limit(self):
@@ -408,6 +402,19 @@ class TransformerSeq2Seq(Seq2Seq):
             dict(layer, cache=gather_beams(layer["cache"], indices)) for layer in state["layers"]
         ]
         return dict(state, layers=layers)
+
+
+def _check_shapes(d_model, heads, share_embeddings, source_vocab_size, target_vocab_size):
+    """Every head count divides `d_model`; shared embeddings need one vocabulary size."""
+    for name, count in heads.items():
+        if d_model % count:
+            raise ValueError(f"`d_model` ({d_model}) must be divisible by `{name}` ({count}).")
+    if share_embeddings and source_vocab_size != target_vocab_size:
+        raise ValueError(
+            "`share_embeddings=True` needs one vocabulary: got "
+            f"source_vocab_size={source_vocab_size} and "
+            f"target_vocab_size={target_vocab_size}."
+        )
 
 
 def _check_optional_int(name, value):
