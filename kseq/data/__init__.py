@@ -7,6 +7,7 @@ from kseq.data.bucketing import bucketed_pair_dataset, padding_fraction
 from kseq.data.character_tokenizer import CharacterTokenizer
 from kseq.data.corpus import HoldOut, corpus_files, scan_corpus
 from kseq.data.keras_hub_tokenizer import KerasHubTokenizer
+from kseq.data.marian_tokenizer import MarianTokenizer
 from kseq.data.text_pairs import text_pair_dataset
 from kseq.data.rotten_tomatoes import load_rotten_tomatoes
 from kseq.data.software_messages import load_message_pairs
@@ -22,6 +23,7 @@ __all__ = [
     "CharacterTokenizer",
     "HoldOut",
     "KerasHubTokenizer",
+    "MarianTokenizer",
     "SubwordTokenizer",
     "bucketed_pair_dataset",
     "corpus_files",

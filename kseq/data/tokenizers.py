@@ -154,7 +154,8 @@ BPE_FILES = (("vocab.json", "merges.txt"), ("vocabulary.json", "merges.txt"))
 def load_tokenizer(path: str):
     """A kseq tokenizer from what is on disk, told apart by content:
 
-    - a file `KerasHubTokenizer.save` wrote (JSON) or `CharacterTokenizer.save`;
+    - a file `KerasHubTokenizer.save` wrote (JSON), `CharacterTokenizer.save`
+      or `MarianTokenizer.save` (one side of a pretrained Marian translator);
     - a SentencePiece model: a `SubwordTokenizer` if it numbers pad/bos/eos/unk
       0-3 as kseq does, else keras-hub's SentencePieceTokenizer with ids shifted;
     - a WordPiece vocabulary, one token a line, with "[UNK]";
@@ -217,6 +218,10 @@ def _tokenizer_maker(path):
     saved = parse_json(content)
     if isinstance(saved, dict) and saved.get("type") == "keras_hub":
         return lambda: KerasHubTokenizer.load(path)
+    if isinstance(saved, dict) and saved.get("type") == "marian":
+        from kseq.data.marian_tokenizer import MarianTokenizer
+
+        return lambda: MarianTokenizer.from_saved(saved)
     if isinstance(saved, dict) and saved.get("type") == "character":
         from kseq.data.character_tokenizer import CharacterTokenizer
 

@@ -5,9 +5,10 @@ CTranslate2 (the `ctranslate2` extra) is the engine OpenNMT, LibreTranslate
 and Argos Translate deploy: a C++ runtime whose beam search runs faster than
 kseq's SavedModel on the default translator (figures in benchmarks/RESULTS.md,
 Serving), and which can quantize to int8 when it loads. Its Transformer covers
-kseq's exactly: post- or pre-norm blocks, ReLU or GELU feed-forward layers, embeddings
-scaled by sqrt(D) plus a position table (kseq's sinusoidal or learned rows are
-written out as the table), tied or separate output projection. Recurrent
+kseq's exactly: post- or pre-norm blocks, ReLU, GELU or SiLU feed-forward layers, each
+stack its own depth and heads, embeddings scaled by sqrt(D) (or not) plus a position
+table (kseq's sinusoidal rows, in either layout, or learned rows are written out as
+the table), tied or separate output projection; so a fine-tuned Marian model converts too. Recurrent
 models have no CTranslate2 form.
 
 The model reads tokens, not text: give it the pieces of the SentencePiece
@@ -36,7 +37,8 @@ def export_ctranslate2(model, source_tokenizer, target_tokenizer, export_dir, qu
     Args:
         model: a built `kseq.models.TransformerSeq2Seq`.
         source_tokenizer: the tokenizer its sources were read with
-            (`SubwordTokenizer` or `KerasHubTokenizer`): its tokens become
+            (`SubwordTokenizer`, `KerasHubTokenizer` or a pretrained
+            translator's `MarianTokenizer`): its tokens become
             the model's source vocabulary, kseq's ids 0-3 its blank, start,
             end and unknown tokens.
         target_tokenizer: the same for its targets.
@@ -87,16 +89,20 @@ def transformer_spec(model, source_tokens, target_tokens):
 
     Raises:
         ValueError: `model` is no built TransformerSeq2Seq, its feed-forward
-            activation is neither ReLU nor GELU, or a token list's length is
+            activation is not ReLU, GELU or SiLU, or a token list's length is
             not the model's vocabulary size.
         ImportError: ctranslate2 is not installed.
     """
     specs = _ctranslate2().specs
     _check_model(model)
     first = model.encoder_blocks[0]
-    spec = specs.TransformerSpec.from_config(
-        model.num_layers, model.num_heads, pre_norm=model.norm_first, activation=_activation(first, specs),
-    )
+    activation = _activation(first, specs)
+    # Each stack its own depth and heads: a distilled Marian student's decoder is smaller.
+    spec = specs.TransformerSpec(
+        specs.TransformerEncoderSpec(len(model.encoder_blocks), first.num_heads, pre_norm=model.norm_first,
+                                     activation=activation),
+        specs.TransformerDecoderSpec(len(model.decoder_blocks), model.decoder_blocks[0].num_heads,
+                                     pre_norm=model.norm_first, activation=activation))
     spec.config.layer_norm_epsilon = first.layer_norm_epsilon
     for side, size, tokens in (("source", model.source_vocab_size, source_tokens),
                                ("target", model.target_vocab_size, target_tokens)):
@@ -152,6 +158,8 @@ def vocabulary(tokenizer):
     Raises:
         ValueError: the tokenizer has no token list.
     """
+    if hasattr(tokenizer, "tokens"):  # a MarianTokenizer: its pieces in kseq's order, BOS named
+        return tokenizer.tokens()
     proto = getattr(tokenizer, "proto", None)
     if proto is not None:  # a SubwordTokenizer: SentencePiece's pieces are kseq's ids
         import sentencepiece
@@ -193,10 +201,10 @@ def _check_model(model):
 def _activation(block, specs):
     import keras
 
-    names = {keras.activations.relu: "RELU", keras.activations.gelu: "GELU"}
+    names = {keras.activations.relu: "RELU", keras.activations.gelu: "GELU", keras.activations.silu: "SWISH"}
     name = names.get(block.activation)
     if name is None:
-        raise ValueError(f"CTranslate2 export supports ReLU and GELU feed-forward layers; the model uses "
+        raise ValueError(f"CTranslate2 export supports ReLU, GELU and SiLU (swish) feed-forward layers; the model uses "
                          f"{keras.activations.serialize(block.activation)!r}.")
     return getattr(specs.common_spec.Activation, name)
 

@@ -10,7 +10,7 @@ from kseq.layers.position_embedding import PositionEmbedding
 from kseq.layers.sinusoidal_position_encoding import SinusoidalPositionEncoding
 from kseq._validation import check_choice, check_positive_int
 
-POSITION_TYPES = ("sinusoidal", "learned")
+POSITION_TYPES = ("sinusoidal", "sinusoidal_halves", "learned")
 
 
 @keras.saving.register_keras_serializable("kseq")
@@ -22,7 +22,10 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
         embed_dim: D, the embedding width.
         max_length: the longest sequence (learned positions hold this many).
             Defaults to 512.
-        position: "sinusoidal" (fixed, as in the paper) or "learned".
+        position: "sinusoidal" (fixed, sines and cosines interleaved as in
+            the paper), "sinusoidal_halves" (the same sines then the same
+            cosines, Marian's layout: `SinusoidalPositionEncoding(layout="halves")`)
+            or "learned".
         scale_embeddings: multiply token embeddings by sqrt(D) before adding
             positions, as in the paper. Defaults to True.
         mask_zero: mark PAD (id 0) as padding in the Keras mask. Defaults to True.
@@ -76,8 +79,9 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
             dtype=self.dtype_policy,
             name="token_embedding",
         )
-        if position == "sinusoidal":
+        if position in ("sinusoidal", "sinusoidal_halves"):
             self.position_embedding = SinusoidalPositionEncoding(
+                layout="interleaved" if position == "sinusoidal" else "halves",
                 dtype=self.dtype_policy, name="position_encoding"
             )
         else:

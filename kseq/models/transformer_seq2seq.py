@@ -13,7 +13,11 @@ from kseq.layers.token_and_position_embedding import TokenAndPositionEmbedding
 from kseq.layers.transformer_decoder_block import TransformerDecoderBlock
 from kseq.layers.transformer_encoder_block import TransformerEncoderBlock
 from kseq.models.seq2seq import Seq2Seq
-from kseq._validation import check_positive_int
+from kseq._validation import check_float, check_positive_int
+
+# The feed-forward activations a TransformerSeq2Seq takes ("swish" is keras'
+# name of silu too).
+ACTIVATIONS = ("relu", "gelu", "silu", "swish")
 
 
 @keras.saving.register_keras_serializable("kseq")
@@ -34,12 +38,26 @@ class TransformerSeq2Seq(Seq2Seq):
         share_embeddings: one embedding (tokens and positions) for source and
             target, with the output projection tied to it (needs equal
             vocabulary sizes).
+        activation: the feed-forward activation, "relu" (the paper's,
+            default), "gelu" (exact), "silu" or "swish" (Marian's, one
+            function).
+        layer_norm_epsilon: every LayerNorm's epsilon. Defaults to 1e-5.
+        scale_embeddings: token embeddings times sqrt(D) before positions
+            are added (the paper's, and Marian's). Defaults to True.
+        decoder_num_layers, decoder_num_heads, decoder_ff_dim: the decoder
+            stack's depth, heads and feed-forward width where they differ
+            from the encoder's (`num_layers`, `num_heads`, `ff_dim`), as in a
+            distilled Marian student. Default None: the encoder's.
+        tie_output_embedding: without `share_embeddings`, the output
+            projection is the target embedding's table (transposed) plus a
+            bias, as Marian's separate vocabularies have it. Defaults to
+            False: its own Dense layer. `share_embeddings` ties it always.
         compiled_blocks: in training, run each stack's blocks through one
             XLA-compiled function (`kseq.layers.compiled_blocks`), the rest
             of the train step uncompiled. What is measured: XLA compiles a
             stack's function once forward and once backward whatever the
             depth, where a whole step's compile time grows with it
-            (benchmarks/RESULTS.md, 2026-11-28, "Issue 58 on the CPU").
+            (benchmarks/xla_compile.py; figures in benchmarks/RESULTS.md, "GPU").
             What is not: a faster step. No GPU has timed it faster than
             the default, and on the CPUs measured it was not faster. Its
             dropout masks come from one key a step
@@ -80,7 +98,9 @@ class TransformerSeq2Seq(Seq2Seq):
 
     config_names = Seq2Seq.config_names + (
         "num_layers", "d_model", "num_heads", "ff_dim", "dropout", "norm_first", "max_length",
-        "position", "share_embeddings", "compiled_blocks",
+        "position", "share_embeddings", "compiled_blocks", "activation", "layer_norm_epsilon",
+        "scale_embeddings", "decoder_num_layers", "decoder_num_heads", "decoder_ff_dim",
+        "tie_output_embedding",
     )
 
     def __init__(
@@ -97,36 +117,33 @@ class TransformerSeq2Seq(Seq2Seq):
         position: str = "sinusoidal",
         share_embeddings: bool = False,
         compiled_blocks: bool = False,
+        activation: str = "relu",
+        layer_norm_epsilon: float = 1e-5,
+        scale_embeddings: bool = True,
+        decoder_num_layers: int | None = None,
+        decoder_num_heads: int | None = None,
+        decoder_ff_dim: int | None = None,
+        tie_output_embedding: bool = False,
         **kwargs,
     ) -> None:
         super().__init__(source_vocab_size, target_vocab_size, **kwargs)
         self.num_layers = check_positive_int("num_layers", num_layers)
         self.d_model = check_positive_int("d_model", d_model)
         self.num_heads = check_positive_int("num_heads", num_heads)
-        if d_model % num_heads:
-            raise ValueError(
-                f"`d_model` ({d_model}) must be divisible by `num_heads` ({num_heads})."
-            )
-        if share_embeddings and source_vocab_size != target_vocab_size:
-            raise ValueError(
-                "`share_embeddings=True` needs one vocabulary: got "
-                f"source_vocab_size={source_vocab_size} and "
-                f"target_vocab_size={target_vocab_size}."
-            )
+        self.decoder_num_layers = _check_optional_int("decoder_num_layers", decoder_num_layers)
+        self.decoder_num_heads = _check_optional_int("decoder_num_heads", decoder_num_heads)
+        self.decoder_ff_dim = _check_optional_int("decoder_ff_dim", decoder_ff_dim)
+        _check_shapes(d_model, {"num_heads": num_heads, "decoder_num_heads": self.decoder_num_heads or num_heads},
+                      share_embeddings, source_vocab_size, target_vocab_size)
         self.ff_dim, self.dropout, self.norm_first = ff_dim, dropout, bool(norm_first)
         self.max_length = check_positive_int("max_length", max_length)
         self.position, self.share_embeddings = position, bool(share_embeddings)
         self.compiled_blocks = bool(compiled_blocks)
-        block_args = dict(
-            num_heads=num_heads, ff_dim=ff_dim, dropout=dropout, norm_first=norm_first,
-            dtype=self.dtype_policy,
-        )
-        self.encoder_blocks = [
-            TransformerEncoderBlock(name=f"encoder_{i}", **block_args) for i in range(num_layers)
-        ]
-        self.decoder_blocks = [
-            TransformerDecoderBlock(name=f"decoder_{i}", **block_args) for i in range(num_layers)
-        ]
+        self.activation = _check_activation(activation)
+        self.layer_norm_epsilon = check_float("layer_norm_epsilon", layer_norm_epsilon, low=0, low_open=True)
+        self.scale_embeddings = bool(scale_embeddings)
+        self.tie_output_embedding = bool(tie_output_embedding)
+        self.encoder_blocks, self.decoder_blocks = self._make_blocks()
         self.source_embedding = self._make_embedding(source_vocab_size, "source_embedding")
         self.target_embedding = (
             self.source_embedding
@@ -138,18 +155,57 @@ class TransformerSeq2Seq(Seq2Seq):
         self.encoder_norm = self._make_final_norm("encoder_norm")
         self.decoder_norm = self._make_final_norm("decoder_norm")
         self.output_projection = None
-        if not share_embeddings:
+        if not (share_embeddings or tie_output_embedding):
             self.output_projection = keras.layers.Dense(
                 target_vocab_size, dtype=self.dtype_policy, name="output_projection"
             )
+
+    def _make_blocks(self):
+        """(encoder blocks, decoder blocks), the decoder's of its own depth, heads and width where given."""
+        block_args = dict(dropout=self.dropout, norm_first=self.norm_first, activation=self.activation,
+                          layer_norm_epsilon=self.layer_norm_epsilon, dtype=self.dtype_policy)
+        encoder = [TransformerEncoderBlock(name=f"encoder_{i}", num_heads=self.num_heads, ff_dim=self.ff_dim,
+                                           **block_args) for i in range(self.num_layers)]
+        decoder = [TransformerDecoderBlock(name=f"decoder_{i}", num_heads=self.decoder_num_heads or self.num_heads,
+                                           ff_dim=self.decoder_ff_dim or self.ff_dim, **block_args)
+                   for i in range(self.decoder_num_layers or self.num_layers)]
+        return encoder, decoder
 
     @property
     def length_limit(self):
         return self.max_length
 
+    @classmethod
+    def from_pretrained(cls, name_or_folder, dtype=None, dropout=None):
+        """Loads a Marian checkpoint (OPUS-MT's, in the Hugging Face layout) as a TransformerSeq2Seq.
+
+        `kseq.pretrained.load_marian` gives its two tokenizers too
+        (`kseq.data.marian_tokenizer.MarianTokenizer`), which map Marian's
+        ids onto kseq's.
+
+        Args:
+            name_or_folder: a folder holding config.json, model.safetensors
+                (or pytorch_model.bin with PyTorch installed), source.spm,
+                target.spm and vocab.json; or a Hub name such as
+                "Helsinki-NLP/opus-mt-en-de" (needs `huggingface_hub` and a network).
+            dtype: the dtype policy. Default None: keras' global one.
+            dropout: the dropout rate for fine-tuning. Default None: the config's.
+
+        Returns:
+            The built model, the checkpoint's weights loaded.
+
+        Raises:
+            kseq.errors.UsageError: a missing or bad file, or another
+                architecture (the field and its value named).
+        """
+        from kseq.pretrained import load_marian
+
+        return load_marian(name_or_folder, dtype=dtype, dropout=dropout).model
+
     def _make_embedding(self, vocab_size, name):
         return TokenAndPositionEmbedding(
             vocab_size, self.d_model, self.max_length, self.position,
+            scale_embeddings=self.scale_embeddings,
             mask_zero=False,  # masks are passed explicitly
             dtype=self.dtype_policy, name=name,
         )
@@ -157,7 +213,7 @@ class TransformerSeq2Seq(Seq2Seq):
     def _make_final_norm(self, name):
         if not self.norm_first:
             return None
-        return LayerNorm(epsilon=1e-5, dtype=self.dtype_policy, name=name)
+        return LayerNorm(epsilon=self.layer_norm_epsilon, dtype=self.dtype_policy, name=name)
 
     def build(self, inputs_shape=None):
         batch, shape = None, (None, None, self.d_model)
@@ -197,7 +253,8 @@ class TransformerSeq2Seq(Seq2Seq):
         return step_dropout(x, self.dropout)
 
     def _project(self, x):
-        """(B, T, D) -> (B, T, V) logits, tied to the embedding when shared."""
+        """(B, T, D) -> (B, T, V) logits, tied to the target embedding when
+        shared or `tie_output_embedding`."""
         if self.output_projection is not None:
             return self.output_projection(x)
         table = ops.cast(self.target_embedding.embeddings, x.dtype)
@@ -246,7 +303,7 @@ class TransformerSeq2Seq(Seq2Seq):
         memory = self._encode(source_ids, training, step_dropout)["memory"]
         source_mask, target_mask = padding_mask(source_ids), padding_mask(target_ids)
         x = self._drop_embedding(self.target_embedding(target_ids), training, step_dropout)
-        for index in range(self.num_layers):
+        for index in range(len(self.decoder_blocks)):
             x = self._run_block("decoder", index, (x, memory, target_mask, source_mask), training,
                                 step_dropout)
         if self.decoder_norm is not None:
@@ -345,3 +402,26 @@ class TransformerSeq2Seq(Seq2Seq):
             dict(layer, cache=gather_beams(layer["cache"], indices)) for layer in state["layers"]
         ]
         return dict(state, layers=layers)
+
+
+def _check_shapes(d_model, heads, share_embeddings, source_vocab_size, target_vocab_size):
+    """Every head count divides `d_model`; shared embeddings need one vocabulary size."""
+    for name, count in heads.items():
+        if d_model % count:
+            raise ValueError(f"`d_model` ({d_model}) must be divisible by `{name}` ({count}).")
+    if share_embeddings and source_vocab_size != target_vocab_size:
+        raise ValueError(
+            "`share_embeddings=True` needs one vocabulary: got "
+            f"source_vocab_size={source_vocab_size} and "
+            f"target_vocab_size={target_vocab_size}."
+        )
+
+
+def _check_optional_int(name, value):
+    return None if value is None else check_positive_int(name, value)
+
+
+def _check_activation(activation):
+    if activation not in ACTIVATIONS:
+        raise ValueError(f"`activation` must be one of {list(ACTIVATIONS)}; got {activation!r}.")
+    return activation

@@ -39,7 +39,9 @@ def classifier_args_refused(options):
     if latest_version(options.classifier_export):
         return []
     refused = refusal(classify.Options, classifier_argv(options))
-    return [f"--classifier-args {options.classifier_args}: kseq-train classify refuses it: {refused}"] if refused else []
+    if not refused:
+        return []
+    return [f"--classifier-args {options.classifier_args}: kseq-train classify refuses it: {refused}"]
 
 
 

@@ -10,28 +10,33 @@ The same command continues a killed run from its last save.
     kseq-train translate --arch rnn --attention bahdanau --cell gru
     kseq-train translate --train-tsv my_pairs.tsv --epochs 5
     kseq-train translate --train-tsv 'corpus/*.tsv.gz' --valid-tsv dev.tsv --max-minutes 600
+    kseq-train translate --pretrained opus-mt-en-fr/ --train-tsv my_pairs.tsv   # fine-tune OPUS-MT
     tensorboard --logdir runs/
+
+With --pretrained FOLDER (a Marian checkpoint in the Hugging Face layout, OPUS-MT's) the model and its
+two tokenizers are the checkpoint's: options that would change its architecture are refused, the
+learning rate and warm-up default to fine-tuning's, and metrics.json has the test scores before
+fine-tuning (pretrained_test_bleu, pretrained_test_chrf) beside those after.
 """
 
-import dataclasses
 import importlib.util
 import os
 import time
 
-import kseq
 from kseq.data.corpus import HoldOut
 from kseq.data.splits import read_splits
-from kseq.data.tokenizers import tokenizer_files
 from kseq.export import export_ctranslate2, export_translator
 from kseq.export.compute_dtype import in_compute_dtype
+from kseq.tasks import translator_model
+from kseq.tasks.translator_model import compile_translator, run_tokenizers, size_model
 from kseq.training import task
 from kseq.training.config import AUTO, TRAINED_WEIGHTS, Auto, ClippingOptions, DecodingOptions, EvaluationOptions
 from kseq.training.config import ScheduleOptions, Seq2SeqOptions, StoppingOptions, StreamedDataOptions, TextTaskOptions
-from kseq.training.config import TokenBatchOptions, TsvFilesOptions, choose_model_size, finished_run, option
-from kseq.training.config import SMALLEST_VOCABULARY, options_parser, task_options
+from kseq.training.config import TokenBatchOptions, TsvFilesOptions, finished_run, option
+from kseq.training.config import SMALLEST_VOCABULARY, checkpoint_problem, options_parser, pretrained_problems
+from kseq.training.config import task_options
 from kseq.training.devices import decide_for_translation, device_class, weights_fingerprint
 from kseq.training.loop import Trained, keep_best, translator_callbacks
-from kseq.training.objectives import translation_learning_rate
 from kseq.training.pipelines import pair_pipelines
 from kseq.training.reporting import Decision, write_model_graph
 from kseq.training.scoring import DecodingSettings, choose_metric, choose_translator_decoding, keep_better_average
@@ -55,6 +60,13 @@ PRESETS = {
 }
 
 
+def _ctranslate2_problem(folder):
+    """The message when `--export-ctranslate2` is given without CTranslate2 installed, else None."""
+    if importlib.util.find_spec("ctranslate2") is None:
+        return "--export-ctranslate2 needs ctranslate2: pip install 'kseq[ctranslate2]'"
+    return None
+
+
 @task_options("translate", epochs=1000, max_minutes=6.0, eval_every=AUTO, save_every="200")
 class Options(TsvFilesOptions, Seq2SeqOptions, TokenBatchOptions, ScheduleOptions, DecodingOptions, StoppingOptions,
               EvaluationOptions, StreamedDataOptions, ClippingOptions, TextTaskOptions):
@@ -66,19 +78,16 @@ class Options(TsvFilesOptions, Seq2SeqOptions, TokenBatchOptions, ScheduleOption
     export_xla: bool = option(False, "compile the exported search with XLA")
     export_ctranslate2: str | None = option(None, "also write a CTranslate2 model of the Transformer to "
                                             "<dir>/<next version>/ (pip install 'kseq[ctranslate2]')",
-                                            folder="export")
+                                            folder="export", needs={"arch": "transformer"},
+                                            check=_ctranslate2_problem)
+    pretrained: str | None = option(None, "fine-tune a pretrained Marian translator (OPUS-MT's Hugging Face "
+                                    "layout): a folder, or a Hub name with the hub extra", check=checkpoint_problem)
 
     def problems(self):
-        return super().problems() + [message for broken, message in (
-            (self.export_ctranslate2 and self.arch != "transformer",
-             "--export-ctranslate2 needs --arch transformer: a recurrent model has no CTranslate2 form"),
-            (self.export_ctranslate2 and importlib.util.find_spec("ctranslate2") is None,
-             "--export-ctranslate2 needs ctranslate2: pip install 'kseq[ctranslate2]'"),
-        ) if broken]
+        return super().problems() + pretrained_problems(self)
 
 
 parse_args = options_parser(Options, __doc__, PRESETS)
-
 
 def main(argv=None):
     """Trains a translator, chooses its decoding, tests and exports it.
@@ -99,36 +108,36 @@ def main(argv=None):
     run = task.start(options, jit, compiles=device_class() == "gpu", bfloat16_cpu=options.bfloat16_cpu)
     fit = run.make_fit()
     data = load_data(options)
-    corpus = data["train"]
-    tokenizer = run.tokenizer(corpus.sample[0] + corpus.sample[1], fit.resuming or run.phases.get("trained"),
-                              cache=corpus.folder)
+    tokenizers = run_tokenizers(run, data["train"], fit.resuming or run.phases.get("trained"))
     metric = Decision("metric", *choose_metric(data["valid"][1], options.metric))
-    target_lengths = tokenizer.tokenize(corpus.sample[1]).row_lengths().numpy()
-    sizes, model_size = choose_model_size(options, target_lengths, metric.value, pairs=corpus.pairs)
-    run.options = options = dataclasses.replace(options, **sizes)
+    model_size = size_model(run, tokenizers, data["train"], metric.value)
+    options = run.options
     print(f"{metric}\n{model_size}")
-    trained = run.train_once("trained", fit, lambda: train(run, fit, data, tokenizer, [metric, model_size]),
-                             lambda: compile_translator(run, tokenizer.vocab_size, metric.value)[0])
+    trained = run.train_once("trained", fit, lambda: train(run, fit, data, tokenizers, [metric, model_size]),
+                             lambda: compile_translator(run, tokenizers, metric.value)[0])
     if not run.chief:
         return trained
     after_training = run.seconds
     decoding = run.phases.once("decoding", lambda: choose_translator_decoding(
-        options, trained.model, tokenizer, data["valid"], metric.value, trained.decode_xla))
+        options, trained.model, tokenizers.source, data["valid"], metric.value, trained.decode_xla,
+        target_tokenizer=tokenizers.target))
     search = DecodingSettings(**decoding["settings"]).search(options.max_length)
     served = in_compute_dtype(trained.model)  # the weights the export serves: the test scores them
-    tested = test(run, trained, served, search, tokenizer, data["test"])
+    tested = test(run, trained, served, search, tokenizers, data["test"])
     training = run.phases.get("trained")  # this run's, or the one before a restart's
     wall = training["wall_seconds"] + run.seconds - after_training
-    metrics = {**tested, **training["metrics"], **decoding["metrics"], "vocab_size": tokenizer.vocab_size,
+    metrics = {**tested, **training["metrics"], **decoding["metrics"], "vocab_size": tokenizers.source.vocab_size,
                "wall_seconds": round(wall, 1)}
     metrics["train_step_share"] = round(metrics["train_step_seconds"] / metrics["wall_seconds"], 3)
     run.write_metrics(metrics, scores=("test_bleu", "test_chrf", "test_exact_match"))
     run.export(lambda: export_translator(
-        served, tokenizer, tokenizer, options.export_dir, search=search, max_source_length=options.max_length,
-        assets=tokenizer_files(tokenizer), jit_compile=options.export_xla), {"source": data["test"][0][:1]})
+        served, tokenizers.source, tokenizers.target, options.export_dir, search=search,
+        max_source_length=options.max_length, assets=tokenizers.files(), jit_compile=options.export_xla),
+        {"source": data["test"][0][:1]})
     if options.export_ctranslate2:
         converted = run.phases.once("export_ctranslate2", lambda: {"path": export_ctranslate2(
-            trained.model, tokenizer, tokenizer, options.export_ctranslate2, assets=tokenizer_files(tokenizer))})
+            trained.model, tokenizers.source, tokenizers.target, options.export_ctranslate2,
+            assets=tokenizers.files())})
         print(f"CTranslate2 model: {converted['path']}")
     print(f"train steps took {metrics['train_step_share']:.0%} of {metrics['wall_seconds']:.0f} s of wall time")
     run.done()
@@ -148,8 +157,11 @@ def trained_model(logdir, dtype=None):
             keras' global one.
 
     Returns:
-        (model, built and loaded; tokenizer).
+        (model, built and loaded; tokenizer); for a run fine-tuned from
+        `--pretrained`, (model, `Tokenizers`: its source and target tokenizers).
     """
+    if translator_model.fine_tuned(logdir):
+        return translator_model.fine_tuned_model(logdir, dtype)
     options, tokenizer = finished_run(logdir, Options)
     model = options.build(tokenizer.vocab_size, options.max_length + 1, dtype=dtype)
     model.build()
@@ -190,39 +202,7 @@ def load_data(options):
     return {"train": corpus, "valid": splits.valid, "test": splits.test}
 
 
-def compile_translator(run, vocab_size, metric):
-    """Builds and compiles the translator under the strategy, its optimizer's variables made.
-
-    With the variables made, fit traces one step, fresh or resumed.
-
-    Args:
-        run: the task's `Run`.
-        vocab_size: V, the joint vocabulary's size.
-        metric: the validation metric chosen, which the learning rate depends on.
-
-    Returns:
-        (model, its learning-rate schedule, the rate's `Decision`).
-    """
-    options = run.options
-    with run.strategy.scope():
-        schedule, rate = translation_learning_rate(options.arch, options.d_model, options.warmup_steps, metric,
-                                                   options.lr_scale, options.learning_rate)
-        annealed = run.learning_rate(schedule)  # to 0 where the budget ends, with --anneal
-    model = run.compile(
-        lambda: options.build(vocab_size, options.max_length + 1, dtype=run.precision.policy),  # + BOS
-        [kseq.metrics.MaskedAccuracy(), kseq.metrics.Perplexity()],
-        loss=kseq.losses.MaskedSparseCategoricalCrossentropy(label_smoothing=options.label_smoothing),
-        optimizer=lambda: kseq.optimizers.FusedAdam(annealed, beta_2=0.98, epsilon=1e-9,
-                                                   global_clipnorm=options.clipnorm))
-    with run.strategy.scope():
-        model.optimizer.build(model.trainable_variables)
-    compiles = model.jit_compile or run.jit.compiled_blocks
-    cache = f"; compiled programs cached in {run.xla_cache}" if compiles else ""
-    print(f"model: {options.arch}, {model.count_params():,} parameters\n{run.decisions(model)[-1]}{cache}")
-    return model, schedule, rate
-
-
-def train(run, fit, data, tokenizer, decided):
+def train(run, fit, data, tokenizers, decided):
     """Fits the model until the validation score stops improving; keeps the
     best evaluation's weights, or the mean of recent snapshots where better.
 
@@ -230,28 +210,33 @@ def train(run, fit, data, tokenizer, decided):
         run: the task's `Run`.
         fit: its `Fit`.
         data: `load_data`'s splits.
-        tokenizer: the joint tokenizer.
+        tokenizers: the run's `Tokenizers`.
         decided: the decisions made so far, the metric first.
 
     Returns:
-        `Trained` with the model, decisions, metrics and whether decoding
-        uses XLA.
+        `Trained` with the model, decisions, metrics (with `--pretrained`,
+        the pretrained model's test scores too) and whether decoding uses XLA.
     """
     options, metric = run.options, decided[0].value
-    model, schedule, rate = compile_translator(run, tokenizer.vocab_size, metric)
+    model, schedule, rate = compile_translator(run, tokenizers, metric)
     # Compiled blocks compile once a batch shape too: they take XLA's few fixed shapes.
-    train_data, valid, report = pair_pipelines(options, data["train"], data["valid"], tokenizer,
+    train_data, valid, report = pair_pipelines(options, data["train"], data["valid"], tokenizers.source,
                                                xla=model.jit_compile or run.jit.compiled_blocks,
-                                               strategy=run.strategy, position=fit.position)
+                                               strategy=run.strategy, position=fit.position,
+                                               target_tokenizer=tokenizers.target)
     decode_xla = run.jit.use or device_class() == "gpu"
-    monitor, logging = None, []
+    monitor, logging, before = None, [], {}
+    if options.pretrained and run.chief:
+        before = run.phases.once("pretrained_test", lambda: translator_model.scores_before(
+            run, model, tokenizers, data["test"], decode_xla))
     if run.chief:
         # Traced in every run, resumed ones too: XLA's cache finds a program by
         # its function's name, which comes from a process-wide counter.
         write_model_graph(options.logdir, model)
         monitor, logging = translator_callbacks(
-            model, tokenizer, data["valid"], options.logdir, options.max_length, options.eval_sentences,
-            options.attention_plots if options.has_attention else 0, decode_xla, options.decoding_seconds)
+            model, tokenizers.source, data["valid"], options.logdir, options.max_length, options.eval_sentences,
+            options.attention_plots if options.has_attention else 0, decode_xla, options.decoding_seconds,
+            target_tokenizer=tokenizers.target)
     best = keep_best(options, os.path.join(run.workdir, "checkpoints"), metric, options.eval_sentences,
                      schedule.factor)  # resumed with the backup
     recent = recent_weights(options)
@@ -259,7 +244,8 @@ def train(run, fit, data, tokenizer, decided):
                       decisions=[*decided, rate], examples="pairs", batches=report.describe_batches(), save=False,
                       units="tokens")
     averaging = keep_better_average(model, recent, validation_score(monitor, valid, best.monitor), best.mode)
-    metrics = {**trained.metrics, "weights_sha256": weights_fingerprint(model), "batch_shapes": report.batch_shapes}
+    metrics = {**trained.metrics, **before, "weights_sha256": weights_fingerprint(model),
+               "batch_shapes": report.batch_shapes}
     print(f"averaging: {averaging}\ntrained {metrics['steps']} steps; weights sha256 {metrics['weights_sha256']}")
     if run.chief:
         ran = fit.history.history.get("val_loss", [])  # none in a run resumed after its last period
@@ -270,7 +256,7 @@ def train(run, fit, data, tokenizer, decided):
     return Trained(model, trained.decisions, metrics, decode_xla)
 
 
-def test(run, trained, served, search, tokenizer, test_pairs):
+def test(run, trained, served, search, tokenizers, test_pairs):
     """Tests `search` through the export's translate function, once (a phase).
 
     With attention, it also reports how often the attention finds copied names.
@@ -280,7 +266,7 @@ def test(run, trained, served, search, tokenizer, test_pairs):
         trained: the `Trained` model.
         served: the model in the weights the export serves.
         search: the chosen decoding search.
-        tokenizer: the joint tokenizer.
+        tokenizers: the run's `Tokenizers`.
         test_pairs: (sources, targets).
 
     Returns:
@@ -288,10 +274,11 @@ def test(run, trained, served, search, tokenizer, test_pairs):
         name-alignment report's entries too.
     """
     options = run.options
-    translate = model_translator(served, tokenizer, options.max_length, search, trained.decode_xla)
+    translate = model_translator(served, tokenizers.source, options.max_length, search, trained.decode_xla,
+                                 target_tokenizer=tokenizers.target)
     tested = run.phases.once("test", lambda: test_translations(translate, test_pairs, options.logdir,
                                                                options.max_test_sentences))
     if options.has_attention:
         tested = {**tested, **run.phases.once("alignment", lambda: report_name_alignment(
-            trained.model, tokenizer, *test_pairs, options.max_length))}
+            trained.model, tokenizers.source, *test_pairs, options.max_length, target_tokenizer=tokenizers.target))}
     return tested

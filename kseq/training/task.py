@@ -148,7 +148,8 @@ class Run:
         mean gradient; `--init-from` loads a finished run's weights.
 
         Args:
-            build: `() -> model`, unbuilt (kseq's models build without shapes).
+            build: `() -> model`, unbuilt (kseq's models build without shapes),
+                or built (a pretrained one).
             metrics: keras metrics.
             loss: default `MaskedSparseCategoricalCrossentropy()`.
             optimizer: `() -> optimizer`, called under the strategy; default
@@ -161,7 +162,8 @@ class Run:
         options = self.options
         with self.strategy.scope():
             model = build()
-            model.build()  # variables under the strategy, before fit or a restore
+            if not model.built:  # a pretrained model comes built, its weights loaded
+                model.build()  # variables under the strategy, before fit or a restore
             adam = optimizer() if optimizer else FusedAdam(self.learning_rate(options.learning_rate),
                                                            global_clipnorm=options.clipnorm)
             return compile_model(model, adam, loss or MaskedSparseCategoricalCrossentropy(), metrics,

@@ -26,6 +26,7 @@ from kseq.training.config.options import (
     task_options,
 )
 from kseq.training.config.paths import readable_folder_problems, writable_folder_problems
+from kseq.training.config.pretrained_options import checkpoint_problem, pretrained_problems
 from kseq.training.config.sizing import choose_model_size
 from kseq.training.config.training_options import (
     METRICS,
@@ -64,6 +65,7 @@ __all__ = [
     "TrainingOptions",
     "TsvFilesOptions",
     "VocabularySampleOptions",
+    "checkpoint_problem",
     "choose_model_size",
     "finished_run",
     "flag",
@@ -78,4 +80,5 @@ __all__ = [
     "task_options",
     "writable_folder_problems",
     "write_config",
+    "pretrained_problems",
 ]

@@ -168,11 +168,14 @@ class AttentionMaps(keras.callbacks.Callback):
         output_ids: `source_ids -> (N, T) output ids` (e.g. greedy decoding).
         labels: `ids (1-D) -> list of token strings`.
         logdir: TensorBoard log directory.
+        output_labels: the outputs' `labels`, where the target side has its
+            own vocabulary. Default None: `labels`.
     """
 
-    def __init__(self, source_ids, output_ids, labels, logdir):
+    def __init__(self, source_ids, output_ids, labels, logdir, output_labels=None):
         super().__init__()
         self.source_ids, self.output_ids, self.labels = source_ids, output_ids, labels
+        self.output_labels = output_labels or labels
         self.writer = tf.summary.create_file_writer(f"{logdir}/attention")
 
     def on_epoch_end(self, epoch, logs=None):
@@ -188,7 +191,7 @@ class AttentionMaps(keras.callbacks.Callback):
             source = source[source != 0]
             output = outputs[row][outputs[row] != 0]
             image = attention_image(
-                weights[row, : len(output), : len(source)], self.labels(source), self.labels(output)
+                weights[row, : len(output), : len(source)], self.labels(source), self.output_labels(output)
             )
             images.append(image)
         with self.writer.as_default(step=global_step(self.model)):
@@ -198,7 +201,7 @@ class AttentionMaps(keras.callbacks.Callback):
 
 
 def translator_callbacks(model, tokenizer, valid, logdir, max_length, sentences, plots, decode_xla=False,
-                         seconds=None):
+                         seconds=None, target_tokenizer=None):
     """What a translator logs at each evaluation: greedy translations of the
     first `sentences` validation pairs and their scores (`GenerationMonitor`),
     the last weights (`<logdir>/checkpoints/last.weights.h5`) and, for
@@ -211,17 +214,21 @@ def translator_callbacks(model, tokenizer, valid, logdir, max_length, sentences,
         max_length: the longest source and translation, in tokens.
         sentences, plots: how many sentences are translated and plotted.
         decode_xla: decode with XLA; `seconds`: an evaluation's time bound.
+        target_tokenizer: the targets' own tokenizer (a pretrained
+            translator's); None (default): `tokenizer` for both sides.
 
     Returns:
         (the monitor, [callbacks], the monitor first).
     """
     sources, references = (texts[:sentences] for texts in valid)
-    greedy = model_translator(model, tokenizer, max_length, GreedySearch(max_length), decode_xla, seconds)
+    greedy = model_translator(model, tokenizer, max_length, GreedySearch(max_length), decode_xla, seconds,
+                              target_tokenizer)
     monitor = GenerationMonitor(sources, references, greedy, all_scores, logdir=logdir)
     callbacks = [monitor, keras.callbacks.ModelCheckpoint(f"{logdir}/checkpoints/last.weights.h5",
                                                           save_weights_only=True)]
     if plots:
         plotted = tokenizer.tokenize(sources[:plots])[:, :max_length].to_tensor()
         callbacks.append(AttentionMaps(plotted, lambda ids: model.generate(ids, max_length=max_length),
-                                       tokenizer.id_to_piece, logdir))
+                                       tokenizer.id_to_piece, logdir,
+                                       (target_tokenizer or tokenizer).id_to_piece))
     return monitor, callbacks

@@ -8,6 +8,8 @@ from kseq.training.objectives.schedules import (
     Annealed,
     Scaled,
     TransformerSchedule,
+    WarmupConstant,
+    fine_tuning_learning_rate,
     translation_learning_rate,
 )
 
@@ -20,5 +22,7 @@ __all__ = [
     "Perplexity",
     "Scaled",
     "TransformerSchedule",
+    "WarmupConstant",
+    "fine_tuning_learning_rate",
     "translation_learning_rate",
 ]

@@ -229,3 +229,65 @@ def translation_learning_rate(arch, d_model, warmup_steps, metric, scale="auto",
     if arch == "transformer":
         return Scaled(TransformerSchedule(d_model, warmup_steps, scale)), Decision("lr_scale", scale, reason)
     return Scaled(RNN_LEARNING_RATE * scale), Decision("lr_scale", scale, reason)
+
+
+# Fine-tuning a pretrained translator (`kseq-train translate --pretrained`):
+# a constant rate after a short linear warm-up. The rate is far below the
+# Transformer schedule's peak for an OPUS-MT width (7e-4 for D=512 and 4,000
+# warm-up steps), which would overwrite what the pretrained weights know; the
+# warm-up lets Adam's moment estimates settle before full-size steps.
+FINE_TUNING_RATE = 5e-5
+FINE_TUNING_WARMUP = 100
+
+
+@keras.saving.register_keras_serializable("kseq")
+class WarmupConstant(keras.optimizers.schedules.LearningRateSchedule):
+    """lr = rate * min(1, (step + 1) / warmup_steps): a linear warm-up, then constant.
+
+    Args:
+        rate: the rate after the warm-up.
+        warmup_steps: the steps of the warm-up. Defaults to 100.
+
+    Example:
+    >>> schedule = WarmupConstant(1e-4, warmup_steps=10)
+    >>> [round(float(schedule(step)), 6) for step in (0, 4, 9, 50)]
+    [1e-05, 5e-05, 0.0001, 0.0001]
+    """
+
+    def __init__(self, rate: float, warmup_steps: int = FINE_TUNING_WARMUP) -> None:
+        self.rate, self.warmup_steps = float(rate), int(warmup_steps)
+
+    def __call__(self, step):
+        progress = (ops.cast(step, "float32") + 1.0) / float(max(self.warmup_steps, 1))
+        return self.rate * ops.minimum(1.0, progress)
+
+    def get_config(self):
+        return {"rate": self.rate, "warmup_steps": self.warmup_steps}
+
+
+def fine_tuning_learning_rate(rate=None, warmup_steps=None):
+    """Makes the learning rate for fine-tuning a pretrained translator, and its `Decision`.
+
+    Args:
+        rate: `--learning-rate`, the rate after the warm-up; None (default): `FINE_TUNING_RATE`.
+        warmup_steps: `--warmup-steps`; None (default): `FINE_TUNING_WARMUP`.
+
+    Returns:
+        (a `Scaled(WarmupConstant)` schedule, which `KeepBest` lowers after a
+        fall; a `Decision` "learning_rate" saying why).
+
+    Example:
+    >>> schedule, decision = fine_tuning_learning_rate()
+    >>> decision.value
+    {'rate': 5e-05, 'warmup_steps': 100}
+    """
+    chosen = {"rate": FINE_TUNING_RATE if rate is None else float(rate),
+              "warmup_steps": FINE_TUNING_WARMUP if warmup_steps is None else int(warmup_steps)}
+    reasons = []
+    if rate is None:
+        reasons.append(f"fine-tuning: {FINE_TUNING_RATE:g}, far below the Transformer schedule's peak for a "
+                       "pretrained model's width (7e-4 for D=512), which would overwrite what it knows")
+    if warmup_steps is None:
+        reasons.append(f"a {FINE_TUNING_WARMUP}-step warm-up lets Adam's moments settle first")
+    reason = "; ".join(reasons) or "--learning-rate and --warmup-steps given"
+    return Scaled(WarmupConstant(**chosen)), Decision("learning_rate", chosen, reason)

@@ -66,26 +66,30 @@ def word_pieces(pieces, word):
     return found
 
 
-def name_probe(tokenizer, sources, targets, max_length):
+def name_probe(tokenizer, sources, targets, max_length, target_tokenizer=None):
     """Tokenises the pairs that hold shared names, for the probe.
 
     Args:
-        tokenizer: the joint tokenizer (with `id_to_piece`).
+        tokenizer: the joint tokenizer (with `id_to_piece`), or the sources'
+            with `target_tokenizer`.
         sources: source sentences.
         targets: their references.
         max_length: pairs with a side over this many pieces are left out.
+        target_tokenizer: the targets' tokenizer; None (default): `tokenizer`.
 
     Returns:
         [(source ids, target ids, [(source positions, target positions)]
         of each name)].
     """
     probe = []
-    source_ids, target_ids = (tokenizer.tokenize(texts).to_list() for texts in (sources, targets))
+    target_tokenizer = target_tokenizer or tokenizer
+    source_ids, target_ids = (side.tokenize(texts).to_list() for side, texts in ((tokenizer, sources),
+                                                                              (target_tokenizer, targets)))
     for source, target, s_ids, t_ids in zip(sources, targets, source_ids, target_ids):
         names = shared_names(source, target)
         if not names or len(s_ids) > max_length or len(t_ids) > max_length:
             continue
-        s_pieces, t_pieces = tokenizer.id_to_piece(s_ids), tokenizer.id_to_piece(t_ids)
+        s_pieces, t_pieces = tokenizer.id_to_piece(s_ids), target_tokenizer.id_to_piece(t_ids)
         spans = [(word_pieces(s_pieces, s), word_pieces(t_pieces, t)) for s, t in names]
         spans = [(s, t) for s, t in spans if s and t]
         if spans:
@@ -93,7 +97,7 @@ def name_probe(tokenizer, sources, targets, max_length):
     return probe
 
 
-def name_alignment(model, tokenizer, sources, targets, max_length, batch_size=32):
+def name_alignment(model, tokenizer, sources, targets, max_length, batch_size=32, target_tokenizer=None):
     """Measures how often the attention points at a copied name's source pieces.
 
     Args:
@@ -103,6 +107,7 @@ def name_alignment(model, tokenizer, sources, targets, max_length, batch_size=32
         targets: their references, teacher-forced.
         max_length: pairs with a side over this many pieces are left out.
         batch_size: pairs a call of `model.alignment`. Default 32.
+        target_tokenizer: the targets' tokenizer; None (default): `tokenizer`.
 
     Returns:
         {"pairs", "name_pieces", "attention", "diagonal"}: how many pairs
@@ -113,7 +118,7 @@ def name_alignment(model, tokenizer, sources, targets, max_length, batch_size=32
     Raises:
         ValueError: no pair holds a name copied from source to target.
     """
-    probe = name_probe(tokenizer, sources, targets, max_length)
+    probe = name_probe(tokenizer, sources, targets, max_length, target_tokenizer)
     if not probe:
         raise ValueError("the name alignment probe found no pair with a name copied from source to target.")
     hits = {"attention": 0, "diagonal": 0}
@@ -131,7 +136,7 @@ def name_alignment(model, tokenizer, sources, targets, max_length, batch_size=32
     return {"pairs": len(probe), "name_pieces": total, **{key: round(count / total, 4) for key, count in hits.items()}}
 
 
-def report_name_alignment(model, tokenizer, sources, targets, max_length):
+def report_name_alignment(model, tokenizer, sources, targets, max_length, target_tokenizer=None):
     """Measures and prints `name_alignment`, for metrics.json.
 
     Args:
@@ -140,13 +145,14 @@ def report_name_alignment(model, tokenizer, sources, targets, max_length):
         sources: source sentences.
         targets: their references.
         max_length: pairs with a side over this many pieces are left out.
+        target_tokenizer: the targets' tokenizer; None (default): `tokenizer`.
 
     Returns:
         {"name_alignment": `name_alignment`'s figures}; {} where the pairs
         hold no copied name to probe (a user's data may hold none).
     """
     try:
-        found = name_alignment(model, tokenizer, sources, targets, max_length)
+        found = name_alignment(model, tokenizer, sources, targets, max_length, target_tokenizer=target_tokenizer)
     except ValueError as error:
         print(f"name alignment: not measured ({error})")
         return {}

@@ -211,11 +211,12 @@ def test_translations(translate, test_pairs, logdir, limit=None):
     return {**write_test_report(sources, hypotheses, references, logdir), "test_seconds": round(time.time() - start, 1)}
 
 
-def model_translator(model, tokenizer, max_source_length, search, jit_compile=False, seconds=None):
+def model_translator(model, tokenizer, max_source_length, search, jit_compile=False, seconds=None,
+                     target_tokenizer=None):
     """Makes a translator of strings through the export's in-graph translate function.
 
-    That is `kseq.export.translate_function`, one tokenizer for both sides,
-    in batches of 64 (`BatchTranslator`).
+    That is `kseq.export.translate_function`, one tokenizer for both sides
+    (or the sources' and `target_tokenizer`), in batches of 64 (`BatchTranslator`).
 
     Args:
         model: the translator model.
@@ -224,12 +225,13 @@ def model_translator(model, tokenizer, max_source_length, search, jit_compile=Fa
         search: the decoding search.
         jit_compile: compile the function with XLA. Default False.
         seconds: a time bound for each call; None (default) for none.
+        target_tokenizer: the targets' tokenizer; None (default): `tokenizer`.
 
     Returns:
         A `BatchTranslator`.
     """
     from kseq.export import translate_function
 
-    function = translate_function(model, tokenizer, tokenizer, max_source_length=max_source_length,
+    function = translate_function(model, tokenizer, target_tokenizer or tokenizer, max_source_length=max_source_length,
                                   search=search, jit_compile=jit_compile)
     return BatchTranslator(function, batch_size=64, seconds=seconds)

@@ -295,7 +295,7 @@ def choose_decoding(options, source_lengths, target_lengths, translator_for, val
                           f"best {metric} on {len(sources)} validation pairs", details)
 
 
-def choose_translator_decoding(options, model, tokenizer, valid, metric, decode_xla=False):
+def choose_translator_decoding(options, model, tokenizer, valid, metric, decode_xla=False, target_tokenizer=None):
     """Chooses a translator's decoding (`choose_decoding`), decoding through the export's translate function.
 
     Args:
@@ -305,18 +305,23 @@ def choose_translator_decoding(options, model, tokenizer, valid, metric, decode_
         valid: (sources, references).
         metric: the score to maximise.
         decode_xla: compile the translate function with XLA. Default False.
+        target_tokenizer: the targets' tokenizer; None (default): `tokenizer`.
 
     Returns:
         {"settings": the chosen `DecodingSettings` as a dict, "metrics": the
         decision's metrics.json entries}.
     """
-    def token_lengths(texts):
-        return tokenizer.tokenize(texts).row_lengths().numpy()
+    target_tokenizer = target_tokenizer or tokenizer
+
+    def token_lengths(texts, side=tokenizer):
+        return side.tokenize(texts).row_lengths().numpy()
 
     source_lengths = [min(length, options.max_length) for length in token_lengths(valid[0])]
     translators = PenaltySharingTranslators(
-        lambda settings, search: model_translator(model, tokenizer, options.max_length, search, decode_xla),
+        lambda settings, search: model_translator(model, tokenizer, options.max_length, search, decode_xla,
+                                                  target_tokenizer=target_tokenizer),
         options.max_length)
-    settings, decision = choose_decoding(options, source_lengths, token_lengths(valid[1]), translators, valid, metric)
+    settings, decision = choose_decoding(options, source_lengths, token_lengths(valid[1], target_tokenizer),
+                                         translators, valid, metric)
     print(decision)
     return {"settings": dataclasses.asdict(settings), "metrics": decision.metrics()}
