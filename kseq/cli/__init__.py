@@ -24,4 +24,8 @@ input or a run that fails (one line naming the file and line), 0 otherwise.
 
 Only TensorFlow and tensorflow_text's ops serve the requests: the graph is
 the one TF Serving runs, so the commands answer what a server would.
+
+Training is `kseq-train TASK` (kseq.cli.train). `kseq.cli.recipes.start` is
+what every recipe script (recipes/*.py) does first: its three flags, checked
+before anything is written, and TensorFlow set up as kseq-train sets it.
 """
