@@ -15,7 +15,7 @@
 #   torch       benchmarks/torch_transformer.py, the PyTorch reference of the same step, with
 #               the machine's own python3 (PyTorch, no TensorFlow)      ~3-5 min (2 torch.compile)
 #   decode      benchmarks/decode.py, its defaults                      ~3-5 min
-#   recipe      recipes/translate.py --preset gpu --max-minutes $RECIPE_MINUTES (5): training,
+#   recipe      kseq-train translate --preset gpu --max-minutes $RECIPE_MINUTES (5): training,
 #               then decoding choice, test and export                    ~RECIPE_MINUTES + 2-3 min
 # Parts of the train-step lease (`lease` runs bundle torch-collect trace recommended xla-matrix):
 #   bundle      gathers bundle parts carried in .gpu/ (build-bundle.sh's partNN/, zstd/, SUMS)
@@ -419,7 +419,7 @@ part_recipe() {
   fi
   # shellcheck disable=SC2086
   RESULT_FILES="$logdir" run_part recipe "$TF_PYTHON; $TF_FROM" \
-    "$TF_PYTHON" recipes/translate.py --preset gpu --max-minutes "$minutes" --logdir "$logdir" \
+    "$TF_PYTHON" -m kseq.cli.train translate --preset gpu --max-minutes "$minutes" --logdir "$logdir" \
     --export-dir "$exports" $args
 }
 

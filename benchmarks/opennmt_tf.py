@@ -126,7 +126,7 @@ def recipe_tokenizer(tokenizer_path, sources, targets, options):
         return SubwordTokenizer.load(tokenizer_path), str(tokenizer_path)
     texts = sources + targets  # the recipe's joint vocabulary, sized by "auto"
     size = vocab_size_for(texts, options.max_vocab_size)
-    return SubwordTokenizer.train(texts, size), f"trained here, as recipes/translate.py does ({size} pieces)"
+    return SubwordTokenizer.train(texts, size), f"trained here, as kseq-train translate does ({size} pieces)"
 
 
 def prepare(data_dir, tokenizer_path):
@@ -194,7 +194,7 @@ def opennmt_model_file(recipe):
     """The Python model definition onmt-main loads (`--model`)."""
     return f"""import opennmt
 
-# recipes/translate.py's quick preset (benchmarks/opennmt_tf.py)
+# kseq-train translate's quick preset (benchmarks/opennmt_tf.py)
 def model():
     return opennmt.models.Transformer(
         num_layers={recipe['num_layers']}, num_units={recipe['d_model']}, num_heads={recipe['num_heads']},
@@ -366,14 +366,14 @@ def stop(process):
 # --- kseq --------------------------------------------------------------------------------------
 
 def run_kseq(data_dir, work, minutes, extra=(), startup_minutes=10):
-    """Runs recipes/translate.py for `minutes` on the prepared tokenizer and
+    """Runs kseq-train translate for `minutes` on the prepared tokenizer and
     stops it once its training is recorded (phases.json: decoding choice,
     test and export are not measured here); returns its throughput."""
     settings = load_settings(data_dir)
     recipe = settings["recipe"]
     work.mkdir(parents=True, exist_ok=True)
     logdir, phases = work / "logdir", work / "logdir" / "phases.json"
-    command = [sys.executable, str(ROOT / "recipes" / "translate.py"), "--max-minutes", str(minutes),
+    command = [sys.executable, "-m", "kseq.cli.train", "translate", "--max-minutes", str(minutes),
                "--logdir", str(logdir), "--export-dir", str(work / "export"),
                "--tokenizer", str(data_dir / "spm.model"),
                # The preset's model, also where more minutes would make "auto" narrow it

@@ -3,7 +3,7 @@
 For training files of 125k, 1M and 4M lines (the default data's training
 lines repeated, generated once into the kseq cache: the Bible's pairs for
 translation, its English verses for the language model, Rotten Tomatoes'
-snippets for the classifier), runs `recipes/<task>.py` on the file for
+snippets for the classifier), runs `kseq-train <task>` on the file for
 `--minutes` (the classifier, which has no time budget, is stopped then) as a
 user would and measures, per run:
 seconds from the start of the process to "training begins" (the
@@ -35,11 +35,13 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-TASKS = {  # task: (recipe, its training-file option, its other file options, its time budget option)
-    "translate": ("translate.py", "--train-tsv", ("--valid-tsv", "--test-tsv"), "--max-minutes"),
-    "classify": ("classify.py", "--train-tsv", ("--valid-tsv", "--test-tsv"), None),
-    "language_model": ("language_model.py", "--train-txt", ("--valid-txt", "--test-txt"), "--max-minutes"),
+TASKS = {  # task: (its training-file option, its other file options, its time budget option)
+    "translate": ("--train-tsv", ("--valid-tsv", "--test-tsv"), "--max-minutes"),
+    "classify": ("--train-tsv", ("--valid-tsv", "--test-tsv"), None),
+    "language_model": ("--train-txt", ("--valid-txt", "--test-txt"), "--max-minutes"),
 }
+# `kseq-train` of the tree on PYTHONPATH (the installed command is the environment's own checkout's).
+KSEQ_TRAIN = [sys.executable, "-c", "from kseq.cli.train import main; main()"]
 
 
 def split_file(task, split):
@@ -78,11 +80,11 @@ def small_file(folder, split, task="translate", count=64):
 
 
 def measure(tree, train, valid, test, minutes, workdir, timeout, cache, task="translate"):
-    """One run of `tree`'s recipe with `cache` as its kseq cache: its
+    """One run of `tree`'s task with `cache` as its kseq cache: its
     timings, peak memory and step rate."""
     os.makedirs(workdir, exist_ok=True)
-    recipe, train_option, (valid_option, test_option), budget = TASKS[task]
-    command = [sys.executable, os.path.join(tree, "recipes", recipe), train_option, train,
+    train_option, (valid_option, test_option), budget = TASKS[task]
+    command = [*KSEQ_TRAIN, task, train_option, train,
                valid_option, valid, test_option, test,
                "--logdir", os.path.join(workdir, "runs"), "--export-dir", os.path.join(workdir, "export"),
                "--eval-every", "1000000"]  # no evaluation inside the minute: steps/s is training's
@@ -149,7 +151,7 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
                                      epilog=__doc__.split("\n", 2)[2])
-    parser.add_argument("--task", default="translate", choices=sorted(TASKS), help="the recipe to run")
+    parser.add_argument("--task", default="translate", choices=sorted(TASKS), help="the task to run")
     parser.add_argument("--sizes", default="125000,1000000,4000000", help="training lines of each file")
     parser.add_argument("--minutes", type=float, default=1.5, help="--max-minutes of each run")
     parser.add_argument("--baseline", help="a second checkout to run the same way (e.g. a git worktree)")

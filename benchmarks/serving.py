@@ -18,7 +18,7 @@ a time gets from the same process and graph, so every ratio is a same-run
 ratio of the two choices a deployment makes, batching and concurrency.
 
 By default the script builds two exports of a model the size of
-recipes/translate.py's quick preset (Transformer 2+2 layers, d_model 192,
+kseq-train translate's quick preset (Transformer 2+2 layers, d_model 192,
 4 heads, feed-forward 768, shared SentencePiece vocabulary of 4,000 pieces
 trained on the Bible train split, max length 96), one with greedy search
 and one with beam search (beam 4, length penalty 0.6). Its weights are

@@ -5,7 +5,7 @@ measured in the same run. Sized for a GPU by default (the base model);
 
 Every configuration runs in a fresh process (a dtype policy and XLA are
 process-wide choices): it builds the model, compiles it as
-recipes/translate.py does (kseq's FusedAdam, keras' Adam for KerasHub's layers, on
+kseq-train translate does (kseq's FusedAdam, keras' Adam for KerasHub's layers, on
 the Transformer schedule with one global gradient norm clipped to 1,
 label-smoothed masked cross-entropy), trains `--warmup` steps (tracing,
 compilation, allocator) and then times `--steps` steps on one random batch of

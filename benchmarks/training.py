@@ -6,7 +6,7 @@ SentencePiece vocabulary of 4,000 pieces, trained once and saved to a temp
 file that every run loads, so only the model and the batching differ. Each
 configuration runs in its own fresh process (peak RSS, VmHWM, is per run),
 after `kseq.training.devices.runtime.tune_cpu_runtime()`, under a one-device MirroredStrategy
-as `recipes/translate.py` uses on a CPU, with `jit_compile=False` (the
+as `kseq-train translate` uses on a CPU, with `jit_compile=False` (the
 recipe's CPU setting) and no metrics but the loss.
 
 The batches: the first N batches (--batches) of
@@ -21,14 +21,14 @@ second pass (wall clock). Configurations:
    sustained GFLOP/s is the machine's dense peak used for MFU. Also bfloat16
    at 1024^3 and the logits shape: the peak for runs in mixed_bfloat16.
 2. `kseq`: `kseq.models.TransformerSeq2Seq`, the quick preset of
-   recipes/translate.py (2+2 layers, d_model 192, 4 heads, ff 768, dropout 0,
+   kseq-train translate (2+2 layers, d_model 192, 4 heads, ff 768, dropout 0,
    shared embeddings, max_length 97), at the recipe's precision ("auto":
    mixed_bfloat16 on a CPU with bfloat16 units, else float32), kseq's
    `FusedAdam` (beta_2 0.98, epsilon 1e-9, clipnorm 1.0) on
    `TransformerSchedule(192, 400)`,
    `MaskedSparseCategoricalCrossentropy(label_smoothing=0.1)`, the bucketed
    batches as they are. `kseq_float32`: the same in float32. `kseq_xla`: the
-   same as `kseq` with `jit_compile=True` (`recipes/translate.py
+   same as `kseq` with `jit_compile=True` (`kseq-train translate
    --jit-compile on`); its warm-up pass includes one XLA compilation per
    batch shape.
 3. `hub64`, `hub26`: the reference, KerasHub layers of the same size
@@ -92,7 +92,7 @@ from load_sampler import LoadSampler  # noqa: E402
 VOCAB_SIZE = 4000
 TOKEN_BUDGET = 2560
 MAX_LENGTH = 96
-# The quick preset of recipes/translate.py.
+# The quick preset of kseq-train translate.
 D_MODEL, NUM_HEADS, FF_DIM, NUM_LAYERS = 192, 4, 768, 2
 RNN_SIZE = 256
 CONFIGS = ("peak", "kseq", "kseq_float32", "kseq_xla", "hub64", "hub64_xla", "hub26", "rnn_luong",
@@ -264,14 +264,14 @@ def matmul_rates(tf, dtype, batch, m, k, n, transpose_a, seconds):
 
 def make_optimizer(keras, kseq, transformer, reference):
     """The recipe's optimizer: kseq's FusedAdam for kseq's models (as
-    recipes/translate.py), keras' Adam for the references (as keras-io)."""
+    kseq-train translate), keras' Adam for the references (as keras-io)."""
     from kseq.training.devices.distribution import clip_after_all_reduce
 
     adam = keras.optimizers.Adam if reference else kseq.optimizers.FusedAdam
     if transformer:
         rate = kseq.schedules.TransformerSchedule(D_MODEL, 400)
         optimizer = adam(rate, beta_2=0.98, epsilon=1e-9, clipnorm=1.0)
-    else:  # recipes/translate.py's rate for --arch rnn
+    else:  # kseq-train translate's rate for --arch rnn
         optimizer = adam(1e-3, clipnorm=1.0)
     return clip_after_all_reduce(optimizer)
 

@@ -15,7 +15,7 @@ rule, so a model that learned the task gets every pair exactly right.
 
     python benchmarks/user_tasks.py dates /tmp/dates   # train.tsv, valid.tsv, test.tsv
     python benchmarks/user_tasks.py bible /tmp/bible3k --train 3000
-    python recipes/translate.py --train-tsv /tmp/dates/train.tsv \
+    kseq-train translate --train-tsv /tmp/dates/train.tsv \
         --valid-tsv /tmp/dates/valid.tsv --test-tsv /tmp/dates/test.tsv
 """
 

@@ -5,7 +5,7 @@ A data file that is empty or holds no line of the kind expected, a
 that holds no finished run, an output folder that cannot be written, a
 `--tokenizer` file of another kind: each is a `UsageError` whose message
 names the option, the file, the line and what was expected. `kseq-train`
-(and `python recipes/<task>.py`) prints it as argparse prints a bad flag,
+(and `python -m kseq.cli.train`) prints it as argparse prints a bad flag,
 `kseq-train TASK: error: <message>`, and exits with status 2 (`refuse`);
 any other exception is a bug and keeps its traceback. docs/errors.md
 lists the bad inputs and what each gets.

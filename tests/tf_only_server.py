@@ -23,7 +23,7 @@ from support import TF_ONLY_PREAMBLE, subprocess_env
 # The server's loop: one JSON request a line on stdin, one answer a line on
 # stdout after ANSWER (TensorFlow may write to stdout too).
 SERVER = TF_ONLY_PREAMBLE + r"""
-import threading, traceback
+import base64, threading, traceback
 ANSWER = "@@tf-only-answer@@ "
 exports = {}
 
@@ -38,9 +38,15 @@ def plain(outputs):
     return {key: value.numpy().tolist() for key, value in outputs.items()}
 
 
+def tensor(values, dtype):
+    if isinstance(values, dict):  # {"base64": [...]}: bytes JSON cannot carry, such as encoded images
+        values = [base64.b64decode(value) for value in values["base64"]]
+    return tf.constant(values, dtype)
+
+
 def call(serve, inputs):
     specs = serve.structured_input_signature[1]
-    return plain(serve(**{name: tf.constant(values, specs[name].dtype) for name, values in inputs.items()}))
+    return plain(serve(**{name: tensor(values, specs[name].dtype) for name, values in inputs.items()}))
 
 
 def outcome(serve, inputs):
@@ -117,10 +123,11 @@ class TFOnlyServer:
     def serve(self, path, *requests, signature="serving_default", threads=0, calls=0, variable_dtypes=False,
               texts=None):
         """Calls `signature` of the export at `path` once a request ({input
-        name: values}), then, with `threads`, `calls` times from each of
-        `threads` threads. Returns {"inputs": the signature's input names,
-        "answers": [{"outputs": {name: values}} or {"error": message} a
-        request], "modules": the kseq/keras modules imported, and with
+        name: values}; bytes that are no text as {"base64": [...]}), then,
+        with `threads`, `calls` times from each of `threads` threads.
+        Returns {"inputs": the signature's input names, "answers":
+        [{"outputs": {name: values}} or {"error": message} a request],
+        "modules": the kseq/keras modules imported, and with
         `threads` "mismatches": [(thread, call)] whose answer differed;
         with `variable_dtypes`, the dtypes of the export's variables}.
         `texts`, batches of texts, stand for requests to the first input."""

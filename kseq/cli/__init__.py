@@ -28,4 +28,8 @@ TensorFlow loads once the command line is parsed (`--help` and a usage
 error need none of it), with the commands' quiet start
 (kseq.cli.quiet_start): its start-up lines held to TF_CPP_MIN_LOG_LEVEL,
 2 unless the user set one.
+
+Training is `kseq-train TASK` (kseq.cli.train). `kseq.cli.recipes.start` is
+what every recipe script (recipes/*.py) does first: its three flags, checked
+before anything is written, and TensorFlow set up as kseq-train sets it.
 """

@@ -1,7 +1,7 @@
 """kseq-train TASK [OPTIONS]: train, test and export one task's model.
 
-Tasks (kseq.tasks, one module each, the same options as
-`python recipes/<task>.py` in a checkout):
+Tasks (kseq.tasks, one module each; `python -m kseq.cli.train TASK` is the
+same command without the installed script):
 
 - translate: a Transformer or recurrent translator (default data: English ->
   French Bible verses);
@@ -89,3 +89,7 @@ def run(task, argv):
             module.main(argv)
     except UsageError as error:
         refuse(prog, error)
+
+
+if __name__ == "__main__":
+    main()

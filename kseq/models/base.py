@@ -45,9 +45,12 @@ class KseqModel(CheckedWeightLoading, FirstShardBuild, OptimizerBuiltBeforeTraci
         return super().__call__(inputs, *args, **kwargs)
 
     def _ensure_built(self):
-        """Builds the model for entry points that do not go through __call__."""
+        """Builds the model for entry points that do not go through __call__,
+        under the strategy it was made in (`fit` runs its entry points outside
+        the scope, and variables made there would not be mirrored)."""
         if not self.built:
-            self.build()
+            with self.distribute_strategy.scope():
+                self.build()
 
     def get_config(self):
         return {**super().get_config(), **{name: getattr(self, name) for name in self.config_names}}

@@ -160,14 +160,13 @@ def no_run_starts(monkeypatch):
 
 
 @pytest.mark.parametrize("task", train.TASKS)
-def test_a_recipe_refuses_every_option_alike(places, capsys, monkeypatch, no_run_starts, task):
-    """`python recipes/<task>.py`: the first bad value of each option, through `kseq-train TASK`'s own path."""
-    recipe = os.path.join(ROOT, "recipes", f"{task}.py")
+def test_python_m_refuses_every_option_alike(places, capsys, monkeypatch, no_run_starts, task):
+    """`python -m kseq.cli.train <task>`: the first bad value of each option, through `kseq-train TASK`'s own path."""
     for field, kind in declared(task):
         bad = bad_values(field, kind, places)[0]
-        monkeypatch.setattr(sys, "argv", [recipe, *places["folders"], *bad.argv])
+        monkeypatch.setattr(sys, "argv", ["train.py", task, *places["folders"], *bad.argv])
         with pytest.raises(SystemExit) as stop:
-            runpy.run_path(recipe, run_name="__main__")
+            runpy.run_module("kseq.cli.train", run_name="__main__", alter_sys=False)
         err = capsys.readouterr().err
         assert stop.value.code == 2 and flag(field.name) in one_line(task, err), err
         nothing_written(places)
@@ -315,15 +314,15 @@ def test_the_issues_commands_in_this_process(places, capsys, monkeypatch, no_run
         nothing_written(places)
 
 
-def test_the_installed_command_and_a_recipe_refuse_before_writing(tmp_path):
+def test_the_installed_command_and_python_m_refuse_before_writing(tmp_path):
     """Child processes, as a user runs them: one line, status 2, no folder, no traceback (two of the issue's
     commands; the others run through the same entry point in this process, above)."""
     env = subprocess_env(KSEQ_CACHE_DIR=str(tmp_path / "cache"))
     kseq_train = os.path.join(os.path.dirname(sys.executable), "kseq-train")
     commands = {
         "--max-minutes must be > 0; got -3.0": [kseq_train, "translate", "--max-minutes", "-3", "--logdir", "r5"],
-        "--dropout must be in [0, 1); got 1.5": [sys.executable, os.path.join(ROOT, "recipes", "translate.py"),
-                                        "--dropout", "1.5", "--logdir", "r7"],
+        "--dropout must be in [0, 1); got 1.5": [sys.executable, "-m", "kseq.cli.train", "translate",
+                                                 "--dropout", "1.5", "--logdir", "r7"],
     }
     work = tmp_path / "work"
     work.mkdir()

@@ -6,7 +6,7 @@ table docs/errors.md shows: (kind, task, argv, message, status).
 The table runs in this process through `kseq.cli.train.main` (what the
 installed command calls): a child process costs seconds of TensorFlow's
 import a case. Two child processes show the real commands, `kseq-train`
-and `python recipes/<task>.py`, doing the same.
+and `python -m kseq.cli.train <task>`, doing the same.
 """
 
 import gzip
@@ -280,7 +280,7 @@ def test_a_damaged_gzip_file_names_the_file_and_what_was_expected(tmp_path):
 
 def test_the_installed_command_and_a_recipe_answer_the_same(tmp_path):
     """The issue's command as a user runs it: a two-line TSV whose second
-    line has no tab; and `python recipes/classify.py` with the same file.
+    line has no tab; and `python -m kseq.cli.train classify` with the same file.
     Each prints one line (and no traceback, nor TensorFlow's start-up
     lines at kseq's default log level), exits 2 and leaves no folder."""
     work = tmp_path / "work"
@@ -290,7 +290,7 @@ def test_the_installed_command_and_a_recipe_answer_the_same(tmp_path):
     del env["TF_CPP_MIN_LOG_LEVEL"]  # as a user's shell has it
     commands = {
         "translate": [os.path.join(os.path.dirname(sys.executable), "kseq-train"), "translate"],
-        "classify": [sys.executable, os.path.join(ROOT, "recipes", "classify.py")],
+        "classify": [sys.executable, "-m", "kseq.cli.train", "classify"],
     }
     for task, command in commands.items():
         done = subprocess.run([*command, "--train-tsv", "bad.tsv", "--max-minutes", "0.1"], cwd=work,

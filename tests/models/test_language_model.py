@@ -268,3 +268,16 @@ def test_fit_under_two_replicas_matches_one_device():
         weights[replicas] = [w.numpy() for w in model.weights]
     for one, two in zip(weights[1], weights[2]):
         np.testing.assert_allclose(one, two, atol=2e-5)
+
+
+def test_fit_under_a_strategy_builds_an_unbuilt_model_in_its_scope():
+    """`fit` enters the carried streams outside the strategy's scope; a model
+    made in the scope but not built gets its variables there all the same."""
+    data = stream_batches(random_stream(4 * 12 + 1, seed=6), batch_size=4, chunk_length=6)
+    strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+    with strategy.scope():
+        model = small_model()
+        model.compile(keras.optimizers.SGD(0.5), kseq.losses.MaskedSparseCategoricalCrossentropy())
+    history = model.fit(data, epochs=1, verbose=0, shuffle=False)
+    assert np.isfinite(history.history["loss"][0])
+    assert all(isinstance(weight.value, tf.distribute.DistributedValues) for weight in model.trainable_weights)

@@ -206,7 +206,7 @@ def test_docs_list_the_mistakes():
 def test_a_killed_fine_tuning_run_resumes(tmp_path):
     """Killed (SIGKILL) after its first save, the same command goes on from it and ends as one run."""
     argv = [*arguments(str(tmp_path)), "--save-every", "3", "--epochs", "4"]
-    command = [sys.executable, os.path.join(ROOT, "recipes", "translate.py"), *argv]
+    command = [sys.executable, "-m", "kseq.cli.train", "translate", *argv]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                env=subprocess_env())
     seen = ""

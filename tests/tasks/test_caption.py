@@ -1,4 +1,4 @@
-"""recipes/caption.py end to end: a tiny run in the default suite, the real
+"""kseq-train caption end to end: a tiny run in the default suite, the real
 budget (both captioners, the issue's content-accuracy targets) with -m slow."""
 
 import glob

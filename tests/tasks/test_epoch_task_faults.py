@@ -18,7 +18,7 @@ from support import subprocess_env
 from test_generate_reviews import export_word_classifier, write_reviews
 
 pytestmark = pytest.mark.long
-RECIPES = os.path.join(os.path.dirname(__file__), "..", "..", "recipes")
+KSEQ_TRAIN = os.path.join(os.path.dirname(sys.executable), "kseq-train")
 # Timings, where a run resumed and its folders differ between runs; everything else must not.
 VARYING = ("seconds", "resumed_from", "xla_cache")
 FOLDERS = ("classifier", "export")
@@ -85,7 +85,7 @@ TWO_MODELS = ("language_model", "caption")  # the second trains after the first 
 
 def command(name, root):
     arguments = RUNS[name][0](root)
-    return [sys.executable, os.path.join(RECIPES, f"{name}.py"), *arguments, "--strategy", "default",
+    return [KSEQ_TRAIN, name, *arguments, "--strategy", "default",
             "--logdir", str(root / "runs"), "--export-dir", str(root / "export")]
 
 

@@ -1,6 +1,6 @@
-"""recipes/generate_reviews.py end to end on tiny labelled text, labelled
+"""kseq-train generate_reviews end to end on tiny labelled text, labelled
 by an exported stand-in classifier; the fallback that trains one with
-recipes/classify.py is checked with classify.main replaced."""
+kseq-train classify is checked with classify.main replaced."""
 
 import json
 import os

@@ -1,4 +1,4 @@
-"""recipes/language_model.py and recipes/classify.py end to end on tiny data."""
+"""kseq-train language_model and kseq-train classify end to end on tiny data."""
 
 import gzip
 import json

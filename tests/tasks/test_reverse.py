@@ -12,7 +12,7 @@ from kseq.tasks import reverse  # noqa: E402
 
 def run_task(*args):
     return subprocess.run(
-        [sys.executable, os.path.join(ROOT, "recipes", "reverse.py"), *args],
+        [os.path.join(os.path.dirname(sys.executable), "kseq-train"), "reverse", *args],
         capture_output=True, text=True, cwd=ROOT,
     )
 

@@ -1,4 +1,4 @@
-"""recipes/translate.py end to end on a tiny TSV: logs, metrics, export."""
+"""kseq-train translate end to end on a tiny TSV: logs, metrics, export."""
 
 import contextlib
 import dataclasses
@@ -474,9 +474,8 @@ def test_xla_trains_every_pair_in_few_shapes_and_repeated_or_resumed_runs_compil
     # The tests' two logical CPUs cannot hold XLA replicas: a named error.
     with pytest.raises(SystemExit, match="--jit-compile on cannot train 2 replicas on CPU"):
         translate.main(argv("refused"))
-    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    recipe_file = os.path.join(repo, "recipes", "translate.py")
-    command = lambda name: [sys.executable, recipe_file, *argv(name), "--strategy", "default"]  # noqa: E731
+    kseq_train = os.path.join(os.path.dirname(sys.executable), "kseq-train")
+    command = lambda name: [kseq_train, "translate", *argv(name), "--strategy", "default"]  # noqa: E731
     environment = {k: v for k, v in os.environ.items() if k != "TF_XLA_FLAGS"}
     environment.update(TF_CPP_MIN_LOG_LEVEL="0", TF_CPP_VMODULE="device_executable_persistor=3")
 

@@ -1,4 +1,4 @@
-"""recipes/translate.py as users run it, in real processes: killed with
+"""kseq-train translate as users run it, in real processes: killed with
 SIGKILL and started again, and trained by two workers under
 MultiWorkerMirroredStrategy on 127.0.0.1."""
 
@@ -19,7 +19,7 @@ from support import subprocess_env
 from test_translate import write_pairs
 
 pytestmark = pytest.mark.long
-RECIPE = os.path.join(os.path.dirname(__file__), "..", "..", "recipes", "translate.py")
+KSEQ_TRAIN = os.path.join(os.path.dirname(sys.executable), "kseq-train")
 FAST = ["--num-layers", "1", "--d-model", "32", "--num-heads", "2", "--ff-dim", "64",
         "--vocab-size", "300", "--epochs", "2", "--token-budget", "192", "--max-length", "24",
         "--eval-sentences", "4", "--attention-plots", "0", "--beam-size", "1",
@@ -38,7 +38,7 @@ def data(made_once):
 
 
 def command(data, root, *extra):
-    return [sys.executable, RECIPE, *data, "--logdir", str(root / "runs"),
+    return [KSEQ_TRAIN, "translate", *data, "--logdir", str(root / "runs"),
             "--export-dir", str(root / "export"), *FAST, *extra]
 
 
