@@ -13,6 +13,7 @@ the variables folder, and the seconds `tf.saved_model.load` takes to read it
 back (what a server spends on each version it loads).
 
     .venv/bin/python benchmarks/export_time.py --rounds 3
+    .venv/bin/python benchmarks/export_time.py --writers kseq --patience 1  # the task's search
 """
 
 import argparse
@@ -23,7 +24,7 @@ import tempfile
 import time
 
 
-def export_once(writer):
+def export_once(writer, patience=None):
     import string
 
     import keras
@@ -52,7 +53,8 @@ def export_once(writer):
     model({"source_ids": ids, "target_ids": ids})
     folder = tempfile.mkdtemp()
     start = time.perf_counter()
-    path = export_translator(model, tokenizer, tokenizer, folder, search=BeamSearch(128, beam_size=4))
+    search = BeamSearch(128, beam_size=4, patience=patience)
+    path = export_translator(model, tokenizer, tokenizer, folder, search=search)
     seconds = time.perf_counter() - start
     variables = sum(os.path.getsize(os.path.join(path, "variables", name))
                     for name in os.listdir(os.path.join(path, "variables")))
@@ -82,14 +84,19 @@ def main():
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--writers", nargs="+", choices=WRITERS, default=["keras", "kseq"],
                         help="the writers to time, alternately (default: keras kseq)")
+    parser.add_argument("--patience", type=float, default=None,
+                        help="the beam's patience: 1 stops a source at 4 finished hypotheses, as the "
+                             "translate task does, and n_best shares the translation's search (default: "
+                             "none, the exact stop, where n_best runs a search of its own)")
     parser.add_argument("--writer", choices=WRITERS, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.writer:
-        return export_once(args.writer)
+        return export_once(args.writer, args.patience)
     rows = []
     for round_ in range(args.rounds):
         for writer in args.writers:  # alternately, so all see the machine in the same state
-            output = subprocess.run([sys.executable, __file__, "--writer", writer], capture_output=True,
+            patience = [] if args.patience is None else ["--patience", str(args.patience)]
+            output = subprocess.run([sys.executable, __file__, "--writer", writer, *patience], capture_output=True,
                                     text=True, check=True).stdout
             _, name, seconds, traces, size, load = next(line for line in output.splitlines()
                                                         if line.startswith("RESULT")).split()

@@ -18,7 +18,7 @@ Two steps, in two environments:
    its tokenizer files, in the Hugging Face layout.
 2. run (kseq's environment):
        python benchmarks/marian_fine_tune.py run --checkpoint /tmp/opus-size --minutes 5 \\
-           --out benchmarks/results/marian/results-marian-<date>.json
+           --out benchmarks/results/translation-quality/results-marian-<date>.json
    times `load_marian`, runs `kseq-train translate --pretrained` on the Bible
    data for --minutes (its peak memory the child's), measures the export's size,
    then serves it with TensorFlow alone: the first call and steady batches.
@@ -132,7 +132,7 @@ def run(options):
     """Loads, fine-tunes, exports and serves the checkpoint; writes the figures (kseq's environment)."""
     seconds, load_peak = load_seconds(options.checkpoint)
     logdir, export_dir = os.path.join(options.workdir, "runs"), os.path.join(options.workdir, "export")
-    command = [sys.executable, os.path.join(ROOT, "recipes", "translate.py"), "--pretrained", options.checkpoint,
+    command = [sys.executable, "-m", "kseq.cli.train", "translate", "--pretrained", options.checkpoint,
                "--max-minutes", str(options.minutes), "--logdir", logdir, "--export-dir", export_dir,
                "--max-test-sentences", str(options.test_sentences), "--eval-sentences", "50",
                # Random weights never end an output: the decoding choice would run every candidate to its limit.

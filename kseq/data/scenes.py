@@ -83,10 +83,9 @@ def vocabulary():
 def scene_tokenizer():
     """A word-level kseq tokenizer of the grammar's words (keras-hub's
     WordPiece over `vocabulary()`: whole words only), ids 4 and up."""
-    from kseq.data.tokenizers import from_keras_hub
-    from kseq.data.keras_hub_tokenizer import keras_hub_tokenizers
+    from kseq.data.keras_hub_tokenizer import KerasHubTokenizer, keras_hub_tokenizers
 
-    return from_keras_hub(keras_hub_tokenizers().WordPieceTokenizer(["[UNK]"] + vocabulary()))
+    return KerasHubTokenizer(keras_hub_tokenizers().WordPieceTokenizer(["[UNK]"] + vocabulary()))
 
 
 @dataclasses.dataclass

@@ -64,7 +64,7 @@ class Cadence:
             return f"every {self.steps} steps"
         longer = (f", longer where an evaluation would take over {self.evaluation_share:.0%} of the time"
                   if self.evaluation_share else "")
-        return f"every {self.minutes:g} min{longer}"
+        return f"every {self.minutes:.3g} min{longer}"
 
     def period_seconds(self, evaluation_seconds=None):
         """The seconds of a period of minutes, given the last evaluation's seconds (None: none yet)."""

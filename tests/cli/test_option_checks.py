@@ -7,11 +7,11 @@ The walk reads each option's own declaration (`kseq.training.config.option`:
 its type, choices, range, check or path), so that an option added later is
 walked too, and one that declares nothing of what it accepts fails here.
 It runs each task's parser in this process, where a bad value costs a
-parse and not a start of TensorFlow; `python recipes/<task>.py` is run in
-this process too (it calls `kseq-train TASK`), with a run that would start
-stopped by an assertion. A few child processes show the installed command
-and a recipe doing the same. The rules that tie options together get a
-row each (`CROSS_ROWS`).
+parse and not a start of TensorFlow; `python -m kseq.cli.train <task>` is
+run in this process too, with a run that would start stopped by an
+assertion. A few child processes show the installed command and `python
+-m` doing the same. The rules that tie options together get a row each
+(`CROSS_ROWS`); the recipes' three flags are tests/test_recipes.py's.
 """
 
 import dataclasses

@@ -183,6 +183,7 @@ def test_cadence_options():
     assert str(EvaluationOptions(eval_every="auto", max_minutes=12.0).cadence) == \
         "every 2 min, longer where an evaluation would take over 10% of the time"
     assert str(EvaluationOptions(eval_every="2m").cadence) == "every 2 min"
+    assert str(EvaluationOptions(eval_every="auto", max_minutes=5.0).cadence).startswith("every 0.833 min, longer")
     assert EvaluationOptions(eval_every="auto", max_minutes=12.0).decoding_seconds == 12.0
     assert EvaluationOptions(eval_every="500").decoding_seconds == 30.0
     assert EvaluationOptions(eval_every="500", eval_seconds=5.0).decoding_seconds == 5.0
