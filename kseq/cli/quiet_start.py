@@ -59,6 +59,16 @@ def _filter_process(min_level, source, target):
         return None
 
 
+def _duplicated_stderr():
+    """File descriptor 2 duplicated, Python's buffered stderr flushed first;
+    None where there is no fd 2 or no sys.stderr."""
+    try:
+        sys.stderr.flush()
+        return os.dup(2)
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
 @contextlib.contextmanager
 def _stderr_through_filter(min_level):
     """Runs its block with file descriptor 2 sent through a filter process
@@ -67,10 +77,8 @@ def _stderr_through_filter(min_level):
     and the filter's last lines are waited for, so the order of lines is
     kept. Runs the block unfiltered where stderr cannot be duplicated or
     the filter cannot start."""
-    try:
-        sys.stderr.flush()
-        saved = os.dup(2)
-    except (OSError, ValueError, AttributeError):  # no fd 2, or no sys.stderr
+    saved = _duplicated_stderr()
+    if saved is None:
         yield
         return
     read_end, write_end = os.pipe()
@@ -124,10 +132,8 @@ def _stderr_held(filtered):
     writes `filtered(bytes written)` to the real stderr: for a filter that
     needs the block's outcome. Runs the block unfiltered where stderr
     cannot be duplicated."""
-    try:
-        sys.stderr.flush()
-        saved = os.dup(2)
-    except (OSError, ValueError, AttributeError):  # no fd 2, or no sys.stderr
+    saved = _duplicated_stderr()
+    if saved is None:
         yield
         return
     with tempfile.TemporaryFile() as held:
