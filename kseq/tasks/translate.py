@@ -19,6 +19,7 @@ learning rate and warm-up default to fine-tuning's, and metrics.json has the tes
 fine-tuning (pretrained_test_bleu, pretrained_test_chrf) beside those after.
 """
 
+import dataclasses
 import importlib.util
 import os
 import time
@@ -53,10 +54,10 @@ PRESETS = {
     # One GPU, 10 minutes: dozens of passes over the data, so a mid-sized model with dropout.
     "gpu": dict(num_layers=4, d_model=384, num_heads=6, ff_dim=1536, dropout=0.2, embed_dim=384, units=512,
                 max_vocab_size=8000, token_budget=16384, max_length=128, max_minutes=10.0, warmup_steps=1000,
-                epochs=200),
+                epochs=200, anneal=0.0),
     "base": dict(num_layers=6, d_model=512, num_heads=8, ff_dim=2048, dropout=0.1, embed_dim=512, units=512,
                  max_vocab_size=16000, token_budget=25000, max_length=128, max_minutes=None, warmup_steps=4000,
-                 epochs=40),
+                 epochs=40, anneal=0.0),
 }
 
 
@@ -67,7 +68,8 @@ def _ctranslate2_problem(folder):
     return None
 
 
-@task_options("translate", epochs=1000, max_minutes=6.0, eval_every=AUTO, save_every="200")
+# The quick preset anneals: measured on it alone (benchmarks/RESULTS.md, translation quality).
+@task_options("translate", epochs=1000, max_minutes=6.0, eval_every=AUTO, save_every="200", anneal=0.2)
 class Options(TsvFilesOptions, Seq2SeqOptions, TokenBatchOptions, ScheduleOptions, DecodingOptions, StoppingOptions,
               EvaluationOptions, StreamedDataOptions, ClippingOptions, TextTaskOptions):
     vocab_size: int | Auto = option(AUTO, "joint SentencePiece pieces; auto: from the data",
@@ -87,7 +89,17 @@ class Options(TsvFilesOptions, Seq2SeqOptions, TokenBatchOptions, ScheduleOption
         return super().problems() + pretrained_problems(self)
 
 
-parse_args = options_parser(Options, __doc__, PRESETS)
+_parse = options_parser(Options, __doc__, PRESETS)
+
+
+def parse_args(argv=None):
+    """The task's options from `argv` (default: the command line), checked; the LSTM keeps its
+    schedule alone unless `--anneal` is given (annealed, it scored no better: benchmarks/RESULTS.md)."""
+    options = _parse(argv)
+    if options.arch == "rnn" and "anneal" not in options.options_given:
+        return dataclasses.replace(options, anneal=0.0)
+    return options
+
 
 def main(argv=None):
     """Trains a translator, chooses its decoding, tests and exports it.

@@ -95,7 +95,11 @@ def test_metrics_json(run):
     # Short word-for-word targets (median 3 words): exact match chooses.
     assert saved["metric"] == "exact_match" and "median of 3 words" in saved["metric_reason"]
     assert saved["lr_scale"] == 0.5 and saved["lr_scale_reason"] == "auto: exact_match data"
-    assert saved["lr_anneal"] == 0.0 and saved["lr_anneal_reason"] == "--anneal 0: the rate is not annealed"
+    # The default anneal, planned from the 6-minute budget's speed: the 10 steps end before its first
+    # estimate (a twentieth of the budget), so the rate stays the schedule's.
+    assert saved["lr_anneal"] == 0.2 and saved["lr_anneal_total_steps"] is None
+    assert saved["lr_anneal_estimates"] == []
+    assert saved["lr_anneal_reason"].startswith("linear to 0 over the last 20% of the steps the 6-minute")
     assert saved["vocab_size"] == 298
     # --epochs 2 end training before the minutes: 2 passes; the widths given stay.
     assert saved["expected_passes"] == 2.0 and saved["train_target_tokens"] > 298
@@ -320,9 +324,8 @@ def second_run(run, made_once):
     """The same pairs, greedy decoding and another seed, beside the first run
     (in its folder, once a session: `made_once`'s own folder stays empty).
     Its decoding is given whole (no loop guard), so it tunes none: the test
-    reads its curves, settings and scores, not its decoding. It asks for
-    the learning rate's anneal, which its 10 steps end long before the
-    6-minute budget's estimate would begin."""
+    reads its curves, settings and scores, not its decoding. It turns the
+    learning rate's default anneal off (`--anneal 0`)."""
     return made_once("translate-greedy", lambda _: greedy_run(run["root"]))[1]
 
 
@@ -332,7 +335,7 @@ def greedy_run(root):
     # No attention maps: the test reads the first run's (drawing them took about 2 s of this run).
     return translate.main(argv + TINY[: TINY.index("--beam-size")] + [
         "--beam-size", "1", "--eval-every", "5", "--jit-compile", "off", "--no-repeat-ngram", "0",
-        "--attention-plots", "0", "--anneal", "0.3"])
+        "--attention-plots", "0", "--anneal", "0"])
 
 
 def tensorboard_json(port, path, body=None):
@@ -382,8 +385,8 @@ def test_tensorboard_shows_curves_samples_attention_and_hparams_of_two_runs(run,
         sessions = {group["sessions"][0]["name"]: group for group in groups["sessionGroups"]}
         assert set(sessions) == {"runs", "greedy"}
         assert sessions["greedy"]["hparams"]["beam_size"] == 1 and sessions["runs"]["hparams"]["beam_size"] == 2
-        assert sessions["greedy"]["hparams"]["lr_anneal"] == 0.3 and sessions["runs"]["hparams"]["lr_anneal"] == 0.0
-        assert second_run["lr_anneal_reason"].startswith("linear to 0 over the last 30% of the steps the 6-minute")
+        assert sessions["greedy"]["hparams"]["lr_anneal"] == 0.0 and sessions["runs"]["hparams"]["lr_anneal"] == 0.2
+        assert second_run["lr_anneal_reason"] == "--anneal 0: the rate is not annealed"
         for name, metrics_json in (("runs", run["metrics"]), ("greedy", second_run)):
             values = {(m["name"]["group"], m["name"]["tag"]): m["value"] for m in sessions[name]["metricValues"]}
             assert values[("test", "chrf")] == pytest.approx(metrics_json["test_chrf"], abs=0.01)
@@ -435,6 +438,12 @@ def test_task_rejects_bad_arguments(tmp_path, capsys):
         with pytest.raises(SystemExit):
             translate.parse_args(argv)
         assert __import__("re").search(message, capsys.readouterr().err), message
+
+
+@pytest.mark.parametrize("argv, share", [([], 0.2), (["--anneal", "0"], 0.0), (["--preset", "gpu"], 0.0),
+                                         (["--arch", "rnn"], 0.0), (["--arch", "rnn", "--anneal", "0.3"], 0.3)])
+def test_the_transformers_quick_preset_anneals_by_default(argv, share):
+    assert translate.parse_args(argv).anneal == share
 
 
 def test_saved_model_cli_runs_the_export(run):
