@@ -17,6 +17,7 @@ def readme_block(heading):
     return re.search(r"```python\n(.*?)```", section, re.S).group(1)
 
 
+@pytest.mark.e2e
 @pytest.mark.long
 def test_ten_line_example_runs_and_learns(tmp_path, monkeypatch):
     code = readme_block("In ten lines")

@@ -78,6 +78,7 @@ def served_request(name):
     return {put: texts}
 
 
+@pytest.mark.e2e
 @pytest.mark.long
 @pytest.mark.parametrize("name", RECIPES)
 def test_a_recipe_trains_evaluates_exports_and_logs(name, corpora, tmp_path, tf_only):

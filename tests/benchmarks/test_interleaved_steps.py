@@ -5,6 +5,7 @@ import pytest
 from support import load_benchmark
 
 
+@pytest.mark.e2e
 def test_every_configuration_is_timed_each_round_in_a_rotated_order():
     interleaved = load_benchmark("interleaved_steps")
     configs = ["kseq-float32", "kseq-float32+compiled_blocks"]  # models side by side, one compiling its blocks

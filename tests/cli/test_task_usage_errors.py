@@ -221,6 +221,7 @@ def overrides_permissions():
     return bool(int(effective.split()[1], 16) & PERMISSION_OVERRIDES)
 
 
+@pytest.mark.e2e
 def test_the_unreadable_and_unwritable_rows_hold_for_root_without_its_override():
     """CI runs as root, whom permissions do not stop: the table's rows of a
     file without read permission and a folder without write permission run
@@ -278,6 +279,7 @@ def test_a_damaged_gzip_file_names_the_file_and_what_was_expected(tmp_path):
         scan_corpus([str(tmp_path / "cut.tsv.gz")], cache_dir=tmp_path)
 
 
+@pytest.mark.e2e
 def test_the_installed_command_and_a_recipe_answer_the_same(tmp_path):
     """The issue's command as a user runs it: a two-line TSV whose second
     line has no tab; and `python -m kseq.cli.train classify` with the same file.

@@ -148,6 +148,7 @@ def test_windows_of_a_larger_corpus_train_every_pair_once_an_epoch_in_a_new_orde
     assert epochs[0] != epochs[1]
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("buffer", [700, 100_000])
 def test_a_pipeline_started_where_a_run_stopped_streams_the_rest_of_the_uninterrupted_run(tmp_path, buffer):
     path = write(tmp_path / "p.tsv", pair_lines(words(3000)))

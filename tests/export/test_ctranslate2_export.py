@@ -72,6 +72,7 @@ def ctranslate2_outputs(path, tokenizer, texts, beam_size, compute_type="default
     return [[index[t] for t in r.hypotheses[0]] for r in results], np.array([r.scores[0] for r in results])
 
 
+@pytest.mark.e2e
 def test_a_trained_transformer_gives_ctranslate2_its_outputs_and_scores(tokenizer, tmp_path):
     model = reversal_model(tokenizer, share_embeddings=True)
     path = export_ctranslate2(model, tokenizer, tokenizer, str(tmp_path / "ct2"), assets=tokenizer.asset_files())

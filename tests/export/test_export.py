@@ -207,6 +207,7 @@ export_translator(model, tokenizer, tokenizer, sys.argv[1], max_length=6)
 """
 
 
+@pytest.mark.e2e
 def test_an_export_killed_mid_write_is_never_a_version_a_server_picks_up(tmp_path):
     """SIGKILL while the SavedModel is being written: no version folder (TF
     Serving loads only numeric ones), and the next export is version 1."""

@@ -132,9 +132,10 @@ def word_piece_tokenizer_for(requests, folder):
 # The beam run serves a keras-hub WordPiece tokenizer: its export must hold
 # keras-hub's vocabulary and serve with keras_hub blocked too.
 @pytest.mark.parametrize("search, vocabulary", [
-    pytest.param("greedy", "sentence_piece", marks=pytest.mark.slow),  # the default suite keeps its 10 minutes
+    pytest.param("greedy", "sentence_piece", marks=pytest.mark.slow),  # the e2e tier serves one of the two
     ("beam", "word_piece"),
 ])
+@pytest.mark.e2e
 def test_concurrent_serving_matches_sequential_without_keras_or_leaks(
     search, vocabulary, tokenizer_and_texts, tmp_path
 ):

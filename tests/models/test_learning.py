@@ -7,7 +7,7 @@ Tasks (30-id vocabulary, ids 4-29 as symbols):
   4-12 version runs too;
 - copy 4-8 tokens with `reverse_source=True` (Sutskever et al.'s trick),
   with the peeky decoder.
-The default suite runs one configuration (LSTM with dot attention); the
+The e2e tier runs one configuration (LSTM with dot attention); the
 others are `slow` (40-100 s each here). Each run trains for a fixed budget on a warm-up + cosine schedule, stops
 early once 500 held-out sequences are >= 99.6% right, and is judged on
 1000 fresh sequences; trained attention models must also attend to the
@@ -121,6 +121,7 @@ def mirrored_attention(model, inputs):
     return float(np.mean(hits))
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("name", list(RUNS))
 def test_configuration_learns(name):
     model, score, inputs = train(name, RUNS, check_every=100)

@@ -129,6 +129,7 @@ def test_from_pretrained_is_the_loaded_model():
     assert rebuilt.get_config() == config
 
 
+@pytest.mark.e2e
 @pytest.mark.long
 def test_the_export_served_by_tensorflow_alone_gives_the_reference_strings(made_once, tf_only):
     def make(folder):

@@ -56,6 +56,7 @@ def run(made_once):
     return made_once("marian-fine-tune", make)[1]
 
 
+@pytest.mark.e2e
 @pytest.mark.long
 def test_a_fine_tuning_run_reports_before_and_after(run):
     metrics = run["metrics"]
@@ -77,6 +78,7 @@ def test_a_fine_tuning_run_reports_before_and_after(run):
     assert {"marian_source.json", "marian_target.json"} <= set(os.listdir(os.path.join(run["export"], "assets")))
 
 
+@pytest.mark.e2e
 @pytest.mark.long
 def test_the_export_serves_strings_alone_and_through_kseq_translate(run, tf_only):
     with open(os.path.join(run["logdir"], "test_translations.tsv"), encoding="utf-8") as f:
@@ -92,6 +94,7 @@ def test_the_export_serves_strings_alone_and_through_kseq_translate(run, tf_only
     assert done.stdout.splitlines() == outputs
 
 
+@pytest.mark.e2e
 @pytest.mark.long
 def test_trained_model_rebuilds_a_fine_tuned_run(run):
     model, tokenizers = translate.trained_model(run["logdir"])

@@ -1,4 +1,4 @@
-"""kseq-train caption end to end: a tiny run in the default suite, the real
+"""kseq-train caption end to end: a tiny run in the e2e tier, the real
 budget (both captioners, the issue's content-accuracy targets) with -m slow."""
 
 import glob
@@ -18,6 +18,7 @@ TINY = ["--train-images", "64", "--valid-images", "16", "--test-images", "24", "
         "--max-caption-length", "12", "--attention-plots", "2", "--strategy", "default"]
 
 
+@pytest.mark.e2e
 def test_tiny_run_reports_exports_and_draws_attention(tmp_path):
     logdir, export_dir = str(tmp_path / "runs"), str(tmp_path / "export")
     metrics = caption.main(TINY + ["--models", "attention", "--logdir", logdir, "--export-dir", export_dir])

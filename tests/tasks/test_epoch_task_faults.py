@@ -183,7 +183,7 @@ def test_a_task_evaluating_inside_epochs_resumes_mid_epoch(name, tmp_path):
     assert stable(read_json(killed / "runs" / "metrics.json")) == expected
 
 
-@pytest.mark.slow  # train_once's unit test and translate's subprocess test cover it in the default suite
+@pytest.mark.slow  # train_once's unit test (quick suite) and translate's subprocess test (e2e) cover it
 @pytest.mark.parametrize("name", RUNS)
 def test_a_task_killed_after_training_trains_nothing_again(name, uninterrupted, tmp_path):
     """SIGKILL as soon as training is recorded: the restart loads the

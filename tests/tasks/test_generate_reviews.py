@@ -72,6 +72,7 @@ def reviews_run(root):
 pytestmark = pytest.mark.long
 
 
+@pytest.mark.e2e
 def test_metrics_report_label_agreement(run):
     with open(os.path.join(run["logdir"], "metrics.json")) as f:
         saved = json.load(f)
@@ -92,6 +93,7 @@ def test_metrics_report_label_agreement(run):
     assert any(name.startswith("events.out") for name in os.listdir(run["logdir"])), "HParams in the run's folder"
 
 
+@pytest.mark.e2e
 def test_export_serves_labels_without_kseq_and_matches_the_model(run, tf_only):
     path = os.path.join(run["export_dir"], "1")
     served = tf_only.serve_texts(path, ["pos", "neg", "pos"])
@@ -104,6 +106,7 @@ def test_export_serves_labels_without_kseq_and_matches_the_model(run, tf_only):
     assert served["text"] == [t.decode() for t in tokenizer.detokenize(expected).numpy()]
 
 
+@pytest.mark.e2e
 def test_the_export_reads_labels_as_training_read_text(run, tf_only):
     """A label with tabs, spaces or newlines around it is the label; a blank
     one gets an empty answer; the other rows are as if it were not there."""

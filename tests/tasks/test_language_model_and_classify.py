@@ -50,6 +50,7 @@ def language_model_run(root):
     return dict(metrics=metrics, logdir=logdir, export_dir=export_dir)
 
 
+@pytest.mark.e2e
 def test_language_model_metrics(lm_run):
     with open(os.path.join(lm_run["logdir"], "metrics.json")) as f:
         saved = json.load(f)
@@ -64,6 +65,7 @@ def test_language_model_metrics(lm_run):
         assert os.listdir(os.path.join(lm_run["logdir"], run, "generation"))
 
 
+@pytest.mark.e2e
 def test_language_model_export_serves_without_kseq_and_matches_python(lm_run, tf_only):
     path = os.path.join(lm_run["export_dir"], "1")
     prompts = ["the lord said", "", "moses and"]
@@ -81,6 +83,7 @@ def test_language_model_export_serves_without_kseq_and_matches_python(lm_run, tf
     assert served["continuation"][1] == "" and set(served["token_ids"][1]) == {0}, "a blank prompt: nothing"
 
 
+@pytest.mark.e2e
 def test_language_model_export_reads_prompts_as_training_read_text(lm_run, tf_only):
     words = WORDS + ["café", "zoë"]
     check_served_text_is_normalized(tf_only, os.path.join(lm_run["export_dir"], "1"), words, "continuation")
@@ -117,6 +120,7 @@ def classifier_run(root):
     return dict(metrics=metrics, logdir=logdir, export_dir=export_dir, argv=argv)
 
 
+@pytest.mark.e2e
 def test_classifier_metrics(classify_run):
     with open(os.path.join(classify_run["logdir"], "metrics.json")) as f:
         saved = json.load(f)
@@ -130,6 +134,7 @@ def test_classifier_metrics(classify_run):
     assert again.epochs == 3 and "epochs" in again.options_given
 
 
+@pytest.mark.e2e
 def test_classifier_export_serves_without_kseq_and_matches_python(classify_run, tf_only):
     path = os.path.join(classify_run["export_dir"], "1")
     texts = ["the film was great", "boring plot", "", "   ", "\u0007 control ✓ ünïcode"]
@@ -151,6 +156,7 @@ def test_classifier_export_serves_without_kseq_and_matches_python(classify_run, 
     np.testing.assert_allclose(probabilities[real], expected, atol=1e-5)
 
 
+@pytest.mark.e2e
 def test_classifier_export_reads_texts_as_training_read_text(classify_run, tf_only):
     words = ["the", "film", "was", "great", "dull", "café", "naïve", "plot"]
     check_served_text_is_normalized(tf_only, os.path.join(classify_run["export_dir"], "1"), words, "label")

@@ -17,6 +17,7 @@ def run_task(*args):
     )
 
 
+@pytest.mark.e2e
 def test_reverse_task_end_to_end(tmp_path):
     logdir, export_dir = tmp_path / "logs", tmp_path / "export"
     result = run_task(

@@ -347,6 +347,7 @@ def tensorboard_json(port, path, body=None):
         return json.load(response)
 
 
+@pytest.mark.e2e
 def test_tensorboard_shows_curves_samples_attention_and_hparams_of_two_runs(run, second_run):
     """A real TensorBoard over the folder of two runs, read through its own
     HTTP data API as its dashboards read it."""

@@ -18,7 +18,7 @@ from tensorboard.backend.event_processing import event_multiplexer
 from support import subprocess_env
 from test_translate import write_pairs
 
-pytestmark = pytest.mark.long
+pytestmark = [pytest.mark.long, pytest.mark.e2e]
 KSEQ_TRAIN = os.path.join(os.path.dirname(sys.executable), "kseq-train")
 FAST = ["--num-layers", "1", "--d-model", "32", "--num-heads", "2", "--ff-dim", "64",
         "--vocab-size", "300", "--epochs", "2", "--token-budget", "192", "--max-length", "24",
@@ -82,7 +82,7 @@ def whole(data, made_once):
         stderr=subprocess.STDOUT, text=True)))[0]
 
 
-@pytest.mark.slow  # the SIGTERM test resumes mid-epoch in the default suite; test_consistent_save kills anywhere
+@pytest.mark.slow  # the SIGTERM test resumes mid-epoch in the e2e tier; test_consistent_save kills anywhere
 def test_a_run_killed_mid_epoch_resumes_with_the_same_command_and_ends_like_an_uninterrupted_one(
         data, whole, tmp_path):
     reference = metrics(whole)
@@ -257,7 +257,7 @@ def two_workers(data, tmp_path_factory):
     return root, finish_workers(start_workers(data, root))
 
 
-@pytest.mark.slow  # 70 s: the default suite keeps its 10 minutes on 2 cores
+@pytest.mark.slow  # 70 s: the e2e tier keeps .ci/run short
 def test_two_workers_train_in_lockstep_and_only_the_chief_writes(two_workers):
     tmp_path, outputs = two_workers
     assert "2 replica(s)" in outputs[0] and "this is worker 1" in outputs[1]

@@ -53,6 +53,7 @@ def accumulated_run(workdir, kill=None):
     return model, report, total
 
 
+@pytest.mark.e2e
 def test_a_killed_run_with_accumulation_resumes_to_the_same_weights(tmp_path):
     reference, report, total = accumulated_run(tmp_path / "reference")
     assert report["steps"] == total // 2 and report["epochs_run"] == 2.0

@@ -30,6 +30,7 @@ def uninterrupted(tmp_path_factory):
     return stopping_run(tmp_path_factory.mktemp("whole"))
 
 
+@pytest.mark.e2e
 @pytest.mark.long
 @pytest.mark.parametrize("kill", [dict(period=2), pytest.param(dict(period=3), marks=pytest.mark.slow),
                                   dict(batch=7), pytest.param(dict(batch=11), marks=pytest.mark.slow)],

@@ -71,6 +71,7 @@ def train(tmp_path, name, epochs, callbacks=(), fresh=True):
     return model, log, backup
 
 
+@pytest.mark.e2e
 def test_a_run_interrupted_mid_epoch_resumes_at_its_last_save_and_ends_like_an_uninterrupted_one(tmp_path):
     reference, reference_log, _ = train(tmp_path, "reference", epochs=2)
     steps = reference_log.steps[-1]

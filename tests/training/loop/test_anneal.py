@@ -182,6 +182,7 @@ RESUMED = ("train_seconds", "train_step_seconds", "fit_seconds", "resumed_from_s
            "evaluations")
 
 
+@pytest.mark.e2e
 @pytest.mark.long
 @pytest.mark.parametrize("kill", [dict(period=6), dict(batch=30), pytest.param(dict(period=10),
                                                                                marks=pytest.mark.slow)],

@@ -119,6 +119,7 @@ def test_progress_lines_show_the_step_loss_speed_and_time_left(capsys):
     assert capsys.readouterr().out == "", "no line before its time"
 
 
+@pytest.mark.e2e
 def test_a_streamed_run_ends_with_its_data_and_resumed_after_its_last_batch_trains_nothing(tmp_path):
     """Fit on streamed files (total unknown): training stops at the
     end of the last epoch; a run resumed from the save made there ends at
