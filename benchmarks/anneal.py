@@ -21,8 +21,10 @@ state. Groups (`--groups`, in this order):
 - `others`: the other tasks at their defaults: `language_model`,
   `generate_reviews` and `caption` train for a 5-minute budget (the
   language model and the captioner train two models each), `classify`
-  for 10 epochs, whose steps are known, so the anneal applies there too:
-  test perplexity, label agreement, content accuracy, test accuracy.
+  for 10 epochs of streamed data, whose steps are not known before
+  training, so it anneals only with `--max-minutes` (give it through
+  `--others-args`): test perplexity, label agreement, content accuracy,
+  test accuracy.
 
 Each run's metrics.json gives the rows: steps, the scores, the anneal's
 plan (its last step, the estimates) and what the stopping did (the best
