@@ -1,3 +1,10 @@
+"""export_translator and export_conditioned_generator, served by TensorFlow alone.
+
+Tests that read only `serving_default` export with `n_best=0`: the `n_best`
+signature would trace a second, wider search (test_export_signatures.py
+tests it).
+"""
+
 import os
 import string
 import subprocess
@@ -85,7 +92,7 @@ def test_export_serves_the_no_repeat_ngram_constraint(tmp_path, tf_only):
     bias[[7, 8]], bias[2] = 30.0, -30.0  # a model that loops "de" forever
     model.output_projection.bias.assign(bias)
     search = GreedySearch(10, no_repeat_ngram_size=2)
-    path = export_translator(model, tokenizer, tokenizer, str(tmp_path / "m"), search=search)
+    path = export_translator(model, tokenizer, tokenizer, str(tmp_path / "m"), search=search, n_best=0)
     served = serve_translation(tf_only, path, ["keras", "loop"])
     expected = np.asarray(model.generate(ids, max_length=10, no_repeat_ngram_size=2))
     assert served["token_ids"] == expected.tolist()
@@ -99,9 +106,9 @@ def test_an_xla_compiled_export_serves_what_the_plain_one_does(tmp_path, tf_only
     tokenizer = CharacterTokenizer(string.ascii_lowercase)
     model = small_model("rnn", dict(cell="gru", attention="bahdanau", bidirectional=True), dropout=0.0)
     search = BeamSearch(10, beam_size=2)
-    plain = export_translator(model, tokenizer, tokenizer, str(tmp_path / "m"), search=search)
+    plain = export_translator(model, tokenizer, tokenizer, str(tmp_path / "m"), search=search, n_best=0)
     compiled = export_translator(model, tokenizer, tokenizer, str(tmp_path / "m"), search=search,
-                                 jit_compile=True)
+                                 jit_compile=True, n_best=0)
     sources = ["keras", "", "abcdefghijklmnopqrstuvwxyz"]  # 3 rows -> 4, 26 columns -> 32
     served = serve_translation(tf_only, compiled, sources)
     assert served["modules"] == []
@@ -113,8 +120,8 @@ def test_export_versions_and_refuses_to_overwrite(tmp_path):
     model = small_model("rnn", {})
     root = str(tmp_path / "m")
     assert next_version(root) == 1
-    first = export_translator(model, tokenizer, tokenizer, root, max_length=4)
-    second = export_translator(model, tokenizer, tokenizer, root, max_length=4)
+    first = export_translator(model, tokenizer, tokenizer, root, max_length=4, n_best=0)
+    second = export_translator(model, tokenizer, tokenizer, root, max_length=4, n_best=0)
     assert [os.path.basename(first), os.path.basename(second)] == ["1", "2"]
     assert sorted(os.listdir(root)) == ["1", "2"], "no temporary folders left behind"
     with pytest.raises(ValueError, match="already exists and is not empty"):
@@ -251,7 +258,7 @@ def test_a_mixed_precision_translator_is_served_with_weights_in_its_compute_dtyp
     np.testing.assert_allclose(np.asarray(served_model(inputs), "float32"), np.asarray(model(inputs), "float32"),
                                atol=0.1)
     tokenizer = CharacterTokenizer(string.ascii_lowercase)
-    path = export_translator(model, tokenizer, tokenizer, str(tmp_path / "m"), max_length=10)
+    path = export_translator(model, tokenizer, tokenizer, str(tmp_path / "m"), max_length=10, n_best=0)
     reply = tf_only.serve(path, {"source": ["keras", "abc"]}, variable_dtypes=True)
     assert reply["variable_dtypes"] == ["bfloat16"], "every floating variable of the SavedModel"
     expected = served_model.generate(tokenizer.tokenize(["keras", "abc"]).to_tensor(), max_length=10)
