@@ -18,7 +18,7 @@ state. Groups (`--groups`, in this order):
 - `user`: a user's exact-match pairs (`user_tasks.py TASK`, 30,000
   training pairs) through `kseq-train translate --train-tsv ...` at the
   default budget, for each seed: test exact match.
-- `others`: the other tasks at their defaults: `language_model`,
+- `others`: the other tasks at their defaults (seeds `--others-seeds`): `language_model`,
   `generate_reviews` and `caption` train for a 5-minute budget (the
   language model and the captioner train two models each), `classify`
   for 10 epochs of streamed data, whose steps are not known before
@@ -170,13 +170,13 @@ def user_group(args, work, rows):
 
 def others_group(args, work, rows):
     for task in args.other_tasks:
-        for share in off_and_on(args.shares):
-            name = f"{task}-anneal{share:g}"
-            argv = ["--anneal", f"{share:g}", *shlex.split(args.others_args.get(task, ""))]
+        for seed, share in ((seed, share) for seed in args.others_seeds for share in off_and_on(args.shares)):
+            name = f"{task}-seed{seed}-anneal{share:g}"
+            argv = ["--seed", str(seed), "--anneal", f"{share:g}", *shlex.split(args.others_args.get(task, ""))]
             if task == "generate_reviews":  # one classifier (trained by the first run) judges every run's samples
                 argv = ["--classifier-export", str(work / "classify-export"), *argv]
             metrics, run = kseq_train(task, work / name, argv, work / f"{name}.log")
-            rows.append(row("others", task, share, 0, metrics, run))
+            rows.append(row("others", task, share, seed, metrics, run))
             print(json.dumps(rows[-1]), flush=True)
 
 
@@ -207,6 +207,8 @@ def parse(argv=None):
     parser.add_argument("--minutes", type=floats, default=[6.0, 12.0], help="main: budgets (default: 6,12)")
     parser.add_argument("--seeds", type=lambda text: [int(v) for v in text.split(",")], default=[0, 1],
                         help="main and user: seeds (default: 0,1)")
+    parser.add_argument("--others-seeds", type=lambda text: [int(v) for v in text.split(",")], default=[0],
+                        help="others: seeds (default: 0)")
     parser.add_argument("--shares", type=floats, default=[0.2],
                         help="--anneal values run beside --anneal 0 (default: 0.2)")
     parser.add_argument("--main-args", default="", help="more kseq-train translate options for the main group")
