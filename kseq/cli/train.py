@@ -78,14 +78,18 @@ def run(task, argv):
     from kseq.errors import UsageError, refuse
     from kseq.training.checkpoints.failed_start import undone_on_usage_error
     from kseq.training.devices.runtime import tune_cpu_runtime
+    from kseq.training.task import name_xla_cache
 
     tune_cpu_runtime()
-    probe_gpus_quietly()
     module = importlib.import_module(f"kseq.tasks.{task}")
     # argparse names the program after argv[0] in usage lines and errors.
     sys.argv[0] = prog = f"{NAME} {task}"
     try:
         with undone_on_usage_error():
+            # TensorFlow reads XLA's flags once, at its first device query, which the GPU
+            # probe is: the run's XLA cache is named before it (the task names the same again).
+            name_xla_cache(module.parse_args(argv))
+            probe_gpus_quietly()
             module.main(argv)
     except UsageError as error:
         refuse(prog, error)

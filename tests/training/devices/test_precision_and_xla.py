@@ -1,6 +1,7 @@
 """Choosing precision and XLA: by request, or by the measured table."""
 
 import os
+import sys
 
 import pytest
 
@@ -91,14 +92,18 @@ class AskedForDevices(Exception):
     """Stops a task at its first device query."""
 
 
+@pytest.mark.parametrize("entry", ["main", "kseq-train"])
 @pytest.mark.parametrize("name", ["translate", "language_model", "classify", "generate_reviews", "caption", "reverse"])
-def test_a_task_names_the_xla_cache_before_it_first_asks_for_devices(name, tmp_path, monkeypatch):
+def test_a_task_names_the_xla_cache_before_it_first_asks_for_devices(name, entry, tmp_path, monkeypatch):
     """TensorFlow reads TF_XLA_FLAGS at its first device query and ignores
-    later changes; the "auto" decisions query devices, so each task must
-    name its cache before them, or nothing compiled is ever kept."""
+    later changes; the "auto" decisions query devices, and `kseq-train`
+    lists the GPUs before the task runs (its quiet start), so each path
+    must name the cache before them, or nothing compiled is ever kept."""
     import importlib
 
     import tensorflow as tf
+
+    from kseq.cli import train
 
     flags_when_asked = []
 
@@ -108,8 +113,9 @@ def test_a_task_names_the_xla_cache_before_it_first_asks_for_devices(name, tmp_p
 
     monkeypatch.delenv("TF_XLA_FLAGS", raising=False)
     monkeypatch.setattr(tf.config, "list_physical_devices", list_physical_devices)
-    task = importlib.import_module(f"kseq.tasks.{name}")
+    monkeypatch.setattr(sys, "argv", ["kseq-train"])  # the command names its program there
+    argv = ["--logdir", str(tmp_path / "runs"), "--export-dir", str(tmp_path / "export"),
+            "--xla-cache", str(tmp_path / "xla")]
     with pytest.raises(AskedForDevices):
-        task.main(["--logdir", str(tmp_path / "runs"), "--export-dir", str(tmp_path / "export"),
-                   "--xla-cache", str(tmp_path / "xla")])
+        importlib.import_module(f"kseq.tasks.{name}").main(argv) if entry == "main" else train.run(name, argv)
     assert f"--tf_xla_persistent_cache_directory={tmp_path / 'xla'}" in flags_when_asked[0].split()
