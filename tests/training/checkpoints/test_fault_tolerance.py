@@ -67,7 +67,7 @@ def train(tmp_path, name, epochs, callbacks=(), fresh=True):
     model = tiny_model(tokenizer)
     backup = ResumableBackup(str(tmp_path / name), position, save_freq=4)
     log = BatchLog()
-    model.fit(data, epochs=epochs, callbacks=[*callbacks, log, backup], verbose=0)
+    model.fit(data, epochs=epochs, callbacks=[*callbacks, log, backup], verbose=0, shuffle=False)
     return model, log, backup
 
 

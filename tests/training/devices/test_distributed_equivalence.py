@@ -124,7 +124,7 @@ def train(make_model, initial_weights, data, strategy):
         # which spares a second trace of the train step.
         model.optimizer.build(model.trainable_variables)
     # One batch an epoch, so the history holds every step's loss.
-    history = model.fit(data, epochs=len(PLAN), steps_per_epoch=1, verbose=0)
+    history = model.fit(data, epochs=len(PLAN), steps_per_epoch=1, verbose=0, shuffle=False)
     return np.array(history.history["loss"]), [w.numpy() for w in model.weights]
 
 

@@ -47,7 +47,7 @@ def fit_in_periods(cadence, total_steps, batches=7, epochs=3, clock=None):
     recorder, timer = Recorder(), StepTimer()
     periods = EvaluationPeriods(cadence, total_steps, show=False, **({"clock": clock} if clock else {}))
     model.fit(data, validation_data=data.take(1), epochs=total_steps, steps_per_epoch=batches * epochs,
-              callbacks=[timer, recorder, periods], verbose=0)
+              callbacks=[timer, recorder, periods], verbose=0, shuffle=False)
     return model, recorder, periods, timer
 
 
@@ -97,7 +97,7 @@ def test_a_period_of_minutes_lasts_long_enough_for_its_evaluation_share(share, e
     cadence = Cadence(minutes=1.0, evaluation_share=share)
     periods = EvaluationPeriods(cadence, 21, show=False, clock=lambda: fake.now)
     model.fit(data, validation_data=data.take(1), epochs=21, steps_per_epoch=21,
-              callbacks=[fake, recorder, periods], verbose=0)
+              callbacks=[fake, recorder, periods], verbose=0, shuffle=False)
     assert recorder.period_ends == expected_ends
     assert periods.evaluation_seconds == (None if share is None else evaluation_seconds)
     assert ("longer where" in str(cadence)) == (share is not None)
