@@ -170,14 +170,15 @@ def user_group(args, work, rows):
 
 def others_group(args, work, rows):
     for task in args.other_tasks:
-        for seed, share in ((seed, share) for seed in args.others_seeds for share in off_and_on(args.shares)):
-            name = f"{task}-seed{seed}-anneal{share:g}"
-            argv = ["--seed", str(seed), "--anneal", f"{share:g}", *shlex.split(args.others_args.get(task, ""))]
-            if task == "generate_reviews":  # one classifier (trained by the first run) judges every run's samples
-                argv = ["--classifier-export", str(work / "classify-export"), *argv]
-            metrics, run = kseq_train(task, work / name, argv, work / f"{name}.log")
-            rows.append(row("others", task, share, seed, metrics, run))
-            print(json.dumps(rows[-1]), flush=True)
+        for seed in args.others_seeds:
+            for share in off_and_on(args.shares):
+                name = f"{task}-seed{seed}-anneal{share:g}"
+                argv = ["--seed", str(seed), "--anneal", f"{share:g}", *shlex.split(args.others_args.get(task, ""))]
+                if task == "generate_reviews":  # one classifier (trained by the first run) judges every run's samples
+                    argv = ["--classifier-export", str(work / "classify-export"), *argv]
+                metrics, run = kseq_train(task, work / name, argv, work / f"{name}.log")
+                rows.append(row("others", task, share, seed, metrics, run))
+                print(json.dumps(rows[-1]), flush=True)
 
 
 def table(rows):
@@ -200,14 +201,18 @@ def floats(text):
     return [float(value) for value in text.split(",") if value]
 
 
+def ints(text):
+    return [int(value) for value in text.split(",") if value]
+
+
 def parse(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0], epilog=__doc__.split("\n", 2)[2],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--groups", default=",".join(GROUPS), help="comma-separated, of %(default)s")
     parser.add_argument("--minutes", type=floats, default=[6.0, 12.0], help="main: budgets (default: 6,12)")
-    parser.add_argument("--seeds", type=lambda text: [int(v) for v in text.split(",")], default=[0, 1],
+    parser.add_argument("--seeds", type=ints, default=[0, 1],
                         help="main and user: seeds (default: 0,1)")
-    parser.add_argument("--others-seeds", type=lambda text: [int(v) for v in text.split(",")], default=[0],
+    parser.add_argument("--others-seeds", type=ints, default=[0],
                         help="others: seeds (default: 0)")
     parser.add_argument("--shares", type=floats, default=[0.2],
                         help="--anneal values run beside --anneal 0 (default: 0.2)")
